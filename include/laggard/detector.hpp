@@ -1,0 +1,163 @@
+// laggard — straggler analysis over sampled windows (the RFC rule and what goes beyond it).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "laggard/export.hpp"
+#include "laggard/model.hpp"
+
+namespace laggard {
+
+/// How the per-stage reference over ranks is formed.
+///  - mean:   the RFC default.
+///  - median: the RFC alternative; unaffected by a minority of slow ranks.
+///  - robust: median reference, and a flag also needs (t - median) >= mad_z * 1.4826 * MAD,
+///            so noisy stages do not raise flags and several stragglers do not hide each other.
+enum class Reference : std::uint8_t { mean = 0, median = 1, robust = 2 };
+
+LAGGARD_API const char* to_string(Reference ref) noexcept;
+/// "mean", "median" or "robust"; throws std::invalid_argument naming the bad value.
+LAGGARD_API Reference parse_reference(std::string_view text);
+
+/// Detector settings. Defaults are the RFC's (mean, 1.2, 5.0 ms) plus persistence 2 of 3.
+struct LAGGARD_API DetectorOptions {
+  Reference ref = Reference::mean;
+  double relative_threshold = 1.2;     ///< slow if t >= ref * relative_threshold
+  double absolute_ms_threshold = 5.0;  ///< ... or t - ref >= absolute_ms_threshold
+  double mad_z = 3.5;                  ///< robust mode only
+  int confirm_k = 2;                   ///< confirmed when slow in k ...
+  int confirm_n = 3;                   ///< ... of the last n windows the rank took part in
+
+  /// Throws std::invalid_argument naming the offending setting.
+  void validate() const;
+};
+
+/// Per stage and cohort, the RFC figures for one window.
+struct StageFigures {
+  std::string cohort;
+  std::string stage;
+  StageKind kind = StageKind::compute;
+  int ranks = 0;              ///< ranks of the cohort that reported this stage
+  double ref_ms = 0.0;        ///< the reference the rule compared against
+  double mean_ms = 0.0;
+  double median_ms = 0.0;
+  double min_ms = 0.0;
+  double max_ms = 0.0;
+  double slowdown_ratio = 1.0;  ///< max / ref (1 when ref is 0)
+  double relative_score = 1.0;  ///< ref / t of the worst rank, in (0, 1]; 1 when t <= ref
+  int top_rank = -1;            ///< rank with the largest time
+  int num_stragglers = 0;       ///< ranks flagged by the rule in this stage
+  std::vector<int> flagged_ranks;
+};
+
+/// A rank named in one window (or confirmed over several).
+struct RankFinding {
+  enum class Role : std::uint8_t { straggler = 0, waiting = 1 };
+  int rank = 0;
+  std::string host;
+  std::string cohort;
+  std::string stage;
+  StageKind kind = StageKind::compute;
+  Role role = Role::straggler;
+  double ms = 0.0;
+  double ref_ms = 0.0;
+  double slowdown = 1.0;  ///< ms / ref_ms
+  // Filled by Detector::observe:
+  int windows_flagged = 0;  ///< windows this (rank, stage) was flagged in, since first seen
+  bool confirmed = false;   ///< slow in confirm_k of the last confirm_n windows
+};
+
+/// Every rank of one host slow in the same stage: the host, not one GPU, is named.
+struct HostFinding {
+  std::string host;
+  std::string cohort;
+  std::string stage;
+  std::vector<int> ranks;
+  double slowdown = 1.0;  ///< median slowdown of its ranks
+};
+
+/// A metric value: a number, or text (straggler/likely_bottleneck, straggler/hints).
+using MetricValue = std::variant<double, std::string>;
+/// Metrics by their exact `straggler/...` names.
+using Metrics = std::map<std::string, MetricValue>;
+
+/// What the analysis found in one window.
+struct LAGGARD_API Report {
+  std::int64_t step = 0;
+  int ranks_seen = 0;
+  int world_size = 0;
+  std::vector<StageFigures> stages;   ///< per cohort, stages in pipeline order
+  std::vector<RankFinding> stragglers;  ///< slow in their own work (compute, data, other)
+  std::vector<RankFinding> waiting;     ///< excess only in communication: evidence, no verdict
+  std::vector<HostFinding> slow_hosts;
+  std::string likely_bottleneck;  ///< stage with the largest max - ref; empty if none
+  double whatif_step_saving_ms = 0.0;
+  std::vector<std::string> hints;  ///< "measured: ...; inferred: ..."
+
+  /// Flattens to the RFC metric names (DESIGN.md). `local_rank` picks `straggler/{stage}/local_ms`.
+  /// A stage present in several cohorts reports the cohort with the largest max - ref.
+  Metrics metrics(int local_rank) const;
+};
+
+/// The RFC rule for one window, stateless. Samples of a window are grouped by cohort; stages are
+/// matched by name. Cost: O(ranks × stages) plus a partial sort for median modes; not thread-safe
+/// per instance, but separate instances may run concurrently.
+LAGGARD_API Report evaluate_window(const Window& window, const DetectorOptions& options);
+
+/// The analysis over a run: evaluates each window and tracks persistence per (cohort, stage,
+/// rank), so a finding is `confirmed` once slow in k of the last n windows. Not thread-safe.
+class LAGGARD_API Detector {
+ public:
+  /// Throws std::invalid_argument if `options` are invalid.
+  explicit Detector(DetectorOptions options = {});
+
+  /// Evaluates `window`, updates persistence, and returns the report with windows_flagged /
+  /// confirmed filled in.
+  Report observe(const Window& window);
+
+  /// Findings confirmed at any point so far, the latest figures of each (rank, stage).
+  struct Confirmed {
+    RankFinding finding;
+    std::int64_t first_confirmed_step = 0;
+    std::int64_t first_flagged_step = 0;
+    int windows_seen = 0;
+    std::vector<double> slowdowns;  ///< one per flagged window (for the typical slowdown)
+  };
+  const std::vector<Confirmed>& confirmed() const noexcept { return confirmed_; }
+  std::int64_t windows() const noexcept { return windows_; }
+  const DetectorOptions& options() const noexcept { return options_; }
+
+ private:
+  struct History {
+    std::uint32_t bits = 0;  ///< last confirm_n windows, newest in bit 0
+    int seen = 0;
+    int flagged = 0;
+    std::int64_t first_flagged_step = -1;
+  };
+  DetectorOptions options_;
+  std::unordered_map<std::string, History> history_;  ///< key: cohort \x1f stage \x1f rank
+  std::vector<Confirmed> confirmed_;
+  std::int64_t windows_ = 0;
+};
+
+/// The lesson's rule over one vector of per-stage times in pipeline order. `limit` is
+/// before * (1 + relative_threshold) when before != 0, else relative_threshold (absolute).
+/// Returns the first index with after > limit and after - before, or nothing.
+/// Throws std::invalid_argument when the lengths differ.
+struct Regression {
+  std::size_t index = 0;
+  double delta = 0.0;
+};
+LAGGARD_API std::optional<Regression> first_regression(const std::vector<double>& baseline,
+                                                       const std::vector<double>& current,
+                                                       double relative_threshold = 0.05);
+
+}  // namespace laggard

@@ -1,0 +1,118 @@
+// laggard — JSON Lines I/O for per-rank samples (schema "laggard.sample/1") and run directories.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "laggard/export.hpp"
+#include "laggard/model.hpp"
+
+namespace laggard {
+
+inline constexpr std::string_view kSampleSchema = "laggard.sample/1";
+
+/// Appends `sample` as one JSON object and a '\n' to `out`. Numbers are written so that they
+/// read back exactly (shortest round-trip form). Thread-safe (no shared state).
+LAGGARD_API void append_sample_json(const StepSample& sample, std::string& out);
+
+/// Parses one line of a sample log into `out`, reusing its buffers. On failure returns false and
+/// sets `error` to what was wrong ("field 'ms' of stage 2 is negative (-1)"); `out` is then
+/// unspecified. Accepts extra fields; rejects a missing or wrong schema, a missing rank/step,
+/// non-numeric, negative or non-finite ms, an unknown kind. Not thread-safe per parser.
+class LAGGARD_API SampleParser {
+ public:
+  SampleParser();
+  ~SampleParser();
+  SampleParser(const SampleParser&) = delete;
+  SampleParser& operator=(const SampleParser&) = delete;
+  bool parse(std::string_view line, StepSample& out, std::string& error);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A bad line: where it is and what was wrong.
+struct LineError {
+  std::string file;
+  std::size_t line = 0;  ///< 1-based
+  std::string what;
+  /// "FILE:LINE: WHAT"
+  std::string message() const { return file + ":" + std::to_string(line) + ": " + what; }
+};
+
+/// Thrown for input that cannot be read at all (missing file or directory, no rank files).
+class LAGGARD_API InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Streams one rank file line by line in fixed-size chunks (memory does not grow with the file).
+/// Malformed lines are skipped and reported through `errors()`; a truncated last line (no '\n',
+/// does not parse) counts as malformed. Not thread-safe.
+class LAGGARD_API SampleFileReader {
+ public:
+  /// Throws InputError if the file cannot be opened.
+  explicit SampleFileReader(std::string path, std::size_t chunk_bytes = 1 << 20);
+  ~SampleFileReader();
+  SampleFileReader(const SampleFileReader&) = delete;
+  SampleFileReader& operator=(const SampleFileReader&) = delete;
+
+  /// Next well-formed sample, or false at end of file.
+  bool next(StepSample& out);
+
+  const std::string& path() const noexcept;
+  std::size_t lines() const noexcept;          ///< lines read so far (blank lines included)
+  std::size_t malformed() const noexcept;      ///< lines skipped as malformed
+  std::uint64_t bytes() const noexcept;        ///< bytes consumed so far
+  /// The first malformed lines (at most 20 kept; `malformed()` counts them all).
+  const std::vector<LineError>& errors() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// What reading a run directory met along the way.
+struct RunStats {
+  std::size_t files = 0;
+  std::size_t samples = 0;        ///< well-formed samples used
+  std::size_t malformed = 0;      ///< lines skipped as malformed
+  std::size_t duplicates = 0;     ///< (rank, step) seen before: later copy skipped
+  std::size_t out_of_order = 0;   ///< a step lower than the file's previous one: skipped
+  std::size_t windows = 0;
+  std::uint64_t bytes = 0;
+  std::vector<LineError> errors;  ///< the first few malformed lines, all files together
+};
+
+/// Reads RUN_DIR/rank-*.jsonl and yields one Window per step, in step order, merging the files
+/// as they stream (memory bounded by ranks, not steps). Each file must be in ascending step
+/// order, as laggard writes it. Not thread-safe.
+class LAGGARD_API RunReader {
+ public:
+  /// Throws InputError for a missing directory or one without rank-*.jsonl files.
+  explicit RunReader(const std::string& run_dir);
+  ~RunReader();
+  RunReader(const RunReader&) = delete;
+  RunReader& operator=(const RunReader&) = delete;
+
+  /// Next window (all samples with the smallest remaining step), or false when all files end.
+  bool next(Window& out);
+
+  const RunStats& stats() const noexcept;
+  /// Bytes consumed so far and total bytes of the rank files (for progress).
+  std::uint64_t bytes_read() const noexcept;
+  std::uint64_t bytes_total() const noexcept;
+  const std::vector<std::string>& files() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace laggard

@@ -1,0 +1,10 @@
+// laggard — umbrella header: finds the slow rank, the slow stage and the moment a distributed
+// training job got slower. Pipeline: sources (recorder, JSONL) → StepSample → analysis → sinks.
+#pragma once
+
+#include "laggard/detector.hpp"
+#include "laggard/export.hpp"
+#include "laggard/jsonl.hpp"
+#include "laggard/model.hpp"
+#include "laggard/recorder.hpp"
+#include "laggard/version.hpp"

@@ -1,0 +1,151 @@
+// laggard — the live source: sampled stage timing on the training thread.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "laggard/export.hpp"
+#include "laggard/model.hpp"
+
+namespace laggard {
+
+/// A device timing backend (CUDA events and the like): marks are recorded on the training thread
+/// without blocking and read later, once the device has passed them. Mark ids are slots of a
+/// fixed pool created up front. Implementations need not be thread-safe: the Recorder calls them
+/// from the training thread only.
+class LAGGARD_API TimingBackend {
+ public:
+  virtual ~TimingBackend();
+  /// Short name for logs ("cuda-event").
+  virtual const char* name() const noexcept = 0;
+  /// Number of mark slots; ids are 0..capacity()-1.
+  virtual std::uint32_t capacity() const noexcept = 0;
+  /// Records mark `id` now (on the current stream). Never blocks; false if recording failed.
+  virtual bool record(std::uint32_t id) noexcept = 0;
+  /// Non-blocking: 1 and `ms` set if both marks have completed, 0 if not yet, -1 on error.
+  virtual int elapsed_ms(std::uint32_t start_id, std::uint32_t end_id, double& ms) noexcept = 0;
+};
+
+/// Settings of a Recorder.
+struct RecorderOptions {
+  int interval = 10;        ///< sample every interval-th step (step % interval == 0); 0 = off
+  RankInfo rank;            ///< copied into every sample
+  /// Device backends only: how many sampled steps may wait for their marks to complete before
+  /// the oldest is dropped (and counted).
+  int max_pending_steps = 4;
+};
+
+/// Counters of what the recorder dropped instead of blocking or allocating.
+struct RecorderCounters {
+  std::uint64_t sampled_steps = 0;
+  std::uint64_t samples_emitted = 0;
+  std::uint64_t dropped_stages = 0;     ///< sections of stages beyond kMaxStages
+  std::uint64_t dropped_intervals = 0;  ///< device intervals beyond the per-step pool
+  std::uint64_t dropped_steps = 0;      ///< device steps dropped (pending queue full, errors)
+  std::uint64_t unbalanced = 0;         ///< end without begin, or step ended inside a section
+};
+
+/// Records stage times on sampled steps. One per training thread; not thread-safe.
+///
+/// Cost: a section on a step that is not sampled (or with interval 0) is one predictable branch.
+/// On a sampled step with the host clock it reads the steady clock twice and adds into a
+/// preallocated slot; no allocation happens after a stage's name is first seen.
+class LAGGARD_API Recorder {
+ public:
+  static constexpr int kMaxStages = 32;
+  using StageId = int;
+  using SampleCallback = std::function<void(const StepSample&)>;
+
+  /// `backend` null = host clock. Throws std::invalid_argument for a negative interval.
+  explicit Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backend = nullptr);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  /// Called with each finished sample (from end_step or poll, on the calling thread).
+  void on_sample(SampleCallback callback) { callback_ = std::move(callback); }
+
+  /// Registers (or finds) a stage and returns its id; -1 when all kMaxStages slots are taken
+  /// (its sections are then dropped and counted). Allocates on first sight of a name only.
+  StageId stage(std::string_view name, StageKind kind);
+  StageId stage(std::string_view name) { return stage(name, default_stage_kind(name)); }
+
+  /// Starts a step. Decides whether it is sampled. Also polls a device backend.
+  void begin_step(std::int64_t step) noexcept;
+  /// Ends the step; a sampled host-clock step emits its sample here.
+  void end_step() noexcept;
+  /// Device backends: emits samples whose marks have completed. Never blocks.
+  void poll() noexcept;
+
+  bool sampled() const noexcept { return sampled_; }
+  bool enabled() const noexcept { return options_.interval > 0; }
+  std::int64_t step() const noexcept { return step_; }
+  const RecorderCounters& counters() const noexcept { return counters_; }
+  const char* backend_name() const noexcept;
+
+  /// Raw section calls; prefer Section. Cheap no-ops when the step is not sampled.
+  void begin(StageId id) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    begin_slow(id);
+  }
+  void end(StageId id) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    end_slow(id);
+  }
+
+ private:
+  void begin_slow(StageId id) noexcept;
+  void end_slow(StageId id) noexcept;
+  void emit(std::int64_t step, double step_ms, const double* ms, const std::uint32_t* calls);
+
+  struct Slot {
+    std::string name;
+    StageKind kind = StageKind::compute;
+    double ms = 0.0;
+    std::uint32_t calls = 0;
+    std::chrono::steady_clock::time_point started{};
+    std::uint32_t open_mark = 0;  ///< device: the start mark of the open interval
+    bool open = false;
+  };
+  struct Pending;  // device intervals of one sampled step, waiting for completion
+
+  RecorderOptions options_;
+  std::unique_ptr<TimingBackend> backend_;
+  std::array<Slot, kMaxStages> slots_{};
+  int num_slots_ = 0;
+  bool sampled_ = false;
+  std::int64_t step_ = 0;
+  std::chrono::steady_clock::time_point step_started_{};
+  RecorderCounters counters_;
+  SampleCallback callback_;
+  StepSample scratch_;  ///< reused for every emitted sample
+  std::unique_ptr<Pending[]> pending_;
+  int pending_head_ = 0;
+  int pending_count_ = 0;
+  std::uint32_t next_mark_ = 0;
+};
+
+/// RAII section scope: times one entry of a stage. Cannot be copied or moved.
+///   { laggard::Section s(recorder, forward_id); model.forward(); }
+class Section {
+ public:
+  Section(Recorder& recorder, Recorder::StageId id) noexcept : recorder_(recorder), id_(id) {
+    recorder_.begin(id_);
+  }
+  ~Section() { recorder_.end(id_); }
+  Section(const Section&) = delete;
+  Section& operator=(const Section&) = delete;
+  Section(Section&&) = delete;
+  Section& operator=(Section&&) = delete;
+
+ private:
+  Recorder& recorder_;
+  Recorder::StageId id_;
+};
+
+}  // namespace laggard
