@@ -99,6 +99,11 @@ class LAGGARD_API Recorder {
   }
 
  private:
+  /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
+  /// Ticks are converted to milliseconds at end_step with a rate calibrated against
+  /// steady_clock over the recorder's lifetime.
+  std::uint64_t ticks() const noexcept;
+  void calibrate() noexcept;
   void begin_slow(StageId id) noexcept;
   void end_slow(StageId id) noexcept;
   void emit(std::int64_t step, double step_ms, const double* ms, const std::uint32_t* calls);
@@ -108,7 +113,8 @@ class LAGGARD_API Recorder {
     StageKind kind = StageKind::compute;
     double ms = 0.0;
     std::uint32_t calls = 0;
-    std::chrono::steady_clock::time_point started{};
+    std::uint64_t started = 0;  ///< ticks()
+    std::uint64_t ticks = 0;    ///< accumulated host ticks this step
     std::uint32_t open_mark = 0;  ///< device: the start mark of the open interval
     bool open = false;
   };
@@ -121,6 +127,10 @@ class LAGGARD_API Recorder {
   bool sampled_ = false;
   std::int64_t step_ = 0;
   std::chrono::steady_clock::time_point step_started_{};
+  bool use_tsc_ = false;
+  std::uint64_t calib_ticks0_ = 0;
+  std::chrono::steady_clock::time_point calib_time0_{};
+  double ms_per_tick_ = 1e-6;
   RecorderCounters counters_;
   SampleCallback callback_;
   StepSample scratch_;  ///< reused for every emitted sample

@@ -1,0 +1,60 @@
+#include "laggard/model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace laggard {
+
+const char* to_string(StageKind kind) noexcept {
+  switch (kind) {
+    case StageKind::compute:
+      return "compute";
+    case StageKind::communication:
+      return "communication";
+    case StageKind::data:
+      return "data";
+    case StageKind::other:
+      return "other";
+  }
+  return "other";
+}
+
+std::optional<StageKind> parse_stage_kind(std::string_view text) noexcept {
+  if (text == "compute") return StageKind::compute;
+  if (text == "communication") return StageKind::communication;
+  if (text == "data") return StageKind::data;
+  if (text == "other") return StageKind::other;
+  return std::nullopt;
+}
+
+namespace {
+bool contains_ci(std::string_view haystack, std::string_view needle) {
+  auto it = std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(),
+                        [](char a, char b) {
+                          return std::tolower(static_cast<unsigned char>(a)) == b;
+                        });
+  return it != haystack.end();
+}
+}  // namespace
+
+StageKind default_stage_kind(std::string_view name) noexcept {
+  // Names trainers commonly give to collectives and to input loading.
+  static constexpr std::array<std::string_view, 9> kCommunication = {
+      "communication", "comm", "allreduce", "all_reduce", "allgather",
+      "all_gather",    "reduce_scatter", "nccl", "p2p"};
+  static constexpr std::array<std::string_view, 3> kData = {"dataloader", "data_loader", "data"};
+  for (auto word : kCommunication)
+    if (contains_ci(name, word)) return StageKind::communication;
+  for (auto word : kData)
+    if (contains_ci(name, word)) return StageKind::data;
+  return StageKind::compute;
+}
+
+const StageTime* StepSample::find(std::string_view name) const noexcept {
+  for (const auto& s : stages)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+}  // namespace laggard

@@ -1,0 +1,271 @@
+#include "laggard/recorder.hpp"
+
+#include <stdexcept>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <x86intrin.h>
+#define LAGGARD_HAVE_TSC 1
+#endif
+
+namespace laggard {
+
+TimingBackend::~TimingBackend() = default;
+
+namespace {
+constexpr int kMaxIntervals = 256;  // device intervals per sampled step
+
+bool invariant_tsc() noexcept {
+#ifdef LAGGARD_HAVE_TSC
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0x80000000u, &eax, &ebx, &ecx, &edx) == 0 || eax < 0x80000007u) return false;
+  if (__get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (edx & (1u << 8)) != 0;  // constant rate, does not stop in sleep states
+#else
+  return false;
+#endif
+}
+
+double ms_between(std::chrono::steady_clock::time_point a,
+                  std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+// One sampled step's device intervals, waiting for the device to pass their marks.
+struct Recorder::Pending {
+  std::int64_t step = 0;
+  double step_ms = 0.0;
+  int intervals = 0;
+  int resolved = 0;  // intervals [0, resolved) are already added into ms[]
+  std::uint32_t first_mark = 0;
+  std::array<std::int8_t, kMaxIntervals> slot{};
+  std::array<std::uint32_t, kMaxIntervals> start_mark{};
+  std::array<double, kMaxStages> ms{};
+  std::array<std::uint32_t, kMaxStages> calls{};
+};
+
+Recorder::Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backend)
+    : options_(std::move(options)), backend_(std::move(backend)) {
+  if (options_.interval < 0)
+    throw std::invalid_argument("Recorder: interval must be >= 0 (0 = off), got " +
+                                std::to_string(options_.interval));
+  if (options_.max_pending_steps < 1)
+    throw std::invalid_argument("Recorder: max_pending_steps must be >= 1, got " +
+                                std::to_string(options_.max_pending_steps));
+  if (backend_) {
+    const auto regions = static_cast<std::uint32_t>(options_.max_pending_steps + 1);
+    if (backend_->capacity() < regions * 2)
+      throw std::invalid_argument(std::string("Recorder: backend '") + backend_->name() +
+                                  "' has too few marks for max_pending_steps");
+    pending_.reset(new Pending[regions]);
+  }
+  scratch_.stages.reserve(kMaxStages);
+  use_tsc_ = invariant_tsc();
+  calib_time0_ = std::chrono::steady_clock::now();
+  calib_ticks0_ = ticks();
+}
+
+std::uint64_t Recorder::ticks() const noexcept {
+#ifdef LAGGARD_HAVE_TSC
+  if (use_tsc_) return __rdtsc();
+#endif
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+void Recorder::calibrate() noexcept {
+  if (!use_tsc_) return;  // ticks are nanoseconds already
+  // Recalibrated on every sampled step: the longer the baseline, the more exact the rate.
+  const auto now_ticks = ticks();
+  const double elapsed_ms = ms_between(calib_time0_, std::chrono::steady_clock::now());
+  if (now_ticks > calib_ticks0_ && elapsed_ms > 0.0)
+    ms_per_tick_ = elapsed_ms / static_cast<double>(now_ticks - calib_ticks0_);
+}
+
+Recorder::~Recorder() = default;
+
+const char* Recorder::backend_name() const noexcept {
+  return backend_ ? backend_->name() : "host-clock";
+}
+
+Recorder::StageId Recorder::stage(std::string_view name, StageKind kind) {
+  for (int i = 0; i < num_slots_; ++i)
+    if (slots_[i].name == name) return i;
+  if (num_slots_ == kMaxStages) return -1;
+  Slot& s = slots_[num_slots_];
+  s.name.assign(name);
+  s.kind = kind;
+  return num_slots_++;
+}
+
+void Recorder::begin_step(std::int64_t step) noexcept {
+  if (backend_) poll();
+  if (sampled_) end_step();  // a step that was never ended: close it
+  step_ = step;
+  sampled_ = options_.interval > 0 && step % options_.interval == 0;
+  if (!sampled_) return;
+  ++counters_.sampled_steps;
+  for (int i = 0; i < num_slots_; ++i) {
+    slots_[i].ticks = 0;
+    slots_[i].calls = 0;
+    slots_[i].open = false;
+  }
+  if (backend_) {
+    const int regions = options_.max_pending_steps + 1;
+    if (pending_count_ == options_.max_pending_steps) {  // device fell behind: drop the oldest
+      pending_head_ = (pending_head_ + 1) % regions;
+      --pending_count_;
+      ++counters_.dropped_steps;
+    }
+    const int open = (pending_head_ + pending_count_) % regions;
+    Pending& p = pending_[open];
+    p.step = step;
+    p.intervals = 0;
+    p.resolved = 0;
+    p.ms.fill(0.0);
+    p.calls.fill(0);
+    const std::uint32_t per_region = backend_->capacity() / static_cast<std::uint32_t>(regions);
+    p.first_mark = static_cast<std::uint32_t>(open) * per_region;
+    next_mark_ = 0;
+  }
+  step_started_ = std::chrono::steady_clock::now();
+}
+
+void Recorder::begin_slow(StageId id) noexcept {
+  if (id < 0 || id >= num_slots_) {
+    ++counters_.dropped_stages;
+    return;
+  }
+  Slot& s = slots_[id];
+  if (s.open) {  // re-entered without end: keep the outer entry
+    ++counters_.unbalanced;
+    return;
+  }
+  if (backend_) {
+    const int regions = options_.max_pending_steps + 1;
+    Pending& p = pending_[(pending_head_ + pending_count_) % regions];
+    const std::uint32_t per_region = backend_->capacity() / static_cast<std::uint32_t>(regions);
+    if (p.intervals >= kMaxIntervals || next_mark_ + 2 > per_region) {
+      ++counters_.dropped_intervals;
+      return;
+    }
+    s.open_mark = p.first_mark + next_mark_;
+    if (!backend_->record(s.open_mark)) {
+      ++counters_.dropped_intervals;
+      return;
+    }
+    next_mark_ += 2;
+  } else {
+    s.started = ticks();
+  }
+  s.open = true;
+}
+
+void Recorder::end_slow(StageId id) noexcept {
+  if (id < 0 || id >= num_slots_) return;  // counted at begin
+  Slot& s = slots_[id];
+  if (!s.open) {
+    ++counters_.unbalanced;
+    return;
+  }
+  s.open = false;
+  ++s.calls;
+  if (backend_) {
+    const int regions = options_.max_pending_steps + 1;
+    Pending& p = pending_[(pending_head_ + pending_count_) % regions];
+    if (!backend_->record(s.open_mark + 1)) {
+      ++counters_.dropped_intervals;
+      return;
+    }
+    p.slot[p.intervals] = static_cast<std::int8_t>(id);
+    p.start_mark[p.intervals++] = s.open_mark;
+    ++p.calls[id];
+  } else {
+    s.ticks += ticks() - s.started;
+  }
+}
+
+void Recorder::end_step() noexcept {
+  if (!sampled_) return;
+  sampled_ = false;
+  const double step_ms = ms_between(step_started_, std::chrono::steady_clock::now());
+  for (int i = 0; i < num_slots_; ++i) {
+    if (slots_[i].open) {  // a section still open at end of step: its partial entry is dropped
+      ++counters_.unbalanced;
+      slots_[i].open = false;
+    }
+  }
+  if (backend_) {
+    const int regions = options_.max_pending_steps + 1;
+    pending_[(pending_head_ + pending_count_) % regions].step_ms = step_ms;
+    ++pending_count_;
+    poll();
+    return;
+  }
+  std::array<double, kMaxStages> ms{};
+  std::array<std::uint32_t, kMaxStages> calls{};
+  calibrate();
+  for (int i = 0; i < num_slots_; ++i) {
+    ms[i] = static_cast<double>(slots_[i].ticks) * ms_per_tick_;
+    calls[i] = slots_[i].calls;
+  }
+  emit(step_, step_ms, ms.data(), calls.data());
+}
+
+void Recorder::poll() noexcept {
+  if (!backend_) return;
+  const int regions = options_.max_pending_steps + 1;
+  while (pending_count_ > 0) {
+    Pending& p = pending_[pending_head_];
+    while (p.resolved < p.intervals) {
+      double ms = 0.0;
+      const std::uint32_t start = p.start_mark[p.resolved];
+      const int state = backend_->elapsed_ms(start, start + 1, ms);
+      if (state == 0) return;  // the device has not got there yet; never wait
+      if (state < 0) break;
+      p.ms[p.slot[p.resolved]] += ms;
+      ++p.resolved;
+    }
+    if (p.resolved == p.intervals) {
+      emit(p.step, p.step_ms, p.ms.data(), p.calls.data());
+    } else {
+      ++counters_.dropped_steps;
+    }
+    pending_head_ = (pending_head_ + 1) % regions;
+    --pending_count_;
+  }
+}
+
+void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
+                    const std::uint32_t* calls) {
+  scratch_.rank = options_.rank.rank;
+  scratch_.world_size = options_.rank.world_size;
+  scratch_.step = step;
+  if (scratch_.host != options_.rank.host) scratch_.host = options_.rank.host;
+  if (scratch_.cohort != options_.rank.cohort) scratch_.cohort = options_.rank.cohort;
+  scratch_.step_ms = step_ms;
+  std::size_t n = 0;
+  for (int i = 0; i < num_slots_; ++i) {
+    if (calls[i] == 0) continue;
+    if (scratch_.stages.size() <= n) scratch_.stages.emplace_back();
+    StageTime& st = scratch_.stages[n++];
+    if (st.name != slots_[i].name) st.name = slots_[i].name;
+    st.kind = slots_[i].kind;
+    st.ms = ms[i];
+    st.calls = calls[i];
+  }
+  scratch_.stages.resize(n);
+  ++counters_.samples_emitted;
+  if (callback_) {
+    try {
+      callback_(scratch_);
+    } catch (...) {
+      // A failing consumer must never reach the training loop; the sample is lost, not the step.
+      ++counters_.dropped_steps;
+    }
+  }
+}
+
+}  // namespace laggard
