@@ -29,6 +29,8 @@ class LAGGARD_API TimingBackend {
   virtual bool record(std::uint32_t id) noexcept = 0;
   /// Non-blocking: 1 and `ms` set if both marks have completed, 0 if not yet, -1 on error.
   virtual int elapsed_ms(std::uint32_t start_id, std::uint32_t end_id, double& ms) noexcept = 0;
+  /// Where later marks are recorded (a CUstream for CUDA; nullptr = the default stream).
+  virtual void set_stream(void* stream) noexcept { (void)stream; }
 };
 
 /// Settings of a Recorder.
@@ -88,6 +90,13 @@ class LAGGARD_API Recorder {
   const RecorderCounters& counters() const noexcept { return counters_; }
   const char* backend_name() const noexcept;
 
+  /// Adds a duration measured elsewhere (a communication hook's wait, say) to a stage of the
+  /// current step. No-op when the step is not sampled. Training thread only.
+  void add(StageId id, double ms, std::uint32_t calls = 1) noexcept;
+
+  /// The device backend, or nullptr for the host clock.
+  TimingBackend* backend() noexcept { return backend_.get(); }
+
   /// Raw section calls; prefer Section. Cheap no-ops when the step is not sampled.
   void begin(StageId id) noexcept {
     if (LAGGARD_LIKELY(!sampled_)) return;
@@ -115,6 +124,7 @@ class LAGGARD_API Recorder {
     std::uint32_t calls = 0;
     std::uint64_t started = 0;  ///< ticks()
     std::uint64_t ticks = 0;    ///< accumulated host ticks this step
+    double added_ms = 0.0;      ///< durations given through add()
     std::uint32_t open_mark = 0;  ///< device: the start mark of the open interval
     bool open = false;
   };

@@ -109,6 +109,7 @@ void Recorder::begin_step(std::int64_t step) noexcept {
   ++counters_.sampled_steps;
   for (int i = 0; i < num_slots_; ++i) {
     slots_[i].ticks = 0;
+    slots_[i].added_ms = 0.0;
     slots_[i].calls = 0;
     slots_[i].open = false;
   }
@@ -163,6 +164,22 @@ void Recorder::begin_slow(StageId id) noexcept {
   s.open = true;
 }
 
+void Recorder::add(StageId id, double ms, std::uint32_t calls) noexcept {
+  if (!sampled_) return;
+  if (id < 0 || id >= num_slots_) {
+    ++counters_.dropped_stages;
+    return;
+  }
+  if (!(ms >= 0.0)) return;  // negative or NaN: not a duration
+  slots_[id].added_ms += ms;
+  slots_[id].calls += calls;
+  if (backend_) {
+    Pending& p = pending_[(pending_head_ + pending_count_) % (options_.max_pending_steps + 1)];
+    p.ms[id] += ms;
+    p.calls[id] += calls;
+  }
+}
+
 void Recorder::end_slow(StageId id) noexcept {
   if (id < 0 || id >= num_slots_) return;  // counted at begin
   Slot& s = slots_[id];
@@ -208,7 +225,7 @@ void Recorder::end_step() noexcept {
   std::array<std::uint32_t, kMaxStages> calls{};
   calibrate();
   for (int i = 0; i < num_slots_; ++i) {
-    ms[i] = static_cast<double>(slots_[i].ticks) * ms_per_tick_;
+    ms[i] = static_cast<double>(slots_[i].ticks) * ms_per_tick_ + slots_[i].added_ms;
     calls[i] = slots_[i].calls;
   }
   emit(step_, step_ms, ms.data(), calls.data());

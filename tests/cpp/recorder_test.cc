@@ -109,6 +109,26 @@ TEST(Recorder, ExtraStagesBeyondSlotsAreDroppedAndCounted) {
   EXPECT_EQ(r.counters().dropped_stages, 3u);
 }
 
+TEST(Recorder, AddedDurationsJoinTheStage) {
+  std::vector<StepSample> got;
+  Recorder r({2, {}, 4});
+  r.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  const auto comm = r.stage("communication");
+  r.begin_step(1);  // not sampled: ignored
+  r.add(comm, 100.0);
+  r.end_step();
+  r.begin_step(2);
+  r.add(comm, 2.5);
+  r.add(comm, 1.5, 2);
+  r.add(comm, -1.0);  // not a duration
+  r.end_step();
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].stages.size(), 1u);
+  EXPECT_DOUBLE_EQ(got[0].stages[0].ms, 4.0);
+  EXPECT_EQ(got[0].stages[0].calls, 3u);
+  EXPECT_EQ(got[0].stages[0].kind, StageKind::communication);
+}
+
 TEST(Recorder, StageLookupIsStable) {
   Recorder r({1, {}, 4});
   EXPECT_EQ(r.stage("forward"), r.stage("forward"));
