@@ -55,7 +55,12 @@ struct StageFigures {
   double relative_score = 1.0;  ///< ref / t of the worst rank, in (0, 1]; 1 when t <= ref
   int top_rank = -1;            ///< rank with the largest time
   int num_stragglers = 0;       ///< ranks flagged by the rule in this stage
-  std::vector<int> flagged_ranks;
+  std::vector<int> flagged_ranks;  ///< ascending
+  /// Every rank that reported the stage and its time, in sample order: rank_ids[i] took
+  /// rank_ms[i]. Report::metrics reads the local rank's time here; Detector::observe tracks
+  /// persistence for each of these ranks.
+  std::vector<int> rank_ids;
+  std::vector<double> rank_ms;
 };
 
 /// A rank named in one window (or confirmed over several).
@@ -141,9 +146,13 @@ class LAGGARD_API Detector {
     int seen = 0;
     int flagged = 0;
     std::int64_t first_flagged_step = -1;
+    int confirmed_index = -1;  ///< into confirmed_, once confirmed as a straggler
   };
+  /// Ranks at or above this are not tracked (histories are indexed by rank).
+  static constexpr int kMaxTrackedRank = 1 << 22;
   DetectorOptions options_;
-  std::unordered_map<std::string, History> history_;  ///< key: cohort \x1f stage \x1f rank
+  /// key: cohort \x1f stage; histories indexed by rank, so a window costs one lookup per stage.
+  std::unordered_map<std::string, std::vector<History>> history_;
   std::vector<Confirmed> confirmed_;
   std::int64_t windows_ = 0;
 };

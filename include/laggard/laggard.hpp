@@ -2,9 +2,11 @@
 // training job got slower. Pipeline: sources (recorder, JSONL) → StepSample → analysis → sinks.
 #pragma once
 
+#include "laggard/cuda.hpp"
 #include "laggard/detector.hpp"
 #include "laggard/export.hpp"
 #include "laggard/jsonl.hpp"
 #include "laggard/model.hpp"
 #include "laggard/recorder.hpp"
+#include "laggard/summary.hpp"
 #include "laggard/version.hpp"

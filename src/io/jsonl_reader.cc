@@ -4,6 +4,7 @@
 // SIMDJSON_PADDING spare bytes past its end, so every line in it can be handed to simdjson as a
 // padded_string_view without a copy.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <simdjson.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -41,16 +43,22 @@ bool is_blank(std::string_view s) {
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-// The JSON text of a value, for an error message: short tokens verbatim, containers by type.
-std::string describe(od::value& value) {
+std::string_view raw_token(od::value& value) {
   std::string_view token = value.raw_json_token();
   while (!token.empty() && is_json_space(token.back())) token.remove_suffix(1);
+  return token;
+}
+
+std::string describe_token(std::string_view token) {
   if (token.empty()) return "nothing";
   if (token.front() == '{') return "an object";
   if (token.front() == '[') return "an array";
   if (token.size() > kMaxTokenInMessage) return std::string(token.substr(0, kMaxTokenInMessage)) + "...";
   return std::string(token);
 }
+
+// The JSON text of a value, for an error message.
+std::string describe(od::value& value) { return describe_token(raw_token(value)); }
 
 std::string format_number(double value) {
   char buf[32];
@@ -70,18 +78,18 @@ std::string field_subject(std::string_view field, long stage_index = -1,
 }
 
 // Reads an integer field in [0, max]; on failure writes the reason to `error` and returns false.
-bool read_count(od::value& value, std::int64_t max, const std::string& subject, std::int64_t& out,
+bool read_count(od::value& value, std::int64_t max, std::string_view subject, std::int64_t& out,
                 std::string& error) {
   if (value.get_int64().get(out)) {
-    error = subject + " is not an integer (" + describe(value) + ")";
+    error = std::string(subject) + " is not an integer (" + describe(value) + ")";
     return false;
   }
   if (out < 0) {
-    error = subject + " is negative (" + std::to_string(out) + ")";
+    error = std::string(subject) + " is negative (" + std::to_string(out) + ")";
     return false;
   }
   if (out > max) {
-    error = subject + " is too large (" + std::to_string(out) + ", at most " + std::to_string(max) +
+    error = std::string(subject) + " is too large (" + std::to_string(out) + ", at most " + std::to_string(max) +
             ")";
     return false;
   }
@@ -90,41 +98,41 @@ bool read_count(od::value& value, std::int64_t max, const std::string& subject, 
 
 // Reads a finite, non-negative number. JSON has no NaN or infinity, but some writers (Python's
 // json module) emit NaN/Infinity anyway: those, null and out-of-range numbers are all refused here.
-bool read_duration(od::value& value, const std::string& subject, double& out, std::string& error) {
+bool read_duration(od::value& value, std::string_view subject, double& out, std::string& error) {
   if (value.get_double().get(out)) {
-    error = subject + " is not a finite number (" + describe(value) + ")";
+    error = std::string(subject) + " is not a finite number (" + describe(value) + ")";
     return false;
   }
   if (!std::isfinite(out)) {
-    error = subject + " is not a finite number (" + describe(value) + ")";
+    error = std::string(subject) + " is not a finite number (" + describe(value) + ")";
     return false;
   }
   if (out < 0) {
-    error = subject + " is negative (" + format_number(out) + ")";
+    error = std::string(subject) + " is negative (" + format_number(out) + ")";
     return false;
   }
   return true;
 }
 
-bool read_string(od::value& value, const std::string& subject, std::string_view& out,
+bool read_string(od::value& value, std::string_view subject, std::string_view& out,
                  std::string& error) {
   if (value.get_string().get(out)) {
-    error = subject + " is not a string (" + describe(value) + ")";
+    error = std::string(subject) + " is not a string (" + describe(value) + ")";
     return false;
   }
   return true;
 }
 
-// One stage object's fields as read, validated once the whole object is seen (the name, needed
-// by every message about the stage, may come after the other fields).
+// What a stage object held, checked once the whole object has been read: the stage's name, which
+// every message about the stage quotes, may come after the fields that are wrong.
 struct StageFields {
-  std::string_view name, kind;
-  bool has_name = false, has_kind = false, has_ms = false, has_calls = false;
-  double ms = 0.0;
-  std::int64_t calls = 1;
+  enum class State : std::uint8_t { missing, ok, not_string, not_number, negative, too_large };
+  State name = State::missing, kind = State::missing, ms = State::missing, calls = State::missing;
+  std::string_view name_text, kind_text;
+  std::string_view name_token, kind_token, ms_token, calls_token;  // raw JSON, for messages
+  double ms_value = 0.0;
+  std::int64_t calls_value = 1;
 };
-
-}  // namespace
 
 // The line parser behind SampleParser and SampleFileReader. Not thread-safe.
 class SampleLineParser {
@@ -136,18 +144,20 @@ class SampleLineParser {
   bool parse_copy(std::string_view line, StepSample& out, std::string& error) {
     if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING)
       scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING);
-    std::memcpy(scratch_.data(), line.data(), line.size());
+    if (!line.empty()) std::memcpy(scratch_.data(), line.data(), line.size());
     return parse(simdjson::padded_string_view(scratch_.data(), line.size(), scratch_.size()), out,
                  error);
   }
 
  private:
-  bool parse_stages(od::value& value, StepSample& out, std::string& error);
-  bool parse_stage(od::value& value, long index, StageTime& stage, std::string& error,
-                   simdjson::error_code& json_error);
+  // Both return false for a problem: broken JSON sets json_error_, a bad value sets field_error_.
+  bool parse_stages(od::value& value, StepSample& out);
+  bool parse_stage(od::value& value, std::size_t index, StageTime& stage);
 
   od::parser parser_;
   std::string scratch_;
+  simdjson::error_code json_error_ = simdjson::SUCCESS;
+  std::string field_error_;
 };
 
 bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
@@ -162,7 +172,6 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
     error = std::string("not a JSON object (the line starts with '") + json[first] + "')";
     return false;
   }
-
   const auto invalid_json = [&error](simdjson::error_code code) {
     error = std::string("not valid JSON (") + simdjson::error_message(code) + ")";
     return false;
@@ -173,13 +182,14 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
   od::object object;
   if (auto code = doc.get_object().get(object)) return invalid_json(code);
 
-  // Precedence of what is reported: broken JSON, then the schema (a line from some other log
-  // should say so, not complain about its fields), then the first bad field, then missing fields.
-  // So after a bad field the loop goes on, only to find the schema and structural errors.
-  std::string field_error;
+  // What is reported, in order: broken JSON; then the schema (a line from some other log should
+  // say so rather than complain about its fields); then the first bad field; then missing fields.
+  // After a bad field the loop therefore goes on, but only looks for the schema.
+  json_error_ = simdjson::SUCCESS;
+  field_error_.clear();
+  std::string schema_error;
   bool has_schema = false, has_rank = false, has_world = false, has_step = false,
        has_step_ms = false, has_stages = false;
-  std::string schema_error;
   std::int64_t rank = 0, world_size = 0, step = 0;
   out.host.clear();
   out.cohort.clear();
@@ -187,7 +197,7 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
 
   for (auto field_result : object) {
     od::field field;
-    if (auto code = field_result.get(field)) return invalid_json(code);
+    if (auto code = std::move(field_result).get(field)) return invalid_json(code);
     std::string_view key;
     if (auto code = field.unescaped_key().get(key)) return invalid_json(code);
     od::value value = field.value();
@@ -204,42 +214,41 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
       }
       continue;
     }
-    if (!field_error.empty()) continue;
+    if (!field_error_.empty()) continue;
 
     if (key == "rank") {
       has_rank = true;
-      read_count(value, std::numeric_limits<int>::max(), "field 'rank'", rank, field_error);
+      read_count(value, std::numeric_limits<int>::max(), "field 'rank'", rank, field_error_);
     } else if (key == "world_size") {
       has_world = true;
       if (read_count(value, std::numeric_limits<int>::max(), "field 'world_size'", world_size,
-                     field_error) &&
+                     field_error_) &&
           world_size < 1)
-        field_error = "field 'world_size' must be at least 1 (0)";
+        field_error_ = "field 'world_size' must be at least 1 (0)";
     } else if (key == "step") {
       has_step = true;
       read_count(value, std::numeric_limits<std::int64_t>::max(), "field 'step'", step,
-                 field_error);
+                 field_error_);
     } else if (key == "step_ms") {
       has_step_ms = true;
-      read_duration(value, "field 'step_ms'", out.step_ms, field_error);
+      read_duration(value, "field 'step_ms'", out.step_ms, field_error_);
     } else if (key == "work") {
-      if (!value.is_null()) read_duration(value, "field 'work'", out.work, field_error);
+      // null is how some writers spell "not recorded"
+      if (!value.is_null()) read_duration(value, "field 'work'", out.work, field_error_);
     } else if (key == "host" || key == "cohort") {
       std::string_view text;
-      if (read_string(value, field_subject(key), text, field_error))
+      if (read_string(value, key == "host" ? "field 'host'" : "field 'cohort'", text, field_error_))
         (key == "host" ? out.host : out.cohort).assign(text.data(), text.size());
     } else if (key == "stages") {
       has_stages = true;
-      if (!parse_stages(value, out, field_error) && field_error.empty())
-        return false;  // broken JSON inside the array: `error` was set by parse_stages
+      if (!parse_stages(value, out) && json_error_) return invalid_json(json_error_);
     }
     // Any other field is ignored: newer writers may add fields.
   }
-  if (!error.empty()) return false;  // set by parse_stages for broken JSON
 
   // The object has been read to its closing brace; anything but whitespace after it is an error.
-  const char* end = nullptr;
-  if (!doc.current_location().get(end)) return invalid_json(simdjson::TRAILING_CONTENT);
+  const char* rest = nullptr;
+  if (!doc.current_location().get(rest)) return invalid_json(simdjson::TRAILING_CONTENT);
 
   if (!has_schema) {
     error = "missing field 'schema' (expected \"" + std::string(kSampleSchema) + "\")";
@@ -249,8 +258,8 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
     error = std::move(schema_error);
     return false;
   }
-  if (!field_error.empty()) {
-    error = std::move(field_error);
+  if (!field_error_.empty()) {
+    error = field_error_;
     return false;
   }
   const char* missing = !has_rank      ? "rank"
@@ -274,35 +283,263 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
   return true;
 }
 
-// Returns false with `error` set for broken JSON, or with `field_error` set for a bad stage.
-bool SampleLineParser::parse_stages(od::value& value, StepSample& out, std::string& field_error) {
+bool SampleLineParser::parse_stages(od::value& value, StepSample& out) {
   od::array array;
   if (value.get_array().get(array)) {
-    field_error = "field 'stages' is not an array (" + describe(value) + ")";
+    field_error_ = "field 'stages' is not an array (" + describe(value) + ")";
     return false;
   }
-  // Reuse the caller's StageTime objects (and their name strings): in steady state, with the same
+  // Reuse the caller's StageTime objects and their name strings: in steady state, with the same
   // stages every step, parsing allocates nothing.
   std::size_t count = 0;
   for (auto element_result : array) {
     od::value element;
-    simdjson::error_code json_error = element_result.get(element);
-    if (!json_error) {
-      if (count == out.stages.size()) out.stages.emplace_back();
-      if (parse_stage(element, static_cast<long>(count), out.stages[count], field_error,
-                      json_error)) {
-        ++count;
-        continue;
-      }
-    }
-    if (json_error) {
-      field_error.clear();
-      json_error_ = json_error;
-    }
-    return false;
+    if ((json_error_ = element_result.get(element))) return false;
+    if (count == out.stages.size()) out.stages.emplace_back();
+    if (!parse_stage(element, count, out.stages[count])) return false;
+    ++count;
   }
   out.stages.resize(count);
   return true;
 }
+
+bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTime& stage) {
+  using State = StageFields::State;
+  od::object object;
+  if (value.get_object().get(object)) {
+    field_error_ =
+        "stage " + std::to_string(index) + " is not an object (" + describe(value) + ")";
+    return false;
+  }
+  StageFields f;
+  for (auto field_result : object) {
+    od::field field;
+    std::string_view key;
+    if ((json_error_ = std::move(field_result).get(field))) return false;
+    if ((json_error_ = field.unescaped_key().get(key))) return false;
+    od::value v = field.value();
+    if (key == "name") {
+      f.name = v.get_string().get(f.name_text) ? State::not_string : State::ok;
+      if (f.name != State::ok) f.name_token = raw_token(v);
+    } else if (key == "kind") {
+      f.kind = v.get_string().get(f.kind_text) ? State::not_string : State::ok;
+      if (f.kind != State::ok) f.kind_token = raw_token(v);
+    } else if (key == "ms") {
+      if (v.get_double().get(f.ms_value) || !std::isfinite(f.ms_value)) {
+        f.ms = State::not_number;
+        f.ms_token = raw_token(v);
+      } else {
+        f.ms = f.ms_value < 0 ? State::negative : State::ok;
+      }
+    } else if (key == "calls") {
+      if (v.get_int64().get(f.calls_value)) {
+        f.calls = State::not_number;
+        f.calls_token = raw_token(v);
+      } else {
+        f.calls = f.calls_value < 0                                           ? State::negative
+                  : f.calls_value > std::numeric_limits<std::uint32_t>::max() ? State::too_large
+                                                                              : State::ok;
+      }
+    }
+  }
+
+  // Messages are built only on failure: the good path must not allocate.
+  const auto stage_label = [index] { return "stage " + std::to_string(index); };
+  if (f.name == State::missing) {
+    field_error_ = stage_label() + " has no field 'name'";
+    return false;
+  }
+  if (f.name == State::not_string) {
+    field_error_ = field_subject("name", static_cast<long>(index)) + " is not a string (" +
+                   describe_token(f.name_token) + ")";
+    return false;
+  }
+  const auto subject = [&](std::string_view field) {
+    return field_subject(field, static_cast<long>(index), f.name_text);
+  };
+  if (f.kind == State::not_string) {
+    field_error_ = subject("kind") + " is not a string (" + describe_token(f.kind_token) + ")";
+    return false;
+  }
+  StageKind kind;
+  if (f.kind == State::ok) {
+    auto parsed = parse_stage_kind(f.kind_text);
+    if (!parsed) {
+      field_error_ = subject("kind") + " is \"" + std::string(f.kind_text) +
+                     "\", expected one of: compute, communication, data, other";
+      return false;
+    }
+    kind = *parsed;
+  } else {
+    kind = default_stage_kind(f.name_text);
+  }
+  switch (f.ms) {
+    case State::missing:
+      field_error_ = stage_label() + " (" + quoted(f.name_text) + ") has no field 'ms'";
+      return false;
+    case State::not_number:
+      field_error_ = subject("ms") + " is not a finite number (" + describe_token(f.ms_token) + ")";
+      return false;
+    case State::negative:
+      field_error_ = subject("ms") + " is negative (" + format_number(f.ms_value) + ")";
+      return false;
+    default:
+      break;
+  }
+  switch (f.calls) {
+    case State::not_number:
+      field_error_ = subject("calls") + " is not an integer (" + describe_token(f.calls_token) + ")";
+      return false;
+    case State::negative:
+    case State::too_large:
+      field_error_ = subject("calls") + (f.calls == State::negative ? " is negative (" : " is too large (") +
+                     std::to_string(f.calls_value) + ")";
+      return false;
+    default:
+      break;
+  }
+  stage.name.assign(f.name_text.data(), f.name_text.size());
+  stage.kind = kind;
+  stage.ms = f.ms_value;
+  stage.calls = static_cast<std::uint32_t>(f.calls_value);  // missing → 1 (StageFields default)
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// SampleParser
+
+struct SampleParser::Impl {
+  SampleLineParser parser;
+};
+
+SampleParser::SampleParser() : impl_(std::make_unique<Impl>()) {}
+SampleParser::~SampleParser() = default;
+
+bool SampleParser::parse(std::string_view line, StepSample& out, std::string& error) {
+  return impl_->parser.parse_copy(line, out, error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SampleFileReader
+
+struct SampleFileReader::Impl {
+  std::string path;
+  int fd = -1;
+  // The buffer holds `capacity` bytes of file data plus SIMDJSON_PADDING spare bytes, so any line
+  // inside it can be parsed in place. [begin, end) is data not yet consumed.
+  std::unique_ptr<char[]> buffer;
+  std::size_t capacity = 0;
+  std::size_t begin = 0, end = 0;
+  bool eof = false;
+
+  std::size_t lines = 0, malformed = 0;
+  std::uint64_t bytes = 0;
+  std::vector<LineError> errors;
+  SampleLineParser parser;
+  std::string error;  // reused for every bad line
+
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  void allocate(std::size_t bytes_of_data) {
+    // Zeroed so that simdjson never reads uninitialised padding.
+    buffer.reset(new char[bytes_of_data + simdjson::SIMDJSON_PADDING]());
+    capacity = bytes_of_data;
+  }
+
+  // Moves the unconsumed tail to the front and reads more behind it.
+  void fill() {
+    const std::size_t tail = end - begin;
+    if (begin != 0) {
+      if (tail != 0) std::memmove(buffer.get(), buffer.get() + begin, tail);
+      begin = 0;
+      end = tail;
+    }
+    if (end == capacity) {  // one line longer than the buffer: grow it
+      std::unique_ptr<char[]> old = std::move(buffer);
+      allocate(capacity * 2);
+      std::memcpy(buffer.get(), old.get(), end);
+    }
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer.get() + end, capacity - end);
+      if (n > 0) {
+        end += static_cast<std::size_t>(n);
+        return;
+      }
+      if (n == 0) {
+        eof = true;
+        ::close(fd);  // release the descriptor early: a run may have thousands of rank files
+        fd = -1;
+        return;
+      }
+      if (errno != EINTR)
+        throw InputError("cannot read " + path + ": " + std::strerror(errno));
+    }
+  }
+
+  void record(std::size_t line, bool truncated) {
+    ++malformed;
+    if (errors.size() < kMaxKeptErrors)
+      errors.push_back(LineError{path, line,
+                                 truncated ? "truncated line (no newline at end of file): " + error
+                                           : error});
+  }
+};
+
+SampleFileReader::SampleFileReader(std::string path, std::size_t chunk_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  if (chunk_bytes == 0) throw std::invalid_argument("SampleFileReader: chunk_bytes must be > 0");
+  impl_->path = std::move(path);
+  impl_->fd = ::open(impl_->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (impl_->fd < 0)
+    throw InputError("cannot open " + impl_->path + ": " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(impl_->fd, &st) == 0 && S_ISDIR(st.st_mode))
+    throw InputError("cannot read " + impl_->path + ": it is a directory");
+  impl_->allocate(chunk_bytes);
+}
+
+SampleFileReader::~SampleFileReader() = default;
+
+bool SampleFileReader::next(StepSample& out) {
+  Impl& s = *impl_;
+  for (;;) {
+    char* data = s.buffer.get();
+    const char* line = data + s.begin;
+    const std::size_t available = s.end - s.begin;
+    const void* newline = available ? std::memchr(line, '\n', available) : nullptr;
+    std::size_t length;
+    if (newline) {
+      length = static_cast<std::size_t>(static_cast<const char*>(newline) - line);
+      s.begin += length + 1;
+      s.bytes += length + 1;
+    } else if (!s.eof) {
+      s.fill();
+      continue;
+    } else if (available) {  // last line, without '\n'
+      length = available;
+      s.begin = s.end;
+      s.bytes += length;
+    } else {
+      return false;
+    }
+    ++s.lines;
+    if (is_blank(std::string_view(line, length))) continue;
+    const std::size_t room = s.capacity + simdjson::SIMDJSON_PADDING -
+                             static_cast<std::size_t>(line - data);
+    if (LAGGARD_LIKELY(s.parser.parse(simdjson::padded_string_view(line, length, room), out, s.error)))
+      return true;
+    s.record(s.lines, /*truncated=*/newline == nullptr);
+  }
+}
+
+const std::string& SampleFileReader::path() const noexcept { return impl_->path; }
+std::size_t SampleFileReader::lines() const noexcept { return impl_->lines; }
+std::size_t SampleFileReader::malformed() const noexcept { return impl_->malformed; }
+std::uint64_t SampleFileReader::bytes() const noexcept { return impl_->bytes; }
+const std::vector<LineError>& SampleFileReader::errors() const noexcept { return impl_->errors; }
 
 }  // namespace laggard

@@ -1,0 +1,103 @@
+// Cost of the analysis per window at scale: 16,384 ranks x 16 stages.
+//   BM_Evaluate/<ref>/<scenario>: evaluate_window; ref 0 mean, 1 median, 2 robust;
+//     scenario 0 one slow rank (the others' extra wait hides in the mean), 1 half the ranks
+//     waiting (8,192 waiting findings: the allocation-heavy case).
+//   BM_Observe/<scenario>: Detector::observe (evaluate + persistence), default options.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "laggard/detector.hpp"
+
+namespace {
+
+constexpr int kRanks = 16384;
+constexpr int kStages = 16;
+constexpr int kRanksPerHost = 8;
+constexpr int kSlowRank = 1234;
+
+laggard::Window make_window(int scenario, std::int64_t step) {
+  static const char* const kNames[kStages] = {
+      "dataloader", "forward",  "attention", "moe",      "backward", "communication",
+      "optimizer",  "stage_07", "stage_08",  "stage_09", "stage_10", "stage_11",
+      "stage_12",   "stage_13", "stage_14",  "stage_15"};
+  std::uint64_t lcg = 0x9E3779B97F4A7C15ull;
+  auto noise = [&lcg] {  // uniform in [0, 1)
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(lcg >> 11) * 0x1.0p-53;
+  };
+  laggard::Window w;
+  w.step = step;
+  w.samples.resize(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    laggard::StepSample& s = w.samples[static_cast<std::size_t>(r)];
+    s.rank = r;
+    s.world_size = kRanks;
+    s.step = step;
+    char host[32];
+    std::snprintf(host, sizeof host, "node-%05d", r / kRanksPerHost);
+    s.host = host;
+    s.stages.reserve(kStages);
+    for (int i = 0; i < kStages; ++i) {
+      laggard::StageTime st;
+      st.name = kNames[i];
+      st.kind = laggard::default_stage_kind(st.name);
+      st.calls = 1;
+      st.ms = (5.0 + 3.0 * i) * (1.0 + 0.02 * noise());
+      s.stages.push_back(std::move(st));
+    }
+  }
+  if (scenario == 0) {
+    // One rank's forward is 1.5x; everyone else waits for it in communication.
+    w.samples[kSlowRank].stages[1].ms *= 1.5;
+    for (int r = 0; r < kRanks; ++r)
+      if (r != kSlowRank) w.samples[static_cast<std::size_t>(r)].stages[5].ms += 4.0;
+  } else {
+    for (int r = 0; r < kRanks; r += 2) w.samples[static_cast<std::size_t>(r)].stages[5].ms *= 3.0;
+  }
+  return w;
+}
+
+const laggard::Window& window(int scenario) {
+  static const laggard::Window w0 = make_window(0, 100);
+  static const laggard::Window w1 = make_window(1, 100);
+  return scenario == 0 ? w0 : w1;
+}
+
+void BM_Evaluate(benchmark::State& state) {
+  laggard::DetectorOptions options;
+  options.ref = static_cast<laggard::Reference>(state.range(0));
+  const laggard::Window& w = window(static_cast<int>(state.range(1)));
+  std::size_t findings = 0;
+  for (auto _ : state) {
+    laggard::Report r = laggard::evaluate_window(w, options);
+    findings = r.stragglers.size() + r.waiting.size();
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["findings"] = static_cast<double>(findings);
+  state.SetItemsProcessed(state.iterations() * kRanks * kStages);
+  state.SetLabel(laggard::to_string(options.ref));
+}
+BENCHMARK(BM_Evaluate)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_Observe(benchmark::State& state) {
+  laggard::Detector detector;
+  const laggard::Window& w = window(static_cast<int>(state.range(0)));
+  detector.observe(w);  // first window sizes the histories
+  for (auto _ : state) {
+    laggard::Report r = detector.observe(w);
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["confirmed"] = static_cast<double>(detector.confirmed().size());
+  state.SetItemsProcessed(state.iterations() * kRanks * kStages);
+}
+BENCHMARK(BM_Observe)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

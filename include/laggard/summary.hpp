@@ -1,0 +1,106 @@
+// laggard — a whole run's verdicts, built window by window (what `laggard analyze` prints).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "laggard/detector.hpp"
+#include "laggard/export.hpp"
+#include "laggard/model.hpp"
+
+namespace laggard {
+
+/// A confirmed straggler over the run.
+struct StragglerSummary {
+  int rank = 0;
+  std::string host;
+  std::string cohort;
+  std::string stage;
+  StageKind kind = StageKind::compute;
+  int windows_flagged = 0;
+  int windows_seen = 0;
+  std::int64_t first_flagged_step = 0;
+  std::int64_t confirmed_step = 0;
+  double typical_slowdown = 1.0;  ///< median of t / ref over the windows it was flagged in
+  double last_ms = 0.0;
+  double last_ref_ms = 0.0;
+};
+
+/// A rank whose excess was only time spent waiting in communication (evidence, not a verdict),
+/// counted in windows where its flag met the same k-of-n persistence rule as a straggler's.
+struct WaitingSummary {
+  int rank = 0;
+  std::string host;
+  std::string cohort;
+  std::string stage;
+  int windows = 0;
+  double typical_excess_ms = 0.0;  ///< median of t - ref over those windows
+};
+
+/// A host all of whose ranks were slow in the same stage, in at least confirm_k windows.
+struct HostSummary {
+  std::string host;
+  std::string cohort;
+  std::string stage;
+  std::vector<int> ranks;
+  int windows = 0;
+  double typical_slowdown = 1.0;
+};
+
+/// What a whole run showed.
+struct RunSummary {
+  std::int64_t windows = 0;
+  std::int64_t samples = 0;
+  int ranks = 0;       ///< distinct ranks seen
+  int world_size = 0;  ///< largest world_size any sample declared
+  std::int64_t first_step = 0;
+  std::int64_t last_step = 0;
+  std::vector<StragglerSummary> stragglers;  ///< confirmed, by rank then stage
+  std::vector<WaitingSummary> waiting;  ///< waiting ranks, counted in windows where persistent
+  std::vector<HostSummary> slow_hosts;
+  /// stage → windows it was likely_bottleneck, counting windows with a persistent finding only
+  std::map<std::string, int> bottleneck_windows;
+  std::string likely_bottleneck;  ///< the most frequent; empty if none
+  double mean_step_ms = 0.0;           ///< per window, the slowest rank's step_ms, averaged
+  double mean_whatif_saving_ms = 0.0;  ///< whatif_step_saving_ms averaged over windows
+  Report last;                         ///< the last window's report
+};
+
+/// Runs a Detector over a run's windows and keeps what the summary needs (memory grows with
+/// ranks × stages, not with steps). Not thread-safe.
+class LAGGARD_API RunAnalysis {
+ public:
+  /// Throws std::invalid_argument for invalid options.
+  explicit RunAnalysis(DetectorOptions options = {});
+  /// Analyses one window and returns its report (valid until the next call).
+  const Report& add(const Window& window);
+  /// The summary so far.
+  RunSummary summary() const;
+  const DetectorOptions& options() const noexcept { return detector_.options(); }
+
+ private:
+  struct Waiting {
+    WaitingSummary info;
+    std::vector<double> excess;
+  };
+  struct Host {
+    HostSummary info;
+    std::vector<double> slowdowns;
+  };
+  Detector detector_;
+  Report last_;
+  std::int64_t samples_ = 0;
+  std::int64_t first_step_ = 0;
+  std::int64_t last_step_ = 0;
+  int world_size_ = 0;
+  std::vector<bool> ranks_seen_;
+  std::map<std::string, Waiting> waiting_;  ///< key: cohort/stage/rank
+  std::map<std::string, Host> hosts_;       ///< key: cohort/stage/host
+  std::map<std::string, int> bottleneck_windows_;
+  double sum_step_ms_ = 0.0;
+  double sum_whatif_ms_ = 0.0;
+};
+
+}  // namespace laggard

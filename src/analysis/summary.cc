@@ -1,0 +1,145 @@
+#include "laggard/summary.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+namespace laggard {
+
+namespace {
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2 == 1) return *mid;
+  const double upper = *mid;
+  const double lower = *std::max_element(v.begin(), mid);
+  return 0.5 * (lower + upper);
+}
+
+std::string key_of(const std::string& cohort, const std::string& stage, const std::string& who) {
+  std::string k;
+  k.reserve(cohort.size() + stage.size() + who.size() + 2);
+  k.append(cohort).push_back('\x1f');
+  k.append(stage).push_back('\x1f');
+  k.append(who);
+  return k;
+}
+}  // namespace
+
+RunAnalysis::RunAnalysis(DetectorOptions options) : detector_(options) {}
+
+const Report& RunAnalysis::add(const Window& window) {
+  last_ = detector_.observe(window);
+  if (detector_.windows() == 1) first_step_ = window.step;
+  last_step_ = window.step;
+  samples_ += static_cast<std::int64_t>(window.samples.size());
+
+  double slowest_step = 0.0;
+  for (const auto& s : window.samples) {
+    world_size_ = std::max(world_size_, s.world_size);
+    if (s.rank >= 0) {
+      if (static_cast<std::size_t>(s.rank) >= ranks_seen_.size()) ranks_seen_.resize(s.rank + 1);
+      ranks_seen_[s.rank] = true;
+    }
+    slowest_step = std::max(slowest_step, s.step_ms);
+  }
+  sum_step_ms_ += slowest_step;
+  sum_whatif_ms_ += last_.whatif_step_saving_ms;
+  // The run's bottleneck counts only windows with a persistent finding: a window where jitter
+  // alone raised a flag says nothing about the job.
+  const auto persistent = [](const std::vector<RankFinding>& v) {
+    return std::any_of(v.begin(), v.end(), [](const RankFinding& f) { return f.confirmed; });
+  };
+  if (!last_.likely_bottleneck.empty() && (persistent(last_.stragglers) || persistent(last_.waiting)))
+    ++bottleneck_windows_[last_.likely_bottleneck];
+
+  for (const auto& w : last_.waiting) {
+    if (!w.confirmed) continue;  // same persistence rule as stragglers
+    auto& entry = waiting_[key_of(w.cohort, w.stage, std::to_string(w.rank))];
+    entry.info.rank = w.rank;
+    entry.info.host = w.host;
+    entry.info.cohort = w.cohort;
+    entry.info.stage = w.stage;
+    ++entry.info.windows;
+    entry.excess.push_back(w.ms - w.ref_ms);
+  }
+  for (const auto& h : last_.slow_hosts) {
+    auto& entry = hosts_[key_of(h.cohort, h.stage, h.host)];
+    entry.info.host = h.host;
+    entry.info.cohort = h.cohort;
+    entry.info.stage = h.stage;
+    entry.info.ranks = h.ranks;
+    ++entry.info.windows;
+    entry.slowdowns.push_back(h.slowdown);
+  }
+  return last_;
+}
+
+RunSummary RunAnalysis::summary() const {
+  RunSummary out;
+  out.windows = detector_.windows();
+  out.samples = samples_;
+  out.ranks = static_cast<int>(std::count(ranks_seen_.begin(), ranks_seen_.end(), true));
+  out.world_size = world_size_;
+  out.first_step = first_step_;
+  out.last_step = last_step_;
+  out.last = last_;
+  if (out.windows > 0) {
+    out.mean_step_ms = sum_step_ms_ / static_cast<double>(out.windows);
+    out.mean_whatif_saving_ms = sum_whatif_ms_ / static_cast<double>(out.windows);
+  }
+
+  for (const auto& c : detector_.confirmed()) {
+    StragglerSummary s;
+    s.rank = c.finding.rank;
+    s.host = c.finding.host;
+    s.cohort = c.finding.cohort;
+    s.stage = c.finding.stage;
+    s.kind = c.finding.kind;
+    s.windows_flagged = c.finding.windows_flagged;
+    s.windows_seen = c.windows_seen;
+    s.first_flagged_step = c.first_flagged_step;
+    s.confirmed_step = c.first_confirmed_step;
+    s.typical_slowdown = median_of(c.slowdowns);
+    s.last_ms = c.finding.ms;
+    s.last_ref_ms = c.finding.ref_ms;
+    out.stragglers.push_back(std::move(s));
+  }
+  std::sort(out.stragglers.begin(), out.stragglers.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.rank, a.cohort, a.stage) < std::tie(b.rank, b.cohort, b.stage);
+  });
+
+  const int k = detector_.options().confirm_k;
+  for (const auto& [key, w] : waiting_) {
+    // A confirmed straggler that also waited somewhere is reported as a straggler only.
+    const bool is_straggler =
+        std::any_of(out.stragglers.begin(), out.stragglers.end(),
+                    [&](const auto& s) { return s.rank == w.info.rank && s.cohort == w.info.cohort; });
+    if (is_straggler) continue;
+    WaitingSummary ws = w.info;
+    ws.typical_excess_ms = median_of(w.excess);
+    out.waiting.push_back(std::move(ws));
+  }
+  std::sort(out.waiting.begin(), out.waiting.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.rank, a.cohort, a.stage) < std::tie(b.rank, b.cohort, b.stage);
+  });
+
+  for (const auto& [key, h] : hosts_) {
+    if (h.info.windows < k) continue;
+    HostSummary hs = h.info;
+    hs.typical_slowdown = median_of(h.slowdowns);
+    out.slow_hosts.push_back(std::move(hs));
+  }
+
+  out.bottleneck_windows = bottleneck_windows_;
+  int best = 0;
+  for (const auto& [stage, n] : bottleneck_windows_) {
+    if (n > best) {
+      best = n;
+      out.likely_bottleneck = stage;
+    }
+  }
+  return out;
+}
+
+}  // namespace laggard

@@ -1,0 +1,633 @@
+// Tests for the straggler analysis: the RFC rule, compute vs wait, hosts, what-if, metric names,
+// persistence and option validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "laggard/detector.hpp"
+
+namespace laggard {
+namespace {
+
+struct Col {
+  std::string name;
+  StageKind kind;
+  std::vector<double> ms;  // one per rank, rank = index
+};
+
+// A window where rank r reports every column's ms[r], stages in column order.
+Window make_window(const std::vector<Col>& cols, std::int64_t step = 0,
+                   const std::vector<std::string>& hosts = {}, const std::string& cohort = "") {
+  Window w;
+  w.step = step;
+  const std::size_t n = cols.at(0).ms.size();
+  for (std::size_t r = 0; r < n; ++r) {
+    StepSample s;
+    s.rank = static_cast<int>(r);
+    s.world_size = static_cast<int>(n);
+    s.step = step;
+    s.cohort = cohort;
+    if (!hosts.empty()) s.host = hosts.at(r);
+    for (const Col& c : cols) s.stages.push_back(StageTime{c.name, c.kind, c.ms.at(r), 1});
+    w.samples.push_back(std::move(s));
+  }
+  return w;
+}
+
+Window one_stage(const std::vector<double>& ms, StageKind kind = StageKind::compute) {
+  return make_window({{"forward", kind, ms}});
+}
+
+DetectorOptions with(Reference ref, double relative = 1.2, double absolute = 5.0) {
+  DetectorOptions o;
+  o.ref = ref;
+  o.relative_threshold = relative;
+  o.absolute_ms_threshold = absolute;
+  return o;
+}
+
+const StageFigures& figures(const Report& r, const std::string& stage,
+                            const std::string& cohort = "") {
+  for (const StageFigures& f : r.stages)
+    if (f.stage == stage && f.cohort == cohort) return f;
+  throw std::runtime_error("no figures for stage " + stage);
+}
+
+std::vector<int> ranks_of(const std::vector<RankFinding>& findings) {
+  std::vector<int> out;
+  for (const RankFinding& f : findings) out.push_back(f.rank);
+  return out;
+}
+
+std::string all_hints(const Report& r) {
+  std::string out;
+  for (const std::string& h : r.hints) out += h + "\n";
+  return out;
+}
+
+double num(const Metrics& m, const std::string& key) {
+  auto it = m.find(key);
+  if (it == m.end()) throw std::runtime_error("missing metric " + key);
+  return std::get<double>(it->second);
+}
+
+// --- names and options ------------------------------------------------------------------------
+
+TEST(Reference, NamesRoundTrip) {
+  for (Reference r : {Reference::mean, Reference::median, Reference::robust})
+    EXPECT_EQ(parse_reference(to_string(r)), r);
+  EXPECT_STREQ(to_string(Reference::robust), "robust");
+}
+
+TEST(Reference, UnknownNameIsNamedInTheError) {
+  try {
+    parse_reference("average");
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("average"), std::string::npos) << e.what();
+  }
+}
+
+void expect_invalid(const DetectorOptions& o, const std::string& setting,
+                    const std::string& value) {
+  try {
+    o.validate();
+    FAIL() << "expected std::invalid_argument for " << setting;
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(setting), std::string::npos) << what;
+    EXPECT_NE(what.find(value), std::string::npos) << what;
+  }
+}
+
+TEST(DetectorOptions, DefaultsAreTheRfcsAndValid) {
+  DetectorOptions o;
+  EXPECT_EQ(o.ref, Reference::mean);
+  EXPECT_DOUBLE_EQ(o.relative_threshold, 1.2);
+  EXPECT_DOUBLE_EQ(o.absolute_ms_threshold, 5.0);
+  EXPECT_NO_THROW(o.validate());
+  o.relative_threshold = 1.0;
+  o.absolute_ms_threshold = 0.0;
+  o.confirm_k = 32;
+  o.confirm_n = 32;
+  EXPECT_NO_THROW(o.validate());  // the boundaries themselves are allowed
+}
+
+TEST(DetectorOptions, BadSettingsAreNamed) {
+  DetectorOptions o;
+  o.relative_threshold = 0.9;
+  expect_invalid(o, "relative_threshold", "0.9");
+  o.relative_threshold = std::numeric_limits<double>::infinity();
+  expect_invalid(o, "relative_threshold", "inf");
+  o.relative_threshold = std::nan("");
+  expect_invalid(o, "relative_threshold", "nan");
+
+  o = {};
+  o.absolute_ms_threshold = -1.5;
+  expect_invalid(o, "absolute_ms_threshold", "-1.5");
+  o.absolute_ms_threshold = std::nan("");
+  expect_invalid(o, "absolute_ms_threshold", "nan");
+
+  o = {};
+  o.mad_z = 0.0;
+  expect_invalid(o, "mad_z", "0");
+
+  o = {};
+  o.confirm_k = 0;
+  expect_invalid(o, "confirm_k", "0");
+  o = {};
+  o.confirm_k = 4;
+  o.confirm_n = 3;
+  expect_invalid(o, "confirm_k", "4");
+  o = {};
+  o.confirm_n = 33;
+  expect_invalid(o, "confirm_n", "33");
+}
+
+TEST(DetectorOptions, EvaluateAndDetectorRejectBadOptions) {
+  DetectorOptions o;
+  o.relative_threshold = 0.5;
+  EXPECT_THROW(evaluate_window(one_stage({1, 2}), o), std::invalid_argument);
+  EXPECT_THROW(Detector{o}, std::invalid_argument);
+}
+
+// --- the RFC rule -----------------------------------------------------------------------------
+
+TEST(RfcRule, MeanMissesWhatMedianFinds) {
+  // Three slow ranks pull the mean up to 10.94: 12.5 is only 1.14x the mean, 1.25x the median.
+  const Window w = one_stage({10, 10, 10, 10, 10, 12.5, 12.5, 12.5});
+  const Report mean = evaluate_window(w, with(Reference::mean));
+  const Report median = evaluate_window(w, with(Reference::median));
+
+  const StageFigures& fm = figures(mean, "forward");
+  EXPECT_DOUBLE_EQ(fm.ref_ms, 10.9375);
+  EXPECT_DOUBLE_EQ(fm.mean_ms, 10.9375);
+  EXPECT_DOUBLE_EQ(fm.median_ms, 10.0);
+  EXPECT_EQ(fm.num_stragglers, 0);
+  EXPECT_TRUE(mean.stragglers.empty());
+
+  const StageFigures& fd = figures(median, "forward");
+  EXPECT_DOUBLE_EQ(fd.ref_ms, 10.0);
+  EXPECT_DOUBLE_EQ(fd.mean_ms, 10.9375);
+  EXPECT_EQ(fd.num_stragglers, 3);
+  EXPECT_EQ(fd.flagged_ranks, (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(ranks_of(median.stragglers), (std::vector<int>{5, 6, 7}));
+  EXPECT_DOUBLE_EQ(fd.slowdown_ratio, 1.25);
+  EXPECT_DOUBLE_EQ(fd.relative_score, 0.8);
+  EXPECT_EQ(fd.top_rank, 5);  // lowest rank among the tied slowest
+  EXPECT_DOUBLE_EQ(fd.min_ms, 10.0);
+  EXPECT_DOUBLE_EQ(fd.max_ms, 12.5);
+  EXPECT_EQ(fd.ranks, 8);
+
+  const RankFinding& f = median.stragglers.front();
+  EXPECT_EQ(f.stage, "forward");
+  EXPECT_EQ(f.role, RankFinding::Role::straggler);
+  EXPECT_DOUBLE_EQ(f.ms, 12.5);
+  EXPECT_DOUBLE_EQ(f.ref_ms, 10.0);
+  EXPECT_DOUBLE_EQ(f.slowdown, 1.25);
+}
+
+TEST(RfcRule, RelativeThresholdIsInclusive) {
+  // Median of {10, 10, 10, x} is 10; the absolute rule is out of reach.
+  const double at = 10.0 * 1.2;
+  const Report on = evaluate_window(one_stage({10, 10, 10, at}), with(Reference::median, 1.2, 1e9));
+  EXPECT_EQ(figures(on, "forward").flagged_ranks, (std::vector<int>{3}));
+
+  const double below = std::nextafter(at, 0.0);
+  const Report off =
+      evaluate_window(one_stage({10, 10, 10, below}), with(Reference::median, 1.2, 1e9));
+  EXPECT_EQ(figures(off, "forward").num_stragglers, 0);
+}
+
+TEST(RfcRule, AbsoluteThresholdIsInclusive) {
+  // 15 - 10 == 5 exactly; the relative rule is out of reach.
+  const Report on = evaluate_window(one_stage({10, 10, 10, 15}), with(Reference::median, 100.0, 5.0));
+  EXPECT_EQ(figures(on, "forward").flagged_ranks, (std::vector<int>{3}));
+
+  const Report off = evaluate_window(one_stage({10, 10, 10, std::nextafter(15.0, 0.0)}),
+                                     with(Reference::median, 100.0, 5.0));
+  EXPECT_EQ(figures(off, "forward").num_stragglers, 0);
+}
+
+TEST(RfcRule, ARankAtTheReferenceIsNeverSlow) {
+  // With a zero absolute threshold only t > ref can be flagged.
+  const Report r = evaluate_window(one_stage({10, 10, 10, 10.5}), with(Reference::median, 1.2, 0.0));
+  EXPECT_EQ(figures(r, "forward").flagged_ranks, (std::vector<int>{3}));
+}
+
+TEST(RfcRule, ZeroReferenceUsesOnlyTheAbsoluteRule) {
+  const Report below = evaluate_window(one_stage({0, 0, 0, 4.9}), with(Reference::median));
+  const StageFigures& f = figures(below, "forward");
+  EXPECT_DOUBLE_EQ(f.ref_ms, 0.0);
+  EXPECT_EQ(f.num_stragglers, 0);  // 4.9 >= 0 * 1.2 would be vacuous
+  EXPECT_DOUBLE_EQ(f.slowdown_ratio, 1.0);
+  EXPECT_DOUBLE_EQ(f.relative_score, 1.0);
+  EXPECT_EQ(f.top_rank, 3);
+
+  const Report at = evaluate_window(one_stage({0, 0, 0, 5.0}), with(Reference::median));
+  EXPECT_EQ(figures(at, "forward").flagged_ranks, (std::vector<int>{3}));
+  EXPECT_DOUBLE_EQ(at.stragglers.at(0).slowdown, 1.0);
+
+  const Report zeros = evaluate_window(one_stage({0, 0, 0, 0}), with(Reference::mean, 1.2, 0.0));
+  EXPECT_EQ(figures(zeros, "forward").num_stragglers, 0);
+}
+
+TEST(RfcRule, AllRanksEqual) {
+  for (Reference ref : {Reference::mean, Reference::median, Reference::robust}) {
+    const Report r = evaluate_window(one_stage({7, 7, 7, 7}), with(ref, 1.0, 0.0));
+    const StageFigures& f = figures(r, "forward");
+    EXPECT_EQ(f.num_stragglers, 0) << to_string(ref);
+    EXPECT_DOUBLE_EQ(f.slowdown_ratio, 1.0);
+    EXPECT_DOUBLE_EQ(f.relative_score, 1.0);
+    EXPECT_DOUBLE_EQ(f.ref_ms, 7.0);
+    EXPECT_EQ(f.top_rank, 0);
+    EXPECT_TRUE(r.stragglers.empty());
+    EXPECT_TRUE(r.likely_bottleneck.empty());
+    EXPECT_DOUBLE_EQ(r.whatif_step_saving_ms, 0.0);
+  }
+}
+
+TEST(RfcRule, WorldOfOneHasNothingToCompare) {
+  const Report r = evaluate_window(one_stage({250.0}), with(Reference::mean, 1.0, 0.0));
+  const StageFigures& f = figures(r, "forward");
+  EXPECT_EQ(f.ranks, 1);
+  EXPECT_EQ(f.num_stragglers, 0);
+  EXPECT_DOUBLE_EQ(f.slowdown_ratio, 1.0);
+  EXPECT_DOUBLE_EQ(f.relative_score, 1.0);
+  EXPECT_TRUE(r.stragglers.empty());
+  ASSERT_EQ(r.hints.size(), 1u);
+  EXPECT_EQ(r.hints[0], "only one rank in cohort default: nothing to compare");
+  EXPECT_EQ(r.ranks_seen, 1);
+
+  Window named = make_window({{"forward", StageKind::compute, {3.0}}}, 0, {}, "pp1");
+  const Report rn = evaluate_window(named, {});
+  ASSERT_EQ(rn.hints.size(), 1u);
+  EXPECT_EQ(rn.hints[0], "only one rank in cohort pp1: nothing to compare");
+}
+
+TEST(RfcRule, CohortsAreComparedSeparately) {
+  Window w = make_window({{"forward", StageKind::compute, {10, 10}}}, 0, {}, "pp0");
+  Window b = make_window({{"forward", StageKind::compute, {40, 40}}}, 0, {}, "pp1");
+  for (StepSample& s : b.samples) {
+    s.rank += 2;
+    w.samples.push_back(s);
+  }
+  const Report r = evaluate_window(w, {});
+  EXPECT_TRUE(r.stragglers.empty());
+  ASSERT_EQ(r.stages.size(), 2u);
+  EXPECT_EQ(r.stages[0].cohort, "pp0");
+  EXPECT_EQ(r.stages[1].cohort, "pp1");
+  EXPECT_DOUBLE_EQ(figures(r, "forward", "pp1").ref_ms, 40.0);
+  EXPECT_EQ(figures(r, "forward", "pp1").top_rank, 2);
+  EXPECT_EQ(r.ranks_seen, 4);
+}
+
+TEST(RfcRule, MissingStageIsEvaluatedOverTheRanksThatHaveIt) {
+  Window w = make_window({{"forward", StageKind::compute, {10, 10, 10, 10}},
+                          {"attention", StageKind::compute, {5, 5, 5, 9}},
+                          {"backward", StageKind::compute, {20, 20, 20, 20}}});
+  // Rank 1 has no attention; rank 2 reports its stages in another order.
+  w.samples[1].stages.erase(w.samples[1].stages.begin() + 1);
+  std::swap(w.samples[2].stages[0], w.samples[2].stages[2]);
+  const Report r = evaluate_window(w, with(Reference::mean, 1.2, 100.0));
+
+  ASSERT_EQ(r.stages.size(), 3u);
+  EXPECT_EQ(r.stages[0].stage, "forward");  // pipeline order of first appearance
+  EXPECT_EQ(r.stages[1].stage, "attention");
+  EXPECT_EQ(r.stages[2].stage, "backward");
+  const StageFigures& att = figures(r, "attention");
+  EXPECT_EQ(att.ranks, 3);
+  EXPECT_DOUBLE_EQ(att.mean_ms, 19.0 / 3.0);
+  EXPECT_EQ(att.flagged_ranks, (std::vector<int>{3}));  // 9 >= 1.2 * 6.33
+  EXPECT_EQ(att.rank_ids, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(figures(r, "forward").ranks, 4);
+  EXPECT_EQ(figures(r, "backward").num_stragglers, 0);
+  ASSERT_EQ(r.hints.size(), 1u);
+  EXPECT_NE(r.hints[0].find("rank 1 did not report stage 'attention'"), std::string::npos)
+      << r.hints[0];
+}
+
+TEST(RfcRule, NonFiniteTimesCountAsMissing) {
+  const Report r = evaluate_window(one_stage({10, 10, std::nan(""), 10}), {});
+  const StageFigures& f = figures(r, "forward");
+  EXPECT_EQ(f.ranks, 3);
+  EXPECT_DOUBLE_EQ(f.mean_ms, 10.0);
+  EXPECT_NE(all_hints(r).find("rank 2 did not report stage 'forward'"), std::string::npos);
+}
+
+TEST(RfcRule, RepeatedStageInOneSampleAccumulates) {
+  Window w = one_stage({10, 10, 10, 10});
+  w.samples[3].stages.push_back(StageTime{"forward", StageKind::compute, 10.0, 1});
+  const Report r = evaluate_window(w, {});
+  EXPECT_EQ(figures(r, "forward").ranks, 4);
+  EXPECT_DOUBLE_EQ(figures(r, "forward").max_ms, 20.0);
+  EXPECT_EQ(ranks_of(r.stragglers), (std::vector<int>{3}));
+}
+
+// --- robust references ------------------------------------------------------------------------
+
+TEST(Robust, FindsThreeOfSixteenWhereTheMeanMissesSome) {
+  std::vector<double> ms(16);
+  for (int r = 0; r < 16; ++r) ms[static_cast<std::size_t>(r)] = 9.9 + 0.2 * ((r * 7) % 5) / 4.0;
+  ms[4] = 14.0;
+  ms[9] = 12.5;
+  ms[13] = 12.5;
+  const Window w = one_stage(ms);
+
+  const Report mean = evaluate_window(w, with(Reference::mean));
+  EXPECT_EQ(ranks_of(mean.stragglers), (std::vector<int>{4}));  // 12.5 hides under the mean
+
+  const Report robust = evaluate_window(w, with(Reference::robust));
+  EXPECT_EQ(ranks_of(robust.stragglers), (std::vector<int>{4, 9, 13}));
+  EXPECT_DOUBLE_EQ(figures(robust, "forward").ref_ms, figures(robust, "forward").median_ms);
+}
+
+TEST(Robust, NoisyStageRaisesNoFlags) {
+  // Median 10.5 flags 13, 15 and 17 (>= 12.6), but 17 is only 6.5 above the median, under
+  // 3.5 * 1.4826 * MAD(3.0) = 15.6.
+  const Window w = one_stage({5, 7, 9, 10, 11, 13, 15, 17});
+  EXPECT_EQ(figures(evaluate_window(w, with(Reference::median, 1.2, 100.0)), "forward")
+                .flagged_ranks,
+            (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(figures(evaluate_window(w, with(Reference::robust, 1.2, 100.0)), "forward")
+                .num_stragglers,
+            0);
+}
+
+TEST(Robust, ZeroMadKeepsTheRfcRule) {
+  const Report r = evaluate_window(one_stage({10, 10, 10, 10, 13}), with(Reference::robust));
+  EXPECT_EQ(figures(r, "forward").flagged_ranks, (std::vector<int>{4}));
+}
+
+// --- compute vs wait --------------------------------------------------------------------------
+
+TEST(ComputeVsWait, TheWaitersAreEvidenceTheSlowComputeIsTheVerdict) {
+  const Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 150}},
+                                {"communication", StageKind::communication, {60, 60, 60, 10}}});
+  const Report r = evaluate_window(w, {});
+
+  ASSERT_EQ(r.stragglers.size(), 1u);
+  EXPECT_EQ(r.stragglers[0].rank, 3);
+  EXPECT_EQ(r.stragglers[0].stage, "forward");
+  EXPECT_EQ(r.stragglers[0].role, RankFinding::Role::straggler);
+
+  EXPECT_EQ(ranks_of(r.waiting), (std::vector<int>{0, 1, 2}));
+  for (const RankFinding& f : r.waiting) {
+    EXPECT_EQ(f.stage, "communication");
+    EXPECT_EQ(f.kind, StageKind::communication);
+    EXPECT_EQ(f.role, RankFinding::Role::waiting);
+    EXPECT_DOUBLE_EQ(f.ref_ms, 47.5);
+  }
+  EXPECT_EQ(figures(r, "communication").num_stragglers, 3);
+
+  ASSERT_EQ(r.hints.size(), 1u);
+  EXPECT_EQ(r.hints[0],
+            "measured: ranks 0,1,2 spent >= 50.00 ms more than rank 3 in communication stage "
+            "'communication'; inferred: they wait for rank 3, whose compute is longest and wait "
+            "shortest");
+  EXPECT_EQ(r.likely_bottleneck, "forward");  // 150 - 112.5 > 60 - 47.5
+}
+
+TEST(ComputeVsWait, LongRankListsAreShortened) {
+  std::vector<double> fwd(20, 100.0), comm(20, 200.0);
+  fwd[19] = 150.0;
+  comm[19] = 0.0;
+  const Report r = evaluate_window(make_window({{"forward", StageKind::compute, fwd},
+                                                {"allreduce", StageKind::communication, comm}}),
+                                   {});
+  EXPECT_EQ(r.waiting.size(), 19u);
+  ASSERT_EQ(r.hints.size(), 1u);
+  EXPECT_EQ(r.hints[0].rfind("measured: ranks 0-18 spent >= 200.00 ms more than rank 19", 0), 0u)
+      << r.hints[0];
+}
+
+// --- hosts ------------------------------------------------------------------------------------
+
+TEST(NodeGrouping, AWholeSlowHostIsNamed) {
+  const std::vector<std::string> hosts = {"node-a", "node-a", "node-b", "node-b",
+                                          "node-c", "node-c", "node-d", "node-d"};
+  const Window w = make_window(
+      {{"forward", StageKind::compute, {150, 150, 100, 100, 100, 100, 100, 100}}}, 0, hosts);
+  const Report r = evaluate_window(w, {});
+  ASSERT_EQ(r.slow_hosts.size(), 1u);
+  const HostFinding& h = r.slow_hosts[0];
+  EXPECT_EQ(h.host, "node-a");
+  EXPECT_EQ(h.stage, "forward");
+  EXPECT_EQ(h.ranks, (std::vector<int>{0, 1}));
+  EXPECT_DOUBLE_EQ(h.slowdown, 150.0 / 112.5);
+  EXPECT_EQ(ranks_of(r.stragglers), (std::vector<int>{0, 1}));  // still listed
+  EXPECT_EQ(r.stragglers[0].host, "node-a");
+  EXPECT_NE(all_hints(r).find("host 'node-a'"), std::string::npos) << all_hints(r);
+  EXPECT_NE(all_hints(r).find("the host, not one GPU, is slow"), std::string::npos);
+}
+
+TEST(NodeGrouping, OneSlowGpuIsNotAHost) {
+  const std::vector<std::string> hosts = {"node-a", "node-a", "node-b", "node-b"};
+  const Report r = evaluate_window(
+      make_window({{"forward", StageKind::compute, {150, 100, 100, 100}}}, 0, hosts), {});
+  EXPECT_EQ(ranks_of(r.stragglers), (std::vector<int>{0}));
+  EXPECT_TRUE(r.slow_hosts.empty());
+
+  // One rank per host: a host of one is a GPU.
+  const Report single = evaluate_window(
+      make_window({{"forward", StageKind::compute, {150, 100, 100, 100}}}, 0,
+                  {"a", "b", "c", "d"}),
+      {});
+  EXPECT_TRUE(single.slow_hosts.empty());
+}
+
+// --- bottleneck and what-if -------------------------------------------------------------------
+
+TEST(LikelyBottleneck, LargestGapAmongFlaggedStages) {
+  // backward has the largest max - ref (75) but nothing in it is flagged.
+  const Window w = make_window({{"forward", StageKind::compute, {10, 10, 10, 20}},
+                                {"backward", StageKind::compute, {1000, 1000, 1000, 1100}},
+                                {"optimizer", StageKind::compute, {10, 10, 10, 30}}});
+  const Report r = evaluate_window(w, with(Reference::mean, 1.2, 100.0));
+  EXPECT_EQ(figures(r, "backward").num_stragglers, 0);
+  EXPECT_EQ(r.likely_bottleneck, "optimizer");  // gap 15 beats forward's 7.5
+
+  const Report quiet = evaluate_window(w, with(Reference::mean, 10.0, 1000.0));
+  EXPECT_EQ(quiet.likely_bottleneck, "");
+}
+
+TEST(WhatIf, StepSavingByHand) {
+  // Own work per rank: 300, 300, 360, 350 → 360.  Capped at the means (forward 112.5, backward
+  // 215): 300, 300, 315, 312.5 → 315.  Saving: 45.  Communication is left out.
+  const Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 150}},
+                                {"communication", StageKind::communication, {50, 50, 50, 0}},
+                                {"backward", StageKind::compute, {200, 200, 260, 200}}});
+  const Report r = evaluate_window(w, {});
+  EXPECT_DOUBLE_EQ(r.whatif_step_saving_ms, 45.0);
+
+  // A second cohort with a smaller saving: the job figure is the larger.
+  Window two = w;
+  Window other = make_window({{"forward", StageKind::compute, {10, 14}}}, 0, {}, "pp1");
+  for (StepSample& s : other.samples) {
+    s.rank += 4;
+    two.samples.push_back(s);
+  }
+  EXPECT_DOUBLE_EQ(evaluate_window(two, {}).whatif_step_saving_ms, 45.0);  // pp1 saves 2
+  EXPECT_DOUBLE_EQ(evaluate_window(other, {}).whatif_step_saving_ms, 2.0);
+}
+
+// --- metric names -----------------------------------------------------------------------------
+
+TEST(Metrics, ExactNamesAndValues) {
+  const Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 150}},
+                                {"communication", StageKind::communication, {60, 60, 60, 10}}});
+  const Report r = evaluate_window(w, {});
+  const Metrics m = r.metrics(1);
+
+  std::set<std::string> keys;
+  for (const auto& kv : m) keys.insert(kv.first);
+  const std::set<std::string> expected = {
+      "straggler/forward/local_ms",             "straggler/forward/mean_ms",
+      "straggler/forward/max_ms",               "straggler/forward/slowdown_ratio",
+      "straggler/forward/relative_score",       "straggler/forward/top_rank",
+      "straggler/forward/num_stragglers",       "straggler/communication/local_ms",
+      "straggler/communication/mean_ms",        "straggler/communication/max_ms",
+      "straggler/communication/slowdown_ratio", "straggler/communication/relative_score",
+      "straggler/communication/top_rank",       "straggler/communication/num_stragglers",
+      "straggler/likely_bottleneck",            "straggler/hints",
+      "straggler/whatif_step_saving_ms",        "straggler/num_stragglers_total",
+      "straggler/num_waiting",                  "straggler/ranks"};
+  EXPECT_EQ(keys, expected);
+
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/local_ms"), 100.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/mean_ms"), 112.5);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/max_ms"), 150.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/slowdown_ratio"), 150.0 / 112.5);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/relative_score"), 112.5 / 150.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/top_rank"), 3.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/num_stragglers"), 1.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/communication/local_ms"), 60.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/communication/top_rank"), 0.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/communication/num_stragglers"), 3.0);
+  EXPECT_EQ(std::get<std::string>(m.at("straggler/likely_bottleneck")), "forward");
+  EXPECT_EQ(std::get<std::string>(m.at("straggler/hints")), r.hints.at(0));
+  EXPECT_DOUBLE_EQ(num(m, "straggler/whatif_step_saving_ms"), 37.5);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/num_stragglers_total"), 1.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/num_waiting"), 3.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/ranks"), 4.0);
+
+  EXPECT_DOUBLE_EQ(num(r.metrics(3), "straggler/forward/local_ms"), 150.0);
+}
+
+TEST(Metrics, MissingLocalStageOmitsTheKeyAndHintsAreJoined) {
+  Window w = make_window({{"forward", StageKind::compute, {10, 10, 10, 10}},
+                          {"attention", StageKind::compute, {5, 5, 5, 5}}});
+  w.samples[2].stages.pop_back();
+  w.samples.push_back(w.samples[0]);
+  w.samples.back().rank = 4;
+  w.samples.back().cohort = "solo";
+  const Report r = evaluate_window(w, {});
+  ASSERT_EQ(r.hints.size(), 2u);
+  const Metrics m = r.metrics(2);
+  EXPECT_EQ(m.count("straggler/attention/local_ms"), 0u);
+  EXPECT_EQ(m.count("straggler/attention/mean_ms"), 1u);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/local_ms"), 10.0);
+  EXPECT_EQ(std::get<std::string>(m.at("straggler/hints")), r.hints[0] + "; " + r.hints[1]);
+  EXPECT_EQ(std::get<std::string>(m.at("straggler/likely_bottleneck")), "");
+  EXPECT_DOUBLE_EQ(num(m, "straggler/ranks"), 5.0);
+}
+
+TEST(Metrics, AStageInSeveralCohortsReportsTheWorstCohort) {
+  Window w = make_window({{"forward", StageKind::compute, {10, 10}}}, 0, {}, "pp0");
+  Window b = make_window({{"forward", StageKind::compute, {40, 60}}}, 0, {}, "pp1");
+  for (StepSample& s : b.samples) {
+    s.rank += 2;
+    w.samples.push_back(s);
+  }
+  const Report r = evaluate_window(w, {});
+  const Metrics m = r.metrics(0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/mean_ms"), 50.0);  // pp1: max - ref = 10
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/max_ms"), 60.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/top_rank"), 3.0);
+  EXPECT_DOUBLE_EQ(num(m, "straggler/forward/local_ms"), 10.0);  // rank 0's own cohort
+}
+
+// --- persistence ------------------------------------------------------------------------------
+
+Window slow_or_not(bool slow, std::int64_t step) {
+  return make_window({{"forward", StageKind::compute, {100, 100, 100, slow ? 150.0 : 100.0}},
+                      {"communication", StageKind::communication,
+                       {slow ? 60.0 : 10.0, slow ? 60.0 : 10.0, slow ? 60.0 : 10.0, 10}}},
+                     step);
+}
+
+TEST(Persistence, TwoOfThreeConfirmsOnTheThirdWindow) {
+  Detector d;  // 2 of 3
+  Report r1 = d.observe(slow_or_not(true, 10));
+  ASSERT_EQ(r1.stragglers.size(), 1u);
+  EXPECT_EQ(r1.stragglers[0].windows_flagged, 1);
+  EXPECT_FALSE(r1.stragglers[0].confirmed);
+  EXPECT_EQ(r1.waiting.size(), 3u);
+
+  Report r2 = d.observe(slow_or_not(false, 20));
+  EXPECT_TRUE(r2.stragglers.empty());
+  EXPECT_TRUE(d.confirmed().empty());
+
+  Report r3 = d.observe(slow_or_not(true, 30));
+  ASSERT_EQ(r3.stragglers.size(), 1u);
+  EXPECT_EQ(r3.stragglers[0].windows_flagged, 2);
+  EXPECT_TRUE(r3.stragglers[0].confirmed);
+  for (const RankFinding& f : r3.waiting) {  // waiting ranks are tracked too, never confirmed()
+    EXPECT_EQ(f.windows_flagged, 2);
+    EXPECT_TRUE(f.confirmed);
+  }
+  ASSERT_EQ(d.confirmed().size(), 1u);
+  const Detector::Confirmed& c = d.confirmed()[0];
+  EXPECT_EQ(c.finding.rank, 3);
+  EXPECT_EQ(c.finding.stage, "forward");
+  EXPECT_TRUE(c.finding.confirmed);
+  EXPECT_EQ(c.first_confirmed_step, 30);
+  EXPECT_EQ(c.first_flagged_step, 10);
+  EXPECT_EQ(c.windows_seen, 3);
+  EXPECT_EQ(c.slowdowns, (std::vector<double>{150.0 / 112.5}));
+  EXPECT_EQ(d.windows(), 3);
+
+  d.observe(slow_or_not(false, 40));
+  EXPECT_EQ(d.confirmed()[0].windows_seen, 4);
+  Report r5 = d.observe(slow_or_not(true, 50));
+  ASSERT_EQ(d.confirmed().size(), 1u);
+  EXPECT_EQ(d.confirmed()[0].windows_seen, 5);
+  EXPECT_EQ(d.confirmed()[0].slowdowns.size(), 2u);
+  EXPECT_EQ(d.confirmed()[0].first_confirmed_step, 30);
+  EXPECT_EQ(r5.stragglers[0].windows_flagged, 3);
+}
+
+TEST(Persistence, ASingleSpikeNeverConfirms) {
+  Detector d;
+  std::int64_t step = 0;
+  Report first = d.observe(slow_or_not(true, step++));
+  EXPECT_FALSE(first.stragglers.at(0).confirmed);
+  for (int i = 0; i < 5; ++i) d.observe(slow_or_not(false, step++));
+  // Spikes further apart than n windows never meet inside one window of n.
+  for (int i = 0; i < 3; ++i) {
+    Report spike = d.observe(slow_or_not(true, step++));
+    EXPECT_FALSE(spike.stragglers.at(0).confirmed);
+    d.observe(slow_or_not(false, step++));
+    d.observe(slow_or_not(false, step++));
+  }
+  EXPECT_TRUE(d.confirmed().empty());
+}
+
+TEST(Persistence, KOfNIsConfigurable) {
+  DetectorOptions o;
+  o.confirm_k = 1;
+  o.confirm_n = 1;
+  Detector d(o);
+  Report r = d.observe(slow_or_not(true, 7));
+  EXPECT_TRUE(r.stragglers.at(0).confirmed);
+  ASSERT_EQ(d.confirmed().size(), 1u);
+  EXPECT_EQ(d.confirmed()[0].first_confirmed_step, 7);
+  EXPECT_EQ(d.confirmed()[0].first_flagged_step, 7);
+}
+
+}  // namespace
+}  // namespace laggard

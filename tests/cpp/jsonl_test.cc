@@ -1,0 +1,559 @@
+// Tests for the sample JSON Lines writer, parser and file reader (src/io/jsonl_*.cc).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "laggard/jsonl.hpp"
+
+namespace laggard {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("laggard-jsonl-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name, const std::string& content) const {
+    const fs::path p = path_ / name;
+    std::ofstream(p, std::ios::binary) << content;
+    return p.string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+StepSample example_sample() {
+  StepSample s;
+  s.rank = 3;
+  s.world_size = 8;
+  s.step = 120;
+  s.host = "node-1";
+  s.cohort = "pp0";
+  s.step_ms = 105.2;
+  s.stages = {{"forward", StageKind::compute, 31.2, 4},
+              {"communication", StageKind::communication, 9.1, 1}};
+  return s;
+}
+
+const char* const kExampleLine =
+    R"({"schema":"laggard.sample/1","rank":3,"world_size":8,"step":120,"host":"node-1",)"
+    R"("cohort":"pp0","step_ms":105.2,"stages":[{"name":"forward","kind":"compute","ms":31.2,)"
+    R"("calls":4},{"name":"communication","kind":"communication","ms":9.1,"calls":1}]})"
+    "\n";
+
+std::string to_json(const StepSample& s) {
+  std::string out;
+  append_sample_json(s, out);
+  return out;
+}
+
+// Field-by-field equality; doubles must match bit for bit (NaN work matches NaN).
+void expect_same(const StepSample& a, const StepSample& b) {
+  EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.host, b.host);
+  EXPECT_EQ(a.cohort, b.cohort);
+  EXPECT_EQ(a.step_ms, b.step_ms);
+  if (std::isnan(a.work))
+    EXPECT_TRUE(std::isnan(b.work)) << b.work;
+  else
+    EXPECT_EQ(a.work, b.work);
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (std::size_t i = 0; i < a.stages.size(); ++i) {
+    EXPECT_EQ(a.stages[i].name, b.stages[i].name) << "stage " << i;
+    EXPECT_EQ(a.stages[i].kind, b.stages[i].kind) << "stage " << i;
+    EXPECT_EQ(a.stages[i].ms, b.stages[i].ms) << "stage " << i;
+    EXPECT_EQ(a.stages[i].calls, b.stages[i].calls) << "stage " << i;
+  }
+}
+
+// ---- writer ------------------------------------------------------------------------------------
+
+TEST(AppendSampleJson, WritesTheDocumentedLine) { EXPECT_EQ(to_json(example_sample()), kExampleLine); }
+
+TEST(AppendSampleJson, AppendsWithoutClearing) {
+  std::string out = "previous\n";
+  append_sample_json(example_sample(), out);
+  EXPECT_EQ(out, std::string("previous\n") + kExampleLine);
+}
+
+TEST(AppendSampleJson, WritesWorkOnlyWhenFinite) {
+  StepSample s = example_sample();
+  EXPECT_EQ(to_json(s).find("\"work\""), std::string::npos);
+  s.work = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(to_json(s).find("\"work\""), std::string::npos);
+  s.work = 4096;
+  EXPECT_NE(to_json(s).find(R"("step_ms":105.2,"work":4096,"stages":[)"), std::string::npos)
+      << to_json(s);
+}
+
+TEST(AppendSampleJson, EscapesStrings) {
+  StepSample s = example_sample();
+  s.host = "a\"b\\c\nd\te\x01\x1f\x7f";
+  s.stages.resize(1);
+  s.stages[0].name = "\xc3\xbc\r\b\f";  // ü and three escapable controls
+  const std::string json = to_json(s);
+  EXPECT_NE(json.find(R"("host":"a\"b\\c\nd\te\u0001\u001f)"
+                      "\x7f\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"name\":\"\xc3\xbc\\r\\b\\f\""), std::string::npos) << json;
+  // Exactly one '\n': the line terminator.
+  EXPECT_EQ(json.find('\n'), json.size() - 1);
+}
+
+TEST(AppendSampleJson, ReplacesInvalidUtf8SoTheLineStaysReadable) {
+  StepSample s = example_sample();
+  s.host = "bad\xff\xc3(end";  // a stray byte and a truncated two-byte sequence
+  const std::string json = to_json(s);
+  EXPECT_NE(json.find(R"("host":"bad\ufffd\ufffd(end")"), std::string::npos) << json;
+  SampleParser parser;
+  StepSample back;
+  std::string error;
+  ASSERT_TRUE(parser.parse(json, back, error)) << error;
+  EXPECT_EQ(back.host, "bad\xef\xbf\xbd\xef\xbf\xbd(end");
+}
+
+TEST(AppendSampleJson, WritesNonFiniteTimesAsNullWhichTheReaderRejects) {
+  StepSample s = example_sample();
+  s.stages[1].ms = std::numeric_limits<double>::quiet_NaN();
+  const std::string json = to_json(s);
+  EXPECT_NE(json.find(R"("ms":null)"), std::string::npos) << json;
+  SampleParser parser;
+  StepSample back;
+  std::string error;
+  EXPECT_FALSE(parser.parse(json, back, error));
+  EXPECT_NE(error.find("field 'ms' of stage 1 ('communication')"), std::string::npos) << error;
+}
+
+// ---- round trip --------------------------------------------------------------------------------
+
+TEST(SampleParser, ParsesTheDocumentedLine) {
+  SampleParser parser;
+  StepSample back;
+  std::string error;
+  ASSERT_TRUE(parser.parse(kExampleLine, back, error)) << error;
+  expect_same(example_sample(), back);
+  EXPECT_TRUE(std::isnan(back.work));
+}
+
+TEST(SampleParser, RoundTripsEscapesAndExactDoubles) {
+  StepSample s;
+  s.rank = 4095;
+  s.world_size = 4096;
+  s.step = std::int64_t{1} << 62;
+  s.host = "h\"o\\s\nt\t\x01\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80/";
+  s.cohort = "pp\"0 \\u0041";
+  s.step_ms = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
+  s.work = 123456789.125;
+  s.stages = {
+      {"forward", StageKind::compute, 1e-300, 0},
+      {"all\"reduce", StageKind::communication, 5e-324, std::numeric_limits<std::uint32_t>::max()},
+      {"dataloader", StageKind::data, 1.7976931348623157e308, 1},
+      {"idle", StageKind::other, 0.0, 7},
+      {"optimizer", StageKind::compute, 2.0 / 3.0, 2},
+  };
+  SampleParser parser;
+  StepSample back;
+  std::string error;
+  ASSERT_TRUE(parser.parse(to_json(s), back, error)) << error << "\n" << to_json(s);
+  expect_same(s, back);
+}
+
+TEST(SampleParser, RoundTripsManyRandomDoubles) {
+  // A fixed-seed LCG over raw bit patterns covers all magnitudes, not only "nice" decimals.
+  std::uint64_t state = 0x9E3779B97F4A7C15u;
+  SampleParser parser;
+  StepSample s = example_sample(), back;
+  std::string error;
+  for (int i = 0; i < 2000; ++i) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    double value;
+    const std::uint64_t bits = state & 0x7FEFFFFFFFFFFFFFu;  // positive and finite
+    std::memcpy(&value, &bits, sizeof value);
+    s.stages[0].ms = value;
+    s.step_ms = value;
+    ASSERT_TRUE(parser.parse(to_json(s), back, error)) << error;
+    ASSERT_EQ(back.stages[0].ms, value) << to_json(s);
+    ASSERT_EQ(back.step_ms, value);
+  }
+}
+
+TEST(SampleParser, AppliesDefaultsAndIgnoresUnknownFields) {
+  const std::string line =
+      R"({"stages":[{"ms":2.5,"name":"allreduce","extra":{"x":[1,2]}},{"name":"forward","ms":1}],)"
+      R"("note":"from a newer writer","step_ms":10,"step":7,"world_size":2,"rank":1,)"
+      R"("work":null,"schema":"laggard.sample/1","nested":{"a":[{"b":null}]}})";
+  SampleParser parser;
+  StepSample out = example_sample();  // stale values must not leak through
+  out.work = 5;
+  std::string error;
+  ASSERT_TRUE(parser.parse(line, out, error)) << error;
+  EXPECT_EQ(out.rank, 1);
+  EXPECT_EQ(out.world_size, 2);
+  EXPECT_EQ(out.step, 7);
+  EXPECT_EQ(out.host, "");
+  EXPECT_EQ(out.cohort, "");
+  EXPECT_TRUE(std::isnan(out.work));
+  ASSERT_EQ(out.stages.size(), 2u);
+  EXPECT_EQ(out.stages[0].name, "allreduce");
+  EXPECT_EQ(out.stages[0].kind, default_stage_kind("allreduce"));
+  EXPECT_EQ(out.stages[0].kind, StageKind::communication);
+  EXPECT_EQ(out.stages[0].calls, 1u);  // missing calls → entered once
+  EXPECT_EQ(out.stages[1].kind, StageKind::compute);
+  EXPECT_EQ(out.stages[1].ms, 1.0);
+}
+
+TEST(SampleParser, ReusesTheOutputSample) {
+  SampleParser parser;
+  StepSample out;
+  std::string error;
+  StepSample big = example_sample();
+  big.stages.resize(6, {"extra", StageKind::other, 1.0, 1});
+  ASSERT_TRUE(parser.parse(to_json(big), out, error)) << error;
+  EXPECT_EQ(out.stages.size(), 6u);
+  ASSERT_TRUE(parser.parse(kExampleLine, out, error)) << error;
+  expect_same(example_sample(), out);
+}
+
+TEST(SampleParser, AcceptsSurroundingWhitespace) {
+  SampleParser parser;
+  StepSample out;
+  std::string error;
+  std::string line = std::string(" \t") + kExampleLine;
+  line.back() = '\r';  // CRLF files
+  ASSERT_TRUE(parser.parse(line, out, error)) << error;
+  expect_same(example_sample(), out);
+}
+
+// ---- bad input ---------------------------------------------------------------------------------
+
+struct BadLine {
+  const char* what;
+  std::string line;
+  std::vector<std::string> expected;  // substrings the error must contain
+};
+
+// The example line with `from` replaced by `to` (which must occur exactly once).
+std::string edit(const std::string& from, const std::string& to) {
+  std::string line = kExampleLine;
+  line.pop_back();
+  const auto at = line.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  EXPECT_EQ(line.find(from, at + 1), std::string::npos) << from;
+  return line.replace(at, from.size(), to);
+}
+
+class SampleParserRejects : public ::testing::TestWithParam<BadLine> {};
+
+TEST_P(SampleParserRejects, WithAnErrorNamingTheProblem) {
+  const BadLine& bad = GetParam();
+  SampleParser parser;
+  StepSample out;
+  std::string error;
+  EXPECT_FALSE(parser.parse(bad.line, out, error)) << bad.line;
+  for (const auto& expected : bad.expected)
+    EXPECT_NE(error.find(expected), std::string::npos)
+        << "error: " << error << "\nexpected to contain: " << expected << "\nline: " << bad.line;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadLines, SampleParserRejects,
+    ::testing::Values(
+        BadLine{"empty", "", {"empty line"}},
+        BadLine{"blank", "  \t", {"empty line"}},
+        BadLine{"text", "hello world", {"not a JSON object", "'h'"}},
+        BadLine{"array", "[1,2,3]", {"not a JSON object", "'['"}},
+        BadLine{"number", "42", {"not a JSON object"}},
+        BadLine{"cut", R"({"schema":"laggard.sample/1","rank":3,"world)", {"not valid JSON"}},
+        BadLine{"unclosed", edit("]}", "]"), {"not valid JSON"}},
+        BadLine{"trailing", edit("]}", "]} {}"), {"not valid JSON"}},
+        BadLine{"bad atom", edit(R"("cohort":"pp0")", R"("cohort":tru)"), {"cohort"}},
+        BadLine{"no schema", edit(R"("schema":"laggard.sample/1",)", ""),
+                {"missing field 'schema'", "laggard.sample/1"}},
+        BadLine{"wrong schema", edit("laggard.sample/1", "laggard.sample/2"),
+                {"field 'schema'", "\"laggard.sample/2\"", "expected \"laggard.sample/1\""}},
+        BadLine{"schema not string", edit(R"("laggard.sample/1")", "1"),
+                {"field 'schema' is not a string (1)"}},
+        // A foreign line with a bad field and a wrong schema later on: the schema is reported.
+        BadLine{"schema first", R"({"rank":-1,"schema":"other/1"})", {"field 'schema'", "other/1"}},
+        BadLine{"no rank", edit(R"("rank":3,)", ""), {"missing field 'rank'"}},
+        BadLine{"rank string", edit(R"("rank":3)", R"("rank":"3")"),
+                {"field 'rank' is not an integer (\"3\")"}},
+        BadLine{"rank fraction", edit(R"("rank":3)", R"("rank":3.5)"),
+                {"field 'rank' is not an integer (3.5)"}},
+        BadLine{"rank negative", edit(R"("rank":3)", R"("rank":-1)"),
+                {"field 'rank' is negative (-1)"}},
+        BadLine{"rank huge", edit(R"("rank":3)", R"("rank":99999999999)"),
+                {"field 'rank' is too large"}},
+        BadLine{"no world", edit(R"("world_size":8,)", ""), {"missing field 'world_size'"}},
+        BadLine{"world zero", edit(R"("world_size":8)", R"("world_size":0)"),
+                {"field 'world_size' must be at least 1"}},
+        BadLine{"world negative", edit(R"("world_size":8)", R"("world_size":-2)"),
+                {"field 'world_size' is negative"}},
+        BadLine{"rank outside world", edit(R"("world_size":8)", R"("world_size":3)"),
+                {"field 'rank' (3) is not below field 'world_size' (3)"}},
+        BadLine{"no step", edit(R"("step":120,)", ""), {"missing field 'step'"}},
+        BadLine{"step null", edit(R"("step":120)", R"("step":null)"),
+                {"field 'step' is not an integer (null)"}},
+        BadLine{"step negative", edit(R"("step":120)", R"("step":-5)"),
+                {"field 'step' is negative (-5)"}},
+        BadLine{"no step_ms", edit(R"("step_ms":105.2,)", ""), {"missing field 'step_ms'"}},
+        BadLine{"step_ms string", edit("105.2", R"("fast")"),
+                {"field 'step_ms' is not a finite number (\"fast\")"}},
+        BadLine{"step_ms negative", edit("105.2", "-0.5"), {"field 'step_ms' is negative (-0.5)"}},
+        BadLine{"step_ms NaN", edit("105.2", "NaN"), {"field 'step_ms' is not a finite number (NaN)"}},
+        BadLine{"step_ms overflow", edit("105.2", "1e999"),
+                {"field 'step_ms' is not a finite number (1e999)"}},
+        BadLine{"host number", edit(R"("node-1")", "5"), {"field 'host' is not a string (5)"}},
+        BadLine{"cohort object", edit(R"("pp0")", "{}"), {"field 'cohort' is not a string (an object)"}},
+        BadLine{"work string", edit(R"("step_ms":105.2,)", R"("step_ms":105.2,"work":"lots",)"),
+                {"field 'work' is not a finite number"}},
+        BadLine{"work negative", edit(R"("step_ms":105.2,)", R"("step_ms":105.2,"work":-3,)"),
+                {"field 'work' is negative (-3)"}},
+        BadLine{"stages object", edit(R"("stages":[)", R"("stages":{"a":[)") + "}",
+                {"field 'stages' is not an array (an object)"}},
+        BadLine{"stages not array", R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":1,"step_ms":1,"stages":{"name":"forward"}})",
+                {"field 'stages' is not an array (an object)"}},
+        BadLine{"stage not object", edit(R"({"name":"communication")", R"(7,{"name":"communication")"),
+                {"stage 1 is not an object (7)"}},
+        BadLine{"stage without name", edit(R"("name":"communication",)", ""),
+                {"stage 1 has no field 'name'"}},
+        BadLine{"stage name number", edit(R"("name":"communication")", R"("name":12)"),
+                {"field 'name' of stage 1 is not a string (12)"}},
+        BadLine{"unknown kind", edit(R"("kind":"compute")", R"("kind":"gpu")"),
+                {"field 'kind' of stage 0 ('forward')", "\"gpu\"",
+                 "compute, communication, data, other"}},
+        BadLine{"kind number", edit(R"("kind":"compute")", R"("kind":1)"),
+                {"field 'kind' of stage 0 ('forward') is not a string (1)"}},
+        BadLine{"ms negative", edit("9.1", "-1"),
+                {"field 'ms' of stage 1 ('communication') is negative (-1)"}},
+        BadLine{"ms NaN", edit("31.2", "NaN"),
+                {"field 'ms' of stage 0 ('forward') is not a finite number (NaN)"}},
+        BadLine{"ms inf", edit("31.2", "Infinity"),
+                {"field 'ms' of stage 0 ('forward') is not a finite number (Infinity)"}},
+        BadLine{"ms -inf", edit("31.2", "-Infinity"), {"field 'ms' of stage 0 ('forward')"}},
+        BadLine{"ms huge", edit("31.2", "1e400"),
+                {"field 'ms' of stage 0 ('forward') is not a finite number (1e400)"}},
+        BadLine{"ms string", edit("31.2", R"("31.2")"),
+                {"field 'ms' of stage 0 ('forward') is not a finite number (\"31.2\")"}},
+        BadLine{"ms missing", edit(R"("ms":31.2,)", ""), {"stage 0 ('forward') has no field 'ms'"}},
+        // The name may come after the bad field; the message still quotes it.
+        BadLine{"name last", edit(R"({"name":"forward","kind":"compute","ms":31.2,)",
+                                  R"({"kind":"compute","ms":-2,"name":"forward",)"),
+                {"field 'ms' of stage 0 ('forward') is negative (-2)"}},
+        BadLine{"calls negative", edit(R"("calls":4)", R"("calls":-2)"),
+                {"field 'calls' of stage 0 ('forward') is negative (-2)"}},
+        BadLine{"calls fraction", edit(R"("calls":4)", R"("calls":1.5)"),
+                {"field 'calls' of stage 0 ('forward') is not an integer (1.5)"}},
+        BadLine{"calls huge", edit(R"("calls":4)", R"("calls":4294967296)"),
+                {"field 'calls' of stage 0 ('forward') is too large"}}),
+    [](const ::testing::TestParamInfo<BadLine>& param) {
+      std::string name;
+      for (const char* c = param.param.what; *c; ++c)
+        name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+      return name;
+    });
+
+TEST(SampleParser, RejectsAMissingStagesField) {
+  SampleParser parser;
+  StepSample out;
+  std::string error;
+  EXPECT_FALSE(parser.parse(
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":1,"step_ms":1})", out, error));
+  EXPECT_NE(error.find("missing field 'stages'"), std::string::npos) << error;
+}
+
+TEST(SampleParser, AcceptsAnEmptyStagesArray) {
+  SampleParser parser;
+  StepSample out = example_sample();
+  std::string error;
+  ASSERT_TRUE(parser.parse(
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":1,"step_ms":1,"stages":[]})",
+      out, error))
+      << error;
+  EXPECT_TRUE(out.stages.empty());
+}
+
+TEST(SampleParser, RecoversAfterABadLine) {
+  SampleParser parser;
+  StepSample out;
+  std::string error;
+  EXPECT_FALSE(parser.parse(edit("31.2", "-1"), out, error));
+  ASSERT_TRUE(parser.parse(kExampleLine, out, error)) << error;
+  expect_same(example_sample(), out);
+}
+
+// ---- file reader -------------------------------------------------------------------------------
+
+std::vector<StepSample> read_all(SampleFileReader& reader) {
+  std::vector<StepSample> samples;
+  StepSample s;
+  while (reader.next(s)) samples.push_back(s);
+  return samples;
+}
+
+StepSample numbered_sample(int i, std::size_t host_length = 6) {
+  StepSample s = example_sample();
+  s.step = i;
+  s.step_ms = 100.0 + i / 7.0;
+  s.host = std::string(host_length, static_cast<char>('a' + i % 26));
+  s.stages[0].ms = i * 0.001;
+  s.stages[1].calls = static_cast<std::uint32_t>(i);
+  return s;
+}
+
+TEST(SampleFileReader, ThrowsForAMissingFile) {
+  TempDir dir;
+  const std::string path = dir.file("x", "") + ".missing";
+  try {
+    SampleFileReader reader(path);
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(SampleFileReader, ReadsAnEmptyFile) {
+  TempDir dir;
+  SampleFileReader reader(dir.file("rank-0.jsonl", ""));
+  StepSample s;
+  EXPECT_FALSE(reader.next(s));
+  EXPECT_FALSE(reader.next(s));
+  EXPECT_EQ(reader.lines(), 0u);
+  EXPECT_EQ(reader.malformed(), 0u);
+  EXPECT_EQ(reader.bytes(), 0u);
+  EXPECT_TRUE(reader.errors().empty());
+}
+
+TEST(SampleFileReader, SkipsBlankLinesWithoutCallingThemMalformed) {
+  TempDir dir;
+  const std::string content = std::string("\n   \n") + kExampleLine + "\r\n\t\n";
+  SampleFileReader reader(dir.file("r.jsonl", content));
+  const auto samples = read_all(reader);
+  ASSERT_EQ(samples.size(), 1u);
+  expect_same(example_sample(), samples[0]);
+  EXPECT_EQ(reader.lines(), 5u);
+  EXPECT_EQ(reader.malformed(), 0u);
+  EXPECT_EQ(reader.bytes(), content.size());
+}
+
+TEST(SampleFileReader, CountsATruncatedLastLineAsMalformed) {
+  TempDir dir;
+  const std::string content =
+      std::string(kExampleLine) + R"({"schema":"laggard.sample/1","rank":3,"wor)";
+  const std::string path = dir.file("rank-3.jsonl", content);
+  SampleFileReader reader(path);
+  const auto samples = read_all(reader);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(reader.lines(), 2u);
+  EXPECT_EQ(reader.malformed(), 1u);
+  EXPECT_EQ(reader.bytes(), content.size());
+  ASSERT_EQ(reader.errors().size(), 1u);
+  const LineError& e = reader.errors()[0];
+  EXPECT_EQ(e.file, path);
+  EXPECT_EQ(e.line, 2u);
+  EXPECT_NE(e.what.find("truncated line"), std::string::npos) << e.what;
+  EXPECT_EQ(e.message().rfind(path + ":2: truncated line", 0), 0u) << e.message();
+}
+
+TEST(SampleFileReader, AcceptsALastLineWithoutNewlineThatParses) {
+  TempDir dir;
+  std::string content = std::string(kExampleLine) + kExampleLine;
+  content.pop_back();
+  SampleFileReader reader(dir.file("r.jsonl", content));
+  EXPECT_EQ(read_all(reader).size(), 2u);
+  EXPECT_EQ(reader.malformed(), 0u);
+  EXPECT_EQ(reader.lines(), 2u);
+}
+
+TEST(SampleFileReader, ReportsMalformedLinesWithLineNumbersAndKeepsTheFirst20) {
+  TempDir dir;
+  std::string content;
+  for (int i = 0; i < 30; ++i) {
+    append_sample_json(numbered_sample(i), content);
+    content += "{\"schema\":\"laggard.sample/1\",\"rank\":-" + std::to_string(i) + "}\n";
+  }
+  const std::string path = dir.file("r.jsonl", content);
+  SampleFileReader reader(path, 256);
+  const auto samples = read_all(reader);
+  ASSERT_EQ(samples.size(), 30u);
+  for (int i = 0; i < 30; ++i) expect_same(numbered_sample(i), samples[i]);
+  EXPECT_EQ(reader.malformed(), 30u);
+  EXPECT_EQ(reader.lines(), 60u);
+  ASSERT_EQ(reader.errors().size(), 20u);
+  EXPECT_EQ(reader.errors()[0].line, 2u);
+  EXPECT_EQ(reader.errors()[19].line, 40u);
+  // rank -0 parses as 0, so line 2 is "only" missing fields; later ones are negative ranks.
+  EXPECT_NE(reader.errors()[1].message().find(path + ":4: field 'rank' is negative (-1)"),
+            std::string::npos)
+      << reader.errors()[1].message();
+}
+
+TEST(SampleFileReader, ReadsLinesAcrossChunkBoundaries) {
+  TempDir dir;
+  // Lines of ~250 bytes, a few of several KiB (longer than any chunk below, so the buffer must
+  // grow), and blank lines, read with chunks from 1 byte up.
+  std::string content;
+  std::vector<StepSample> written;
+  for (int i = 0; i < 300; ++i) {
+    written.push_back(numbered_sample(i, i % 50 == 7 ? 5000 + i : 6));
+    append_sample_json(written.back(), content);
+    if (i % 13 == 0) content += "\n";
+  }
+  const std::string path = dir.file("r.jsonl", content);
+  for (std::size_t chunk : {1, 2, 7, 64, 100, 255, 4096, 1 << 20}) {
+    SCOPED_TRACE("chunk_bytes " + std::to_string(chunk));
+    SampleFileReader reader(path, chunk);
+    const auto samples = read_all(reader);
+    ASSERT_EQ(samples.size(), written.size());
+    for (std::size_t i = 0; i < written.size(); ++i) expect_same(written[i], samples[i]);
+    EXPECT_EQ(reader.malformed(), 0u);
+    EXPECT_EQ(reader.lines(), 300u + 300u / 13 + 1);
+    EXPECT_EQ(reader.bytes(), content.size());
+  }
+}
+
+TEST(SampleFileReader, ReportsWhereTruncationMeetsASmallChunk) {
+  TempDir dir;
+  std::string content;
+  for (int i = 0; i < 5; ++i) append_sample_json(numbered_sample(i), content);
+  content.resize(content.size() - 40);  // cut the last line in the middle
+  SampleFileReader reader(dir.file("r.jsonl", content), 64);
+  EXPECT_EQ(read_all(reader).size(), 4u);
+  EXPECT_EQ(reader.malformed(), 1u);
+  ASSERT_EQ(reader.errors().size(), 1u);
+  EXPECT_EQ(reader.errors()[0].line, 5u);
+  EXPECT_NE(reader.errors()[0].what.find("truncated line"), std::string::npos);
+}
+
+TEST(SampleFileReader, RejectsAZeroChunk) {
+  TempDir dir;
+  EXPECT_THROW(SampleFileReader(dir.file("r.jsonl", ""), 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace laggard

@@ -1,0 +1,332 @@
+// Tests for RunReader (src/io/run_reader.cc): merging RUN_DIR/rank-*.jsonl into per-step windows.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "laggard/jsonl.hpp"
+
+namespace laggard {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("laggard-run-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string path() const { return path_.string(); }
+  std::string write(const std::string& name, const std::string& content) const {
+    const fs::path p = path_ / name;
+    std::ofstream(p, std::ios::binary) << content;
+    return p.string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+// step_ms encodes (rank, step) so a test can tell which copy of a sample it got.
+StepSample sample(int rank, std::int64_t step, double extra_ms = 0.0) {
+  StepSample s;
+  s.rank = rank;
+  s.world_size = 16;
+  s.step = step;
+  s.host = "node-" + std::to_string(rank / 8);
+  s.step_ms = 100.0 + rank + static_cast<double>(step) / 1000.0 + extra_ms;
+  s.stages = {{"forward", StageKind::compute, 10.0 + rank, 1},
+              {"allreduce", StageKind::communication, 5.0, 1}};
+  return s;
+}
+
+std::string lines(const std::vector<StepSample>& samples) {
+  std::string out;
+  for (const auto& s : samples) append_sample_json(s, out);
+  return out;
+}
+
+// (step, ranks in the window) for every window.
+std::vector<std::pair<std::int64_t, std::vector<int>>> read_windows(RunReader& reader) {
+  std::vector<std::pair<std::int64_t, std::vector<int>>> result;
+  Window w;
+  while (reader.next(w)) {
+    std::vector<int> ranks;
+    for (const auto& s : w.samples) {
+      EXPECT_EQ(s.step, w.step);
+      ranks.push_back(s.rank);
+    }
+    result.emplace_back(w.step, ranks);
+  }
+  return result;
+}
+
+using Windows = std::vector<std::pair<std::int64_t, std::vector<int>>>;
+
+TEST(RunReader, MergesFilesWithDifferentStepsIntoWindows) {
+  TempDir dir;
+  dir.write("rank-0.jsonl", lines({sample(0, 0), sample(0, 10), sample(0, 20), sample(0, 30)}));
+  dir.write("rank-1.jsonl", lines({sample(1, 10), sample(1, 20), sample(1, 40)}));
+  dir.write("rank-2.jsonl", lines({sample(2, 0), sample(2, 20), sample(2, 30), sample(2, 40)}));
+  RunReader reader(dir.path());
+  EXPECT_EQ(reader.stats().files, 3u);
+
+  Window w;
+  ASSERT_TRUE(reader.next(w));
+  EXPECT_EQ(w.step, 0);
+  ASSERT_EQ(w.samples.size(), 2u);
+  EXPECT_EQ(w.samples[0].rank, 0);
+  EXPECT_EQ(w.samples[1].rank, 2);
+  EXPECT_EQ(w.samples[1].step_ms, sample(2, 0).step_ms);
+  EXPECT_EQ(w.samples[1].host, "node-0");
+  ASSERT_EQ(w.samples[1].stages.size(), 2u);
+  EXPECT_EQ(w.samples[1].stages[0].ms, 12.0);
+
+  EXPECT_EQ(read_windows(reader), (Windows{{10, {0, 1}}, {20, {0, 1, 2}}, {30, {0, 2}}, {40, {1, 2}}}));
+  EXPECT_FALSE(reader.next(w));
+  EXPECT_TRUE(w.samples.empty());
+
+  const RunStats& st = reader.stats();
+  EXPECT_EQ(st.samples, 11u);
+  EXPECT_EQ(st.windows, 5u);
+  EXPECT_EQ(st.malformed, 0u);
+  EXPECT_EQ(st.duplicates, 0u);
+  EXPECT_EQ(st.out_of_order, 0u);
+  EXPECT_GT(reader.bytes_total(), 0u);
+  EXPECT_EQ(reader.bytes_read(), reader.bytes_total());
+  EXPECT_EQ(st.bytes, reader.bytes_total());
+}
+
+TEST(RunReader, OrdersFilesNumericallyAndIgnoresOtherNames) {
+  TempDir dir;
+  for (int r : {10, 2, 1, 0}) dir.write("rank-" + std::to_string(r) + ".jsonl", lines({sample(r, 5)}));
+  dir.write("notes.txt", "not a rank file\n");
+  dir.write("rank-x.jsonl", "garbage\n");
+  dir.write("rank-3.jsonl.bak", "garbage\n");
+  dir.write("rank-.jsonl", "garbage\n");
+  fs::create_directory(fs::path(dir.path()) / "rank-4.jsonl");  // a directory, not a file
+  RunReader reader(dir.path());
+  std::vector<std::string> names;
+  for (const auto& f : reader.files()) names.push_back(fs::path(f).filename().string());
+  EXPECT_EQ(names, (std::vector<std::string>{"rank-0.jsonl", "rank-1.jsonl", "rank-2.jsonl",
+                                             "rank-10.jsonl"}));
+  EXPECT_EQ(read_windows(reader), (Windows{{5, {0, 1, 2, 10}}}));
+  EXPECT_EQ(reader.stats().malformed, 0u);
+}
+
+TEST(RunReader, SortsSamplesByRankEvenWhenFilesDisagreeWithTheirNames) {
+  TempDir dir;
+  // rank-0.jsonl holds rank 7's samples and rank-1.jsonl rank 3's.
+  dir.write("rank-0.jsonl", lines({sample(7, 1), sample(7, 2)}));
+  dir.write("rank-1.jsonl", lines({sample(3, 1), sample(3, 2)}));
+  RunReader reader(dir.path());
+  EXPECT_EQ(read_windows(reader), (Windows{{1, {3, 7}}, {2, {3, 7}}}));
+}
+
+TEST(RunReader, KeepsTheFirstOfDuplicateSamples) {
+  TempDir dir;
+  // The same (rank 0, step 10) in two files: rank-0.jsonl's copy is first.
+  dir.write("rank-0.jsonl", lines({sample(0, 10), sample(0, 20)}));
+  dir.write("rank-1.jsonl", lines({sample(1, 10), sample(0, 20, 0.5), sample(1, 30)}));
+  // A line repeated within one file.
+  dir.write("rank-2.jsonl", lines({sample(2, 10), sample(2, 20), sample(2, 20, 0.5), sample(2, 30)}));
+  RunReader reader(dir.path());
+  Window w;
+  ASSERT_TRUE(reader.next(w));
+  EXPECT_EQ(w.step, 10);
+  ASSERT_TRUE(reader.next(w));
+  EXPECT_EQ(w.step, 20);
+  ASSERT_EQ(w.samples.size(), 2u);
+  EXPECT_EQ(w.samples[0].rank, 0);
+  EXPECT_EQ(w.samples[0].step_ms, sample(0, 20).step_ms);  // not the +0.5 copy
+  EXPECT_EQ(w.samples[1].rank, 2);
+  EXPECT_EQ(w.samples[1].step_ms, sample(2, 20).step_ms);
+  EXPECT_EQ(read_windows(reader), (Windows{{30, {1, 2}}}));
+  EXPECT_EQ(reader.stats().duplicates, 2u);
+  EXPECT_EQ(reader.stats().out_of_order, 0u);
+  EXPECT_EQ(reader.stats().samples, 7u);
+}
+
+TEST(RunReader, SkipsStepsThatGoBackwardsWithinAFile) {
+  TempDir dir;
+  dir.write("rank-0.jsonl",
+            lines({sample(0, 10), sample(0, 20), sample(0, 15), sample(0, 5), sample(0, 30)}));
+  dir.write("rank-1.jsonl", lines({sample(1, 15), sample(1, 30)}));
+  RunReader reader(dir.path());
+  EXPECT_EQ(read_windows(reader), (Windows{{10, {0}}, {15, {1}}, {20, {0}}, {30, {0, 1}}}));
+  EXPECT_EQ(reader.stats().out_of_order, 2u);
+  EXPECT_EQ(reader.stats().duplicates, 0u);
+}
+
+TEST(RunReader, CountsMalformedLinesWithFileAndLine) {
+  TempDir dir;
+  dir.write("rank-0.jsonl", lines({sample(0, 1), sample(0, 2), sample(0, 3)}));
+  std::string bad = lines({sample(1, 1), sample(1, 2)});
+  bad += "this is not json\n";
+  bad += lines({sample(1, 3)});
+  bad += R"({"schema":"laggard.sample/1","rank":1,"world_size":16,"step":4,"step_ms":-3,"stages":[]})";
+  bad += "\n";
+  const std::string bad_path = dir.write("rank-1.jsonl", bad);
+  dir.write("rank-2.jsonl", "");  // an empty rank file contributes nothing, and is no error
+  RunReader reader(dir.path());
+  EXPECT_EQ(read_windows(reader), (Windows{{1, {0, 1}}, {2, {0, 1}}, {3, {0, 1}}}));
+  const RunStats& st = reader.stats();
+  EXPECT_EQ(st.files, 3u);
+  EXPECT_EQ(st.malformed, 2u);
+  ASSERT_EQ(st.errors.size(), 2u);
+  EXPECT_EQ(st.errors[0].message().rfind(bad_path + ":3: not a JSON object", 0), 0u)
+      << st.errors[0].message();
+  EXPECT_EQ(st.errors[1].message().rfind(bad_path + ":5: field 'step_ms' is negative", 0), 0u)
+      << st.errors[1].message();
+  EXPECT_EQ(reader.bytes_read(), reader.bytes_total());
+}
+
+TEST(RunReader, KeepsTheFirst20ErrorsOfAllFiles) {
+  TempDir dir;
+  for (int r = 0; r < 3; ++r) {
+    std::string content = lines({sample(r, 1)});
+    for (int i = 0; i < 10; ++i) content += "{oops\n";
+    dir.write("rank-" + std::to_string(r) + ".jsonl", content);
+  }
+  RunReader reader(dir.path());
+  EXPECT_EQ(read_windows(reader), (Windows{{1, {0, 1, 2}}}));
+  EXPECT_EQ(reader.stats().malformed, 30u);
+  EXPECT_EQ(reader.stats().errors.size(), 20u);
+}
+
+TEST(RunReader, YieldsNothingForEmptyRankFiles) {
+  TempDir dir;
+  dir.write("rank-0.jsonl", "");
+  dir.write("rank-1.jsonl", "\n\n");
+  RunReader reader(dir.path());
+  Window w;
+  EXPECT_FALSE(reader.next(w));
+  EXPECT_EQ(reader.stats().windows, 0u);
+  EXPECT_EQ(reader.stats().malformed, 0u);
+}
+
+TEST(RunReader, ReusesTheWindowAcrossCallsOfDifferentSizes) {
+  TempDir dir;
+  std::vector<StepSample> rank0, rank1;
+  for (int step = 0; step < 1000; ++step) {
+    rank0.push_back(sample(0, step));
+    if (step % 3 == 0) rank1.push_back(sample(1, step));
+  }
+  dir.write("rank-0.jsonl", lines(rank0));
+  dir.write("rank-1.jsonl", lines(rank1));
+  RunReader reader(dir.path());
+  Window w;
+  std::int64_t expected_step = 0;
+  while (reader.next(w)) {
+    ASSERT_EQ(w.step, expected_step);
+    ASSERT_EQ(w.samples.size(), expected_step % 3 == 0 ? 2u : 1u);
+    EXPECT_EQ(w.samples.back().step_ms, sample(w.samples.back().rank, w.step).step_ms);
+    ++expected_step;
+  }
+  EXPECT_EQ(expected_step, 1000);
+  EXPECT_EQ(reader.stats().samples, 1334u);
+}
+
+TEST(RunReader, ThrowsForAMissingDirectory) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/nope";
+  try {
+    RunReader reader(missing);
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "run directory " + missing + " does not exist");
+  }
+}
+
+TEST(RunReader, ThrowsForAFileInsteadOfADirectory) {
+  TempDir dir;
+  const std::string file = dir.write("rank-0.jsonl", lines({sample(0, 1)}));
+  try {
+    RunReader reader(file);
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), file + " is not a directory");
+  }
+}
+
+TEST(RunReader, ThrowsForADirectoryWithoutRankFiles) {
+  TempDir dir;
+  dir.write("rank0.jsonl", lines({sample(0, 1)}));  // wrong name
+  try {
+    RunReader reader(dir.path());
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "no rank-*.jsonl files in " + dir.path());
+  }
+}
+
+// Writes `files` one-line rank files.
+void write_rank_files(const TempDir& dir, int files) {
+  for (int r = 0; r < files; ++r)
+    dir.write("rank-" + std::to_string(r) + ".jsonl", lines({sample(r % 16, 1)}));
+}
+
+TEST(RunReader, RaisesTheSoftOpenFileLimitWhenTheRunNeedsIt) {
+  TempDir dir;
+  write_rank_files(dir, 100);
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 200) GTEST_SKIP() << "hard limit too low";
+  rlimit low = saved;
+  low.rlim_cur = 120;  // fewer than 100 files + 64 spare
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  {
+    RunReader reader(dir.path());
+    rlimit now{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &now), 0);
+    EXPECT_GE(now.rlim_cur, 164u);
+    Window w;
+    ASSERT_TRUE(reader.next(w));
+    EXPECT_EQ(reader.stats().duplicates, 100u - 16u);  // ranks repeat every 16 files
+  }
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+}
+
+// Runs in a child process (a death test): lowering the hard limit cannot be undone without
+// privileges. Exits 0 if RunReader refuses with a message that explains the limit.
+[[noreturn]] void open_run_under_a_hard_limit_of_80(const std::string& dir) {
+  rlimit low{};
+  low.rlim_cur = low.rlim_max = 80;
+  if (::setrlimit(RLIMIT_NOFILE, &low) != 0) std::_Exit(2);
+  try {
+    RunReader reader(dir);
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    const bool ok = what.find("100 rank files") != std::string::npos &&
+                    what.find("the limit is 80") != std::string::npos &&
+                    what.find("ulimit -n 164") != std::string::npos;
+    std::_Exit(ok ? 0 : 3);
+  }
+  std::_Exit(4);
+}
+
+TEST(RunReaderDeathTest, ExplainsAnOpenFileLimitItCannotRaise) {
+  TempDir dir;
+  write_rank_files(dir, 100);
+  EXPECT_EXIT(open_run_under_a_hard_limit_of_80(dir.path()), ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
+}  // namespace laggard

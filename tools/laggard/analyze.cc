@@ -1,0 +1,197 @@
+// `laggard analyze RUN_DIR`: the detector over every sampled step of a recorded run.
+#include <algorithm>
+#include <iostream>
+#include <map>
+
+#include "commands.hpp"
+#include "laggard/jsonl.hpp"
+#include "laggard/summary.hpp"
+#include "output.hpp"
+
+namespace laggard::cli {
+
+void add_analyze(CLI::App& app, AnalyzeArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "analyze", "Find confirmed stragglers, waiting ranks and the likely bottleneck in a run "
+                 "directory of rank-*.jsonl sample logs");
+  cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
+      ->required();
+  cmd->add_option("--ref", args.ref, "Reference over ranks: mean (RFC default), median, robust")
+      ->check(CLI::IsMember({"mean", "median", "robust"}))
+      ->capture_default_str();
+  cmd->add_option("--relative-threshold", args.detector.relative_threshold,
+                  "Slow if t >= ref * this")
+      ->capture_default_str();
+  cmd->add_option("--absolute-ms-threshold", args.detector.absolute_ms_threshold,
+                  "... or t - ref >= this many ms")
+      ->capture_default_str();
+  cmd->add_option("--mad-z", args.detector.mad_z, "robust reference: MAD z-score also required")
+      ->capture_default_str();
+  cmd->add_option("--confirm-k", args.detector.confirm_k,
+                  "Confirmed when slow in k ... (persistence)")
+      ->capture_default_str();
+  cmd->add_option("--confirm-n", args.detector.confirm_n, "... of the last n windows")
+      ->capture_default_str();
+  cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
+  cmd->add_flag("-q,--quiet", args.quiet, "No progress on stderr");
+}
+
+namespace {
+
+std::string who(int rank, const std::string& host, const std::string& cohort) {
+  std::string s = "rank " + std::to_string(rank);
+  std::string extra;
+  if (!host.empty()) extra = host;
+  if (!cohort.empty()) extra += (extra.empty() ? "" : ", ") + std::string("cohort ") + cohort;
+  if (!extra.empty()) s += " (" + extra + ")";
+  return s;
+}
+
+void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& stats,
+                const DetectorOptions& opt) {
+  std::cout << "laggard analyze " << args.run_dir << "\n";
+  std::cout << "  " << sum.ranks << " ranks (world size " << sum.world_size << "), "
+            << sum.windows << " sampled steps (" << sum.first_step << ".." << sum.last_step
+            << "), " << sum.samples << " samples\n";
+  std::cout << "  rule: ref " << to_string(opt.ref) << ", slow if t >= ref x "
+            << fixed(opt.relative_threshold, 2) << " or t - ref >= "
+            << fixed(opt.absolute_ms_threshold, 1) << " ms; confirmed when slow in "
+            << opt.confirm_k << " of the last " << opt.confirm_n << " windows\n\n";
+
+  std::cout << "Confirmed stragglers\n";
+  if (sum.stragglers.empty()) std::cout << "  none\n";
+  for (const auto& s : sum.stragglers) {
+    std::cout << "  " << who(s.rank, s.host, s.cohort) << " in " << s.stage << ": slow in "
+              << s.windows_flagged << " of " << s.windows_seen << " windows, "
+              << fixed(s.typical_slowdown, 2) << "x typical (last " << fixed(s.last_ms, 1)
+              << " ms vs " << fixed(s.last_ref_ms, 1) << " ms reference), flagged since step "
+              << s.first_flagged_step << ", confirmed at step " << s.confirmed_step << "\n";
+  }
+  if (!sum.slow_hosts.empty()) {
+    std::cout << "\nSlow hosts (every rank of the host slow: look at the host, not one GPU)\n";
+    for (const auto& h : sum.slow_hosts)
+      std::cout << "  " << h.host << " in " << h.stage << ": ranks " << join_ints(h.ranks)
+                << ", " << h.windows << " windows, " << fixed(h.typical_slowdown, 2)
+                << "x typical\n";
+  }
+  std::cout << "\nWaiting only (excess spent waiting in communication: evidence, not a verdict)\n";
+  if (sum.waiting.empty()) std::cout << "  none\n";
+  for (const auto& w : sum.waiting)
+    std::cout << "  " << who(w.rank, w.host, w.cohort) << " in " << w.stage << ": " << w.windows
+              << (w.windows == 1 ? " window, +" : " windows, +") << fixed(w.typical_excess_ms, 1) << " ms typical\n";
+
+  std::cout << "\nLikely bottleneck: ";
+  if (sum.likely_bottleneck.empty())
+    std::cout << "none\n";
+  else
+    std::cout << sum.likely_bottleneck << " (" << sum.bottleneck_windows.at(sum.likely_bottleneck)
+              << " of " << sum.windows << " windows)\n";
+  std::cout << "What-if: " << fixed(sum.mean_whatif_saving_ms, 1) << " ms per step";
+  if (sum.mean_step_ms > 0)
+    std::cout << " (" << fixed(100.0 * sum.mean_whatif_saving_ms / sum.mean_step_ms, 1)
+              << "% of the " << fixed(sum.mean_step_ms, 1) << " ms step)";
+  std::cout << " saved if every rank ran each stage at the reference time\n";
+  std::cout << "Input: " << stats.files << " files, " << stats.malformed << " malformed lines, "
+            << stats.duplicates << " duplicates, " << stats.out_of_order
+            << " out-of-order lines skipped\n";
+  for (const auto& e : stats.errors) std::cout << "  skipped " << e.message() << "\n";
+  if (stats.malformed > stats.errors.size())
+    std::cout << "  ... and " << (stats.malformed - stats.errors.size()) << " more\n";
+}
+
+Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& stats,
+             const DetectorOptions& opt) {
+  Json j;
+  j["run_dir"] = args.run_dir;
+  j["ranks"] = sum.ranks;
+  j["world_size"] = sum.world_size;
+  j["windows"] = sum.windows;
+  j["samples"] = sum.samples;
+  j["first_step"] = sum.first_step;
+  j["last_step"] = sum.last_step;
+  j["options"] = {{"ref", to_string(opt.ref)},
+                  {"relative_threshold", opt.relative_threshold},
+                  {"absolute_ms_threshold", opt.absolute_ms_threshold},
+                  {"mad_z", opt.mad_z},
+                  {"confirm_k", opt.confirm_k},
+                  {"confirm_n", opt.confirm_n}};
+  j["stragglers"] = Json::array();
+  for (const auto& s : sum.stragglers)
+    j["stragglers"].push_back({{"rank", s.rank},
+                               {"host", s.host},
+                               {"cohort", s.cohort},
+                               {"stage", s.stage},
+                               {"kind", to_string(s.kind)},
+                               {"windows_flagged", s.windows_flagged},
+                               {"windows_seen", s.windows_seen},
+                               {"first_flagged_step", s.first_flagged_step},
+                               {"confirmed_step", s.confirmed_step},
+                               {"typical_slowdown", number_or_null(s.typical_slowdown)},
+                               {"last_ms", s.last_ms},
+                               {"last_ref_ms", s.last_ref_ms}});
+  j["slow_hosts"] = Json::array();
+  for (const auto& h : sum.slow_hosts)
+    j["slow_hosts"].push_back({{"host", h.host},
+                               {"cohort", h.cohort},
+                               {"stage", h.stage},
+                               {"ranks", h.ranks},
+                               {"windows", h.windows},
+                               {"typical_slowdown", number_or_null(h.typical_slowdown)}});
+  j["waiting"] = Json::array();
+  for (const auto& w : sum.waiting)
+    j["waiting"].push_back({{"rank", w.rank},
+                            {"host", w.host},
+                            {"cohort", w.cohort},
+                            {"stage", w.stage},
+                            {"windows", w.windows},
+                            {"typical_excess_ms", w.typical_excess_ms}});
+  j["likely_bottleneck"] = sum.likely_bottleneck;
+  j["bottleneck_windows"] = sum.bottleneck_windows;
+  j["mean_step_ms"] = sum.mean_step_ms;
+  j["whatif_step_saving_ms"] = sum.mean_whatif_saving_ms;
+  j["metrics"] = metrics_json(sum.last.metrics(0));
+  Json errors = Json::array();
+  for (const auto& e : stats.errors)
+    errors.push_back({{"file", e.file}, {"line", e.line}, {"what", e.what}});
+  j["input"] = {{"files", stats.files},         {"malformed", stats.malformed},
+                {"duplicates", stats.duplicates}, {"out_of_order", stats.out_of_order},
+                {"bytes", stats.bytes},         {"errors", errors}};
+  return j;
+}
+
+}  // namespace
+
+int run_analyze(const AnalyzeArgs& in) {
+  AnalyzeArgs args = in;
+  args.detector.ref = parse_reference(args.ref);
+  args.detector.validate();
+
+  RunReader reader(args.run_dir);
+  RunAnalysis analysis(args.detector);
+  Progress progress("reading " + args.run_dir, !args.quiet);
+  Window window;
+  while (reader.next(window)) {
+    analysis.add(window);
+    progress.update(reader.bytes_read(), reader.bytes_total());
+  }
+  progress.finish();
+  const RunStats& stats = reader.stats();
+  const RunSummary sum = analysis.summary();
+  if (sum.windows == 0) {
+    std::string why = "no well-formed samples in " + args.run_dir + " (" +
+                      std::to_string(stats.files) + " rank files, " +
+                      std::to_string(stats.malformed) + " malformed lines)";
+    if (!stats.errors.empty()) why += "; first: " + stats.errors.front().message();
+    throw UsageError{why};
+  }
+  if (args.json)
+    std::cout << to_json(args, sum, stats, args.detector).dump(2) << "\n";
+  else
+    print_text(args, sum, stats, args.detector);
+  if (stats.malformed > 0 && !args.quiet)
+    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in "
+              << args.run_dir << "\n";
+  return kExitOk;
+}
+
+}  // namespace laggard::cli

@@ -1,0 +1,112 @@
+// `laggard compare`: the first stage that regressed against a baseline is the origin.
+#include <charconv>
+#include <cmath>
+#include <iostream>
+
+#include "commands.hpp"
+#include "output.hpp"
+
+namespace laggard::cli {
+
+void add_compare(CLI::App& app, CompareArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "compare", "Name the first stage (pipeline order) that regressed against a baseline");
+  cmd->add_option("--baseline-vector", args.baseline_vector,
+                  "Per-stage baseline times, comma-separated (e.g. 1.0,2.0,3.0)")
+      ->required();
+  cmd->add_option("--current-vector", args.current_vector,
+                  "Per-stage current times, same stages and order")
+      ->required();
+  cmd->add_option("--relative-threshold", args.relative_threshold,
+                  "Regressed if after > before x (1 + this); absolute when before is 0")
+      ->capture_default_str();
+  cmd->add_option("--stages", args.stages, "Stage names, comma-separated (default stage0,...)");
+  cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<double> parse_vector(const std::string& option, const std::string& text) {
+  std::vector<double> out;
+  const auto parts = split(text);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    std::string p = parts[i];
+    p.erase(0, p.find_first_not_of(" \t"));
+    p.erase(p.find_last_not_of(" \t") + 1);
+    double v = 0.0;
+    const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || !std::isfinite(v))
+      throw UsageError{option + ": element " + std::to_string(i) + " ('" + parts[i] +
+                       "') is not a finite number"};
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_compare(const CompareArgs& args) {
+  const auto before = parse_vector("--baseline-vector", args.baseline_vector);
+  const auto after = parse_vector("--current-vector", args.current_vector);
+  if (before.size() != after.size())
+    throw UsageError{"--baseline-vector has " + std::to_string(before.size()) +
+                     " stages but --current-vector has " + std::to_string(after.size())};
+  if (!(args.relative_threshold >= 0.0) || !std::isfinite(args.relative_threshold))
+    throw UsageError{"--relative-threshold must be a finite number >= 0"};
+  std::vector<std::string> names;
+  if (!args.stages.empty()) {
+    names = split(args.stages);
+    if (names.size() != before.size())
+      throw UsageError{"--stages names " + std::to_string(names.size()) +
+                       " stages but the vectors have " + std::to_string(before.size())};
+  } else {
+    for (std::size_t i = 0; i < before.size(); ++i) names.push_back("stage" + std::to_string(i));
+  }
+
+  const auto found = first_regression(before, after, args.relative_threshold);
+  if (args.json) {
+    Json j;
+    j["regressed"] = found.has_value();
+    if (found) {
+      j["index"] = found->index;
+      j["stage"] = names[found->index];
+      j["delta"] = found->delta;
+    }
+    std::cout << j.dump() << "\n";
+    return kExitOk;
+  }
+  if (!found) {
+    std::cout << "No stage regressed (threshold " << fixed(100.0 * args.relative_threshold, 1)
+              << "% over " << before.size() << " stages)\n";
+    return kExitOk;
+  }
+  const auto i = found->index;
+  std::cout << "First regression: stage " << i << " (" << names[i] << "): +" << found->delta
+            << " (" << before[i] << " -> " << after[i] << ", threshold "
+            << fixed(100.0 * args.relative_threshold, 1) << "%)\n";
+  // Later stages past the limit are likely victims of the origin, not causes of their own.
+  std::string victims;
+  for (std::size_t k = i + 1; k < before.size(); ++k) {
+    std::vector<double> b{before[k]}, a{after[k]};
+    if (first_regression(b, a, args.relative_threshold)) {
+      if (!victims.empty()) victims += ", ";
+      victims += std::to_string(k) + " (" + names[k] + ")";
+    }
+  }
+  if (!victims.empty()) std::cout << "Later regressed stages (likely victims): " << victims << "\n";
+  return kExitOk;
+}
+
+}  // namespace laggard::cli

@@ -1,0 +1,47 @@
+// laggard — finds the slow rank, the slow stage and the moment a training job got slower.
+#include <iostream>
+
+#include "commands.hpp"
+#include "laggard/jsonl.hpp"
+#include "laggard/version.hpp"
+
+int main(int argc, char** argv) {
+  using namespace laggard::cli;
+  CLI::App app{"laggard: finds the slow rank, the slow stage and the moment a distributed "
+               "training job got slower."};
+  app.set_version_flag("--version", std::string("laggard ") + laggard::kVersion);
+  app.require_subcommand(1);
+
+  AnalyzeArgs analyze;
+  CompareArgs compare;
+  add_analyze(app, analyze);
+  add_compare(app, compare);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the reason and the usage hint
+    return kExitUsage;
+  }
+
+  try {
+    if (app.got_subcommand("analyze")) return run_analyze(analyze);
+    if (app.got_subcommand("compare")) return run_compare(compare);
+  } catch (const UsageError& e) {
+    std::cerr << "laggard: " << e.what << "\n";
+    return kExitUsage;
+  } catch (const laggard::InputError& e) {
+    std::cerr << "laggard: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "laggard: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,42 @@
+// Shared output helpers of the `laggard` program: number formatting, JSON, progress.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "laggard/detector.hpp"
+
+namespace laggard::cli {
+
+using Json = nlohmann::ordered_json;
+
+/// Fixed-point text with `digits` decimals ("12.30").
+std::string fixed(double value, int digits);
+/// "0,1,2"
+std::string join_ints(const std::vector<int>& values, const char* sep = ",");
+/// Metrics as a JSON object (numbers stay numbers, text stays text; NaN becomes null).
+Json metrics_json(const Metrics& metrics);
+/// A finite number, or null.
+Json number_or_null(double value);
+
+/// Progress on stderr for long inputs: one rewritten line, at most 4 updates a second, and only
+/// when stderr is a terminal (quiet in pipes and CI logs).
+class Progress {
+ public:
+  Progress(std::string what, bool enabled);
+  ~Progress();
+  void update(std::uint64_t done, std::uint64_t total);
+  void finish();
+
+ private:
+  std::string what_;
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+}  // namespace laggard::cli
