@@ -24,10 +24,14 @@ laggard::Window make_window(int scenario, std::int64_t step) {
       "dataloader", "forward",  "attention", "moe",      "backward", "communication",
       "optimizer",  "stage_07", "stage_08",  "stage_09", "stage_10", "stage_11",
       "stage_12",   "stage_13", "stage_14",  "stage_15"};
-  std::uint64_t lcg = 0x9E3779B97F4A7C15ull;
-  auto noise = [&lcg] {  // uniform in [0, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<double>(lcg >> 11) * 0x1.0p-53;
+  std::uint64_t state = 12345;
+  auto noise = [&state] {  // splitmix64, uniform in [0, 1): an LCG's lattice would make a
+                           // pattern no timer produces, and std::nth_element slow on it
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
   };
   laggard::Window w;
   w.step = step;

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -86,6 +88,7 @@ constexpr double kMadToSigma = 1.4826;
 struct Column {
   std::string_view name;
   StageKind kind = StageKind::compute;
+  std::size_t count = 0;    // entries in use; member and ms are sized for every possible one
   std::vector<int> member;  // position in Cohort::members
   std::vector<double> ms;
 };
@@ -93,6 +96,7 @@ struct Column {
 struct Cohort {
   std::string_view name;
   std::vector<int> members;  // indices into Window::samples, in sample order
+  std::vector<int> ranks;    // ranks[m] = samples[members[m]].rank
   std::vector<Column> stages;
 };
 
@@ -158,11 +162,28 @@ double median_inplace(std::vector<double>& v) {
   return 0.5 * (lo + hi);
 }
 
+// Stage names are short: compare them inline, eight bytes at a time, instead of calling memcmp.
+inline bool same_name(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  const char* p = a.data();
+  const char* q = b.data();
+  std::size_t n = a.size();
+  for (; n >= 8; n -= 8, p += 8, q += 8) {
+    std::uint64_t x, y;
+    std::memcpy(&x, p, 8);
+    std::memcpy(&y, q, 8);
+    if (x != y) return false;
+  }
+  for (; n > 0; --n)
+    if (*p++ != *q++) return false;
+  return true;
+}
+
 int find_stage(const std::vector<Column>& stages, std::size_t pos, std::string_view name) {
   // Fast path: most ranks report the same stages in the same order.
-  if (pos < stages.size() && stages[pos].name == name) return static_cast<int>(pos);
+  if (pos < stages.size() && same_name(stages[pos].name, name)) return static_cast<int>(pos);
   for (std::size_t i = 0; i < stages.size(); ++i)
-    if (stages[i].name == name) return static_cast<int>(i);
+    if (same_name(stages[i].name, name)) return static_cast<int>(i);
   return -1;
 }
 
@@ -199,7 +220,9 @@ class WindowEvaluator {
         }
         c = it->second;
       }
-      cohorts_[static_cast<std::size_t>(c)].members.push_back(static_cast<int>(i));
+      Cohort& cohort = cohorts_[static_cast<std::size_t>(c)];
+      cohort.members.push_back(static_cast<int>(i));
+      cohort.ranks.push_back(s.rank);
       last = c;
     }
     report_.world_size = world;
@@ -230,38 +253,31 @@ class WindowEvaluator {
           Column& fresh = stages.back();
           fresh.name = st.name;
           fresh.kind = st.kind;
-          fresh.member.reserve(members - m);
-          fresh.ms.reserve(members - m);
+          // Each remaining member adds at most one entry: size once, then write by index.
+          fresh.member.resize(members - m);
+          fresh.ms.resize(members - m);
         }
         Column& col = stages[static_cast<std::size_t>(idx)];
-        if (!col.member.empty() && col.member.back() == static_cast<int>(m)) {
-          col.ms.back() += st.ms;  // the same stage twice in one sample: accumulate
+        if (col.count > 0 && col.member[col.count - 1] == static_cast<int>(m)) {
+          col.ms[col.count - 1] += st.ms;  // the same stage twice in one sample: accumulate
         } else {
-          col.member.push_back(static_cast<int>(m));
-          col.ms.push_back(st.ms);
+          col.member[col.count] = static_cast<int>(m);
+          col.ms[col.count] = st.ms;
+          ++col.count;
         }
       }
     }
+    for (Column& col : stages) {  // shrinking keeps the capacity: no reallocation
+      col.member.resize(col.count);
+      col.ms.resize(col.count);
+    }
   }
 
-  int rank_of(const Cohort& cohort, int member) const {
-    return samples_[static_cast<std::size_t>(cohort.members[static_cast<std::size_t>(member)])]
-        .rank;
+  static int rank_of(const Cohort& cohort, int member) {
+    return cohort.ranks[static_cast<std::size_t>(member)];
   }
   const StepSample& sample_of(const Cohort& cohort, int member) const {
     return samples_[static_cast<std::size_t>(cohort.members[static_cast<std::size_t>(member)])];
-  }
-
-  bool is_slow(double t, double ref, double mad) const {
-    if (!(t > ref)) return false;
-    // With ref <= 0 the relative rule says nothing: only the absolute rule applies.
-    const bool relative = ref > 0.0 && t >= ref * options_.relative_threshold;
-    const bool absolute = t - ref >= options_.absolute_ms_threshold;
-    if (!relative && !absolute) return false;
-    if (options_.ref == Reference::robust && mad > 0.0 &&
-        !(t - ref >= options_.mad_z * kMadToSigma * mad))
-      return false;
-    return true;
   }
 
   ColumnResult evaluate_column(const Cohort& cohort, const Column& col) {
@@ -269,33 +285,48 @@ class WindowEvaluator {
     const std::vector<double>& ms = col.ms;
     const std::size_t n = ms.size();
     double sum = 0.0, lo = ms[0], hi = ms[0];
-    int top = 0;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < n; ++i) {  // branch-free: vectorizes
       const double t = ms[i];
       sum += t;
-      lo = std::min(lo, t);
-      if (t > hi || (t == hi && rank_of(cohort, col.member[i]) <
-                                    rank_of(cohort, col.member[static_cast<std::size_t>(top)]))) {
-        hi = t;
-        top = static_cast<int>(i);
-      }
+      lo = t < lo ? t : lo;
+      hi = t > hi ? t : hi;
     }
+    int top = -1;  // the slowest rank, the lowest rank on ties
+    for (std::size_t i = 0; i < n; ++i)
+      if (ms[i] == hi && (top < 0 || cohort.ranks[static_cast<std::size_t>(col.member[i])] <
+                                         cohort.ranks[static_cast<std::size_t>(
+                                             col.member[static_cast<std::size_t>(top)])]))
+        top = static_cast<int>(i);
     r.mean = sum / static_cast<double>(n);
     r.min = lo;
     r.max = hi;
     r.top = top;
     scratch_.assign(ms.begin(), ms.end());
     r.median = median_inplace(scratch_);
-    r.ref = options_.ref == Reference::mean ? r.mean : r.median;
+    const double ref = options_.ref == Reference::mean ? r.mean : r.median;
+    r.ref = ref;
 
-    double mad = 0.0;
+    // The robust rule's extra margin; with MAD == 0 any t > median passes it.
+    double mad_margin = -std::numeric_limits<double>::infinity();
     if (options_.ref == Reference::robust) {
       for (std::size_t i = 0; i < n; ++i) scratch_[i] = std::fabs(ms[i] - r.median);
-      mad = median_inplace(scratch_);
+      const double mad = median_inplace(scratch_);
+      if (mad > 0.0) mad_margin = options_.mad_z * kMadToSigma * mad;
     }
     if (n > 1) {
-      for (std::size_t i = 0; i < n; ++i)
-        if (is_slow(ms[i], r.ref, mad)) r.flagged.push_back(static_cast<int>(i));
+      // With ref <= 0 the relative rule says nothing: only the absolute rule applies.
+      const double relative_limit = ref > 0.0 ? ref * options_.relative_threshold
+                                              : std::numeric_limits<double>::infinity();
+      const double absolute = options_.absolute_ms_threshold;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double t = ms[i];
+        const double excess = t - ref;
+        // Non-short-circuit &, |: about half the ranks are above the mean, so branching on
+        // each condition would mispredict; only the rare flag takes a branch.
+        const bool slow = (t > ref) & ((t >= relative_limit) | (excess >= absolute)) &
+                          (excess >= mad_margin);
+        if (LAGGARD_UNLIKELY(slow)) r.flagged.push_back(static_cast<int>(i));
+      }
       std::sort(r.flagged.begin(), r.flagged.end(), [&](int a, int b) {
         return rank_of(cohort, col.member[static_cast<std::size_t>(a)]) <
                rank_of(cohort, col.member[static_cast<std::size_t>(b)]);

@@ -26,6 +26,7 @@ namespace {
 // Values from cuda.h (CUresult, CUevent_flags).
 constexpr int kSuccess = 0;             // CUDA_SUCCESS
 constexpr int kErrorDeinitialized = 4;  // CUDA_ERROR_DEINITIALIZED
+constexpr int kErrorStubLibrary = 34;   // CUDA_ERROR_STUB_LIBRARY
 constexpr int kErrorNoDevice = 100;     // CUDA_ERROR_NO_DEVICE
 constexpr int kErrorNotReady = 600;     // CUDA_ERROR_NOT_READY
 constexpr unsigned kEventDefault = 0;   // CU_EVENT_DEFAULT: timing enabled
@@ -119,6 +120,8 @@ CudaBackendResult make_with(const CudaDriverApi& api, std::uint32_t capacity, in
 
   int rc = api.init(0);
   if (rc == kErrorNoDevice) return fail("no CUDA device");
+  if (rc == kErrorStubLibrary)
+    return fail("no CUDA driver: libcuda.so.1 is the CUDA toolkit's stub library");
   if (rc != kSuccess) return fail("cuInit failed: " + describe(api, rc));
   int count = 0;
   rc = api.device_get_count(&count);

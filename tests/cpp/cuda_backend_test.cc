@@ -28,7 +28,7 @@ TEST(CudaBackend, FallsBackWithAReasonWhenUnavailable) {
   EXPECT_EQ(r.backend, nullptr);
   ASSERT_FALSE(r.reason.empty());
   EXPECT_TRUE(starts_with(r.reason, "libcuda.so.1 could not be loaded: ") ||
-              starts_with(r.reason, "no CUDA device") ||
+              starts_with(r.reason, "no CUDA device") || starts_with(r.reason, "no CUDA driver") ||
               starts_with(r.reason, "no current CUDA context"))
       << r.reason;
 }
@@ -291,6 +291,13 @@ TEST_F(FakeDriver, NoDeviceCounted) {
   auto r = make();
   EXPECT_EQ(r.backend, nullptr);
   EXPECT_EQ(r.reason, "no CUDA device");
+}
+
+TEST_F(FakeDriver, StubLibraryIsNoDriver) {
+  g.init_rc = 34;  // CUDA_ERROR_STUB_LIBRARY: the toolkit's libcuda stub was found
+  auto r = make();
+  EXPECT_EQ(r.backend, nullptr);
+  EXPECT_TRUE(starts_with(r.reason, "no CUDA driver")) << r.reason;
 }
 
 TEST_F(FakeDriver, OtherInitErrorIsDescribed) {

@@ -33,6 +33,7 @@ using CUcontext = void*;
 using CUstream = void*;
 using CUevent = void*;
 constexpr CUresult kSuccess = 0;
+constexpr CUresult kStubLibrary = 34;
 constexpr CUresult kNoDevice = 100;
 constexpr CUresult kNotReady = 600;
 constexpr unsigned kStreamNonBlocking = 0x1;  // CU_STREAM_NON_BLOCKING
@@ -151,6 +152,10 @@ int run() {
   CUresult rc = cu.Init(0);
   if (rc == kNoDevice) {
     std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  if (rc == kStubLibrary) {
+    std::printf("SKIP: no CUDA driver (libcuda.so.1 is the toolkit's stub library)\n");
     return 77;
   }
   CU(rc);

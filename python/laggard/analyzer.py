@@ -1,0 +1,420 @@
+"""Analyzer: the section API of the training loop.
+
+    an = laggard.Analyzer(enabled=True, interval=10)
+    for step in range(n):
+        an.begin_step(step)
+        with an.section("forward"): ...
+        an.end_step()
+    an.close()
+
+Costs on the training thread: disabled, every call is one attribute check. On a step that is
+not sampled, section() returns one shared no-op context manager without calling into C++.
+On a sampled step a section is two calls into the C++ recorder (host clock or CUDA event), and
+end_step hands the sample to a C++ queue; formatting, logging, the gather and the analysis
+happen on a background thread. Nothing here synchronizes the device or waits on a collective,
+and nothing raises into the training loop: failures become rate-limited warnings and the
+straggler/report_errors count.
+
+Thread-safety: begin_step/section/end_step/add belong to the training thread;
+latest_metrics/latest_report may be called from any thread.
+"""
+
+import atexit
+import logging
+import os
+import socket
+import sys
+import weakref
+
+from ._log import ErrorCounter, log_once, logger
+
+_REFS = ("mean", "median", "robust")
+
+
+class _NoopSection:
+    """The one context manager every unsampled section() returns."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+NOOP_SECTION = _NoopSection()
+
+
+class _Section:
+    """A sampled section of one stage: begin/end on the C++ recorder by stage id. One object per
+    stage name, reused across steps (the recorder itself tracks whether the stage is open)."""
+
+    __slots__ = ("_begin", "_end", "_id")
+
+    def __init__(self, recorder, stage_id):
+        self._begin = recorder.begin
+        self._end = recorder.end
+        self._id = stage_id
+
+    def __enter__(self):
+        self._begin(self._id)
+        return None
+
+    def __exit__(self, *exc):
+        self._end(self._id)
+        return False
+
+
+def _torch_if_imported():
+    """torch when the program already imported it; laggard never imports torch itself here."""
+    return sys.modules.get("torch")
+
+
+def _dist_info(torch):
+    if torch is None:
+        return None
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    return None
+
+
+class Analyzer:
+    """Finds straggler ranks and stages while training. See the module doc and docs/python.md.
+
+    enabled, interval, relative_threshold, absolute_ms_threshold, ref, log_dir, sinks: as the
+    RFC flags (ref: "mean", "median" or "robust").
+    analysis_rank: the rank that analyses and calls the sinks (default 0).
+    module_stages / module_stage_patterns: attention/moe stages from module hooks (used by
+      laggard.torch.instrument).
+    timing: "auto" (CUDA events when torch has a GPU, else host clock), "host" or "cuda".
+    confirm_k / confirm_n: a finding is confirmed when slow in k of the last n windows.
+    queue_capacity: samples waiting for the background thread before new ones are dropped.
+    side_channel_timeout_s: timeout of the side-channel gloo group's collectives.
+    close_timeout_s: how long close() waits for outstanding samples and reports.
+    rank, world_size: override what torch.distributed says (the side channel still needs
+      torch.distributed initialized to span several ranks).
+    """
+
+    def __init__(self, enabled=True, interval=10, relative_threshold=1.2,
+                 absolute_ms_threshold=5.0, ref="mean", log_dir=None, sinks=(), *,
+                 analysis_rank=0, module_stages=False, module_stage_patterns=None,
+                 timing="auto", confirm_k=2, confirm_n=3, mad_z=3.5, queue_capacity=64,
+                 side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
+                 rank=None, world_size=None):
+        self._enabled = False
+        self._sampled = False
+        self._closed = False
+        self.rank = 0
+        self.world_size = 1
+        self.step = None
+        self.module_stages = bool(module_stages)
+        self.module_stage_patterns = module_stage_patterns
+        self._sections = {}
+        self._on_sampled_step = []  # instrument(): per sampled step resets
+        self._errors = ErrorCounter()
+        self._recorder = None
+        self._channel = None
+        self._analysis = None
+        self._stream = None
+        if not enabled:
+            return  # nothing created: no thread, no group, no file
+
+        interval = int(interval)
+        if interval < 0:
+            raise ValueError("interval must be >= 0 (0 = never sample), got %d" % interval)
+        if ref not in _REFS:
+            raise ValueError("ref must be one of %s, got %r" % (", ".join(_REFS), ref))
+        if timing not in ("auto", "host", "cuda"):
+            raise ValueError("timing must be 'auto', 'host' or 'cuda', got %r" % (timing,))
+        from . import _core  # the extension is needed only when enabled
+        from .sinks import JsonlReportSink, as_sink
+
+        options = _core.DetectorOptions(ref=ref, relative_threshold=float(relative_threshold),
+                                        absolute_ms_threshold=float(absolute_ms_threshold),
+                                        mad_z=float(mad_z), confirm_k=int(confirm_k),
+                                        confirm_n=int(confirm_n))
+        sink_list = [as_sink(s) for s in (sinks or ())]
+
+        torch = _torch_if_imported()
+        info = _dist_info(torch)
+        if info is not None:
+            self.rank, self.world_size = info
+        if rank is not None:
+            self.rank = int(rank)
+        if world_size is not None:
+            self.world_size = int(world_size)
+        self.analysis_rank = int(analysis_rank)
+        self.is_analysis_rank = self.rank == self.analysis_rank
+        local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+        backend, device = self._choose_timing(timing, torch)
+        max_pending = 4
+        self._recorder = _core.Recorder(
+            interval=interval, rank=self.rank, world_size=self.world_size, local_rank=local_rank,
+            host=host if host is not None else socket.gethostname(), cohort=str(cohort),
+            max_pending_steps=max_pending, backend=backend, device=device)
+        self.backend_name = self._recorder.backend_name
+        if backend == "cuda" and self._recorder.backend_reason:
+            level = logging.WARNING if timing == "cuda" else logging.INFO
+            log_once("timing", level, "laggard: CUDA event timing unavailable (%s); using the "
+                     "host clock", self._recorder.backend_reason)
+        else:
+            log_once("timing", logging.INFO, "laggard: stage timing with %s",
+                     self._recorder.backend_name)
+        if self._recorder.backend_name != "host-clock":
+            self._stream = lambda: torch.cuda.current_stream().cuda_stream
+        queue = _core.SampleQueue(int(queue_capacity))
+        self._recorder.attach_queue(queue)
+
+        # Side channel: a dedicated gloo group when several ranks train, else local.
+        from .transport import GlooExchange, LocalExchange, SideChannel, new_gloo_group
+
+        exchange = LocalExchange()
+        if info is not None and self.world_size > 1:
+            try:
+                group = new_gloo_group(float(side_channel_timeout_s))
+                exchange = GlooExchange(group, self.rank, self.world_size, self.analysis_rank)
+            except Exception as e:
+                self._errors.report("side channel setup", e)
+                exchange = None
+        elif self.world_size > 1:
+            log_once("nodist", logging.WARNING, "laggard: world_size %d but torch.distributed "
+                     "is not initialized: analysing this rank alone", self.world_size)
+
+        log_path = None
+        report_log = None
+        if log_dir is not None:
+            log_dir = os.fspath(log_dir)
+            log_path = os.path.join(log_dir, "rank-%d.jsonl" % self.rank)
+            if self.is_analysis_rank:
+                report_log = JsonlReportSink(os.path.join(log_dir, "reports.jsonl"))
+        if self.is_analysis_rank and exchange is not None:
+            late_rounds = 2 if self.backend_name == "host-clock" else max_pending + 2
+            self._analysis = _live_analysis(options, exchange.world_size, self.rank, sink_list,
+                                            self._errors, report_log, late_rounds)
+        if exchange is None:  # no side channel: keep the rank log, analyse nothing
+            exchange = LocalExchange()
+        self._channel = SideChannel(queue, self.rank, exchange, self._analysis, log_path,
+                                    self._errors)
+        self._close_timeout_s = float(close_timeout_s)
+        self._channel.start()
+        self._enabled = True
+        ref_self = weakref.ref(self)
+        self._atexit = lambda: _close_at_exit(ref_self)
+        atexit.register(self._atexit)
+
+    @classmethod
+    def from_args(cls, args, **overrides):
+        """An Analyzer configured by the --straggler-* flags (see laggard.add_arguments)."""
+        from .flags import analyzer_kwargs
+
+        kwargs = analyzer_kwargs(args)
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    @staticmethod
+    def _choose_timing(timing, torch):
+        if timing == "host":
+            return "host", -1
+        if torch is None:
+            if timing == "cuda":
+                log_once("timing-notorch", logging.WARNING,
+                         "laggard: timing='cuda' but torch is not imported; using the host clock")
+            return "host", -1
+        try:
+            if timing == "cuda" or torch.cuda.is_available():
+                if torch.cuda.is_available():
+                    return "cuda", int(torch.cuda.current_device())
+                return "cuda", -1  # the C++ backend says why it cannot
+        except Exception as e:
+            log_once("timing-error", logging.INFO, "laggard: CUDA check failed (%s); using the "
+                     "host clock", e)
+        return "host", -1
+
+    # -- the training loop -------------------------------------------------------------------
+
+    @property
+    def enabled(self):
+        return self._enabled
+
+    @property
+    def sampled(self):
+        """Whether the current step is sampled."""
+        return self._sampled
+
+    def begin_step(self, step):
+        """Starts step `step`; decides whether it is sampled (step % interval == 0)."""
+        if not self._enabled:
+            return
+        try:
+            self.step = step
+            self._sampled = sampled = self._recorder.begin_step(step)
+            if sampled:
+                if self._stream is not None:
+                    self._recorder.set_stream(self._stream())
+                for hook in self._on_sampled_step:
+                    hook()
+        except Exception as e:
+            self._sampled = False
+            self._errors.report("begin_step", e)
+
+    def section(self, name, kind=None):
+        """A context manager timing one entry of stage `name` in this step.
+
+        Not sampled (or disabled): one shared no-op object. `kind` ("compute",
+        "communication", "data", "other") counts at the first use of a name; by default it
+        follows the name (DESIGN.md)."""
+        if not self._sampled:
+            return NOOP_SECTION
+        section = self._sections.get(name)
+        if section is None:
+            section = self._new_section(name, kind)
+        return section
+
+    def _new_section(self, name, kind):
+        try:
+            stage_id = self._recorder.stage(str(name), kind)
+            section = _Section(self._recorder, stage_id)
+            self._sections[name] = section
+            return section
+        except Exception as e:
+            self._errors.report("section", e)
+            return NOOP_SECTION
+
+    def stage_id(self, name, kind=None):
+        """The recorder's id of stage `name` (registered on first use), or -1."""
+        if not self._enabled:
+            return -1
+        try:
+            return self._recorder.stage(str(name), kind)
+        except Exception as e:
+            self._errors.report("stage", e)
+            return -1
+
+    def add(self, name, ms, calls=1, kind=None):
+        """Adds a duration measured elsewhere to stage `name` of this (sampled) step."""
+        if not self._sampled:
+            return
+        try:
+            self._recorder.add(self._recorder.stage(str(name), kind), float(ms), int(calls))
+        except Exception as e:
+            self._errors.report("add", e)
+
+    def end_step(self):
+        """Ends the step. A sampled step's sample goes to the background thread; its report
+        appears at a later step (see latest_metrics)."""
+        if not self._sampled:
+            return
+        try:
+            self._sampled = False
+            self._recorder.end_step()
+        except Exception as e:
+            self._errors.report("end_step", e)
+
+    # -- results -----------------------------------------------------------------------------
+
+    def latest_metrics(self):
+        """A copy of the latest report's straggler/* metrics on the analysis rank; {} on other
+        ranks and before the first report."""
+        try:
+            if self._analysis is None:
+                return {}
+            return self._analysis.latest_metrics()
+        except Exception as e:
+            self._errors.report("latest_metrics", e)
+            return {}
+
+    def latest_report(self):
+        """The latest full report (dict: stages, stragglers, waiting, hints, metrics) on the
+        analysis rank, else None."""
+        try:
+            return None if self._analysis is None else self._analysis.latest_report()
+        except Exception as e:
+            self._errors.report("latest_report", e)
+            return None
+
+    def counters(self):
+        """What was sampled, emitted and dropped, and how many failures were counted."""
+        out = {"report_errors": 0}
+        try:
+            if self._recorder is not None:
+                out.update(self._recorder.counters)
+                queue = self._recorder.queue
+                out["queue_dropped"] = int(queue.dropped)
+                out["queue_pushed"] = int(queue.pushed)
+            if self._channel is not None:
+                out["rounds"] = self._channel.rounds
+                out["side_channel_broken"] = self._channel.broken
+            if self._analysis is not None:
+                out["reports"] = self._analysis.reports
+            out["report_errors"] = self._errors.total
+        except Exception as e:
+            self._errors.report("counters", e)
+        return out
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def close(self, timeout_s=None):
+        """Flushes outstanding samples and reports (bounded wait), then stops. Idempotent.
+        Every rank should call it: the last gather needs all of them."""
+        if not self._enabled or self._closed:
+            return
+        self._closed = True
+        try:
+            try:
+                atexit.unregister(self._atexit)
+            except Exception:
+                pass
+            timeout_s = self._close_timeout_s if timeout_s is None else float(timeout_s)
+            if self._sampled:
+                self.end_step()
+            self._drain_device(min(1.0, timeout_s / 4))
+            self._recorder.queue.mark_round()  # the final round carries late samples
+            self._channel.close(timeout_s)
+        except Exception as e:
+            self._errors.report("close", e)
+        finally:
+            self._enabled = False
+            self._sampled = False
+
+    def _drain_device(self, timeout_s):
+        """Device backends: polls (never waits on the device) until every sampled step has been
+        emitted or dropped, or `timeout_s` passes."""
+        if self.backend_name == "host-clock":
+            return
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._recorder.poll()
+            c = self._recorder.counters
+            if c["samples_emitted"] + c["dropped_steps"] >= c["sampled_steps"]:
+                return
+            time.sleep(0.001)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _live_analysis(options, world_size, rank, sinks, errors, report_log, late_rounds):
+    from .live import LiveAnalysis
+
+    return LiveAnalysis(options, world_size, rank, sinks, errors, report_log, late_rounds)
+
+
+def _close_at_exit(ref):
+    an = ref()
+    if an is not None:
+        try:
+            an.close(timeout_s=min(5.0, an._close_timeout_s))
+        except Exception:
+            pass

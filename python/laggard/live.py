@@ -1,0 +1,145 @@
+"""The live analysis on the analysis rank: windows from gathered samples, the C++ Detector,
+reports to sinks.
+
+Runs on the side-channel thread of the analysis rank. Samples arrive per round as
+(rank, [(step, json_line)], dropped, errors) payloads; a step's window is analysed once every
+rank's sample is in, or `late_rounds` rounds after its first sample arrived (then with the ranks
+that made it), always in step order so persistence counts windows in order.
+"""
+
+import threading
+
+from . import _core
+from ._log import logger
+
+
+class LiveAnalysis:
+    def __init__(self, options, world_size, local_rank, sinks, errors, report_log=None,
+                 late_rounds=2):
+        self.detector = _core.Detector(options)
+        self.world_size = int(world_size)
+        self.local_rank = int(local_rank)
+        self.sinks = list(sinks)
+        self.report_log = report_log
+        self.errors = errors
+        self.late_rounds = int(late_rounds)
+        self.reports = 0
+        self.incomplete_windows = 0
+        self.late_samples = 0
+        self.parse_errors = 0
+        self._round = 0
+        self._pending = {}  # step -> {rank: line}
+        self._first_round = {}
+        self._last_step = None
+        self._dropped = {}  # rank -> samples that rank dropped (its queue was full)
+        self._remote_errors = {}  # rank -> failures counted on that rank
+        self._lock = threading.Lock()
+        self._latest_metrics = {}
+        self._latest_report = None
+
+    # -- read from any thread ----------------------------------------------------------------
+
+    def latest_metrics(self):
+        with self._lock:
+            return dict(self._latest_metrics)
+
+    def latest_report(self):
+        with self._lock:
+            return self._latest_report
+
+    # -- side-channel thread -------------------------------------------------------------------
+
+    def add_round(self, payloads):
+        self._round += 1
+        for payload in payloads:
+            if not payload:
+                continue
+            rank, samples, dropped, errors = payload
+            if rank != self.local_rank:  # our own errors are counted in self.errors already
+                self._remote_errors[rank] = errors
+            self._dropped[rank] = dropped
+            for step, line in samples:
+                if self._last_step is not None and step <= self._last_step:
+                    self.late_samples += 1  # its window was analysed without it
+                    continue
+                self._pending.setdefault(step, {})[rank] = line
+                self._first_round.setdefault(step, self._round)
+        self._evaluate(final=False)
+
+    def finish(self):
+        """Analyses what is left (close) and closes the sinks."""
+        try:
+            self._evaluate(final=True)
+        finally:
+            for sink in self.sinks:
+                close = getattr(sink, "close", None)
+                if callable(close):
+                    try:
+                        close()
+                    except Exception as e:
+                        self.errors.report("sink close", e)
+            if self.report_log is not None:
+                try:
+                    self.report_log.close()
+                except Exception as e:
+                    self.errors.report("report log", e)
+
+    def _evaluate(self, final):
+        while self._pending:
+            step = min(self._pending)
+            ranks = self._pending[step]
+            complete = len(ranks) >= self.world_size
+            if not (complete or final or self._round - self._first_round[step] >= self.late_rounds):
+                break
+            del self._pending[step]
+            del self._first_round[step]
+            if not complete:
+                self.incomplete_windows += 1
+            self._last_step = step
+            self._report(step, [ranks[r] for r in sorted(ranks)])
+
+    def _report(self, step, lines):
+        report = self.detector.observe_lines(lines, step=step, local_rank=self.local_rank)
+        self.parse_errors += len(report.get("parse_errors", ()))
+        metrics = report["metrics"]
+        confirmed = [f for f in report["stragglers"] if f["confirmed"]]
+        metrics["straggler/num_confirmed"] = float(len(confirmed))
+        metrics["straggler/confirmed"] = ",".join(
+            "%d:%s" % (f["rank"], f["stage"]) for f in confirmed)
+        metrics["straggler/report_errors"] = float(self.errors.total +
+                                                   sum(self._remote_errors.values()))
+        metrics["straggler/dropped_samples"] = float(sum(self._dropped.values()) +
+                                                     self.late_samples)
+        metrics["straggler/incomplete_windows"] = float(self.incomplete_windows)
+        report["metrics"] = metrics
+        with self._lock:
+            self._latest_metrics = metrics
+            self._latest_report = report
+        self.reports += 1
+        if self.report_log is not None:
+            findings = {
+                "stragglers": [_finding(f) for f in report["stragglers"]],
+                "waiting": [_finding(f) for f in report["waiting"]],
+            }
+            try:
+                self.report_log(step, metrics, findings)
+            except Exception as e:
+                self.errors.report("report log", e)
+        for sink in self.sinks:
+            try:
+                sink(step, dict(metrics))
+            except Exception as e:
+                self.errors.report("sink %s" % _name(sink), e)
+        if report.get("parse_errors"):
+            logger.debug("laggard: step %d: %d malformed samples", step,
+                         len(report["parse_errors"]))
+
+
+def _finding(f):
+    return {k: f[k] for k in ("rank", "stage", "kind", "ms", "ref_ms", "slowdown",
+                              "windows_flagged", "confirmed")}
+
+
+def _name(sink):
+    fn = getattr(sink, "fn", sink)
+    return getattr(fn, "__qualname__", None) or type(fn).__name__

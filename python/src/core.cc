@@ -1,0 +1,628 @@
+// laggard._core — the one pybind11 file. It binds the C++ core (recorder, sample queue, JSONL,
+// detector) for the Pythonic layer in python/laggard/. pybind11 stays here: the public headers in
+// include/laggard never see it.
+//
+// GIL rules: the training-thread calls (Recorder.begin/end/begin_step/end_step/add) keep the GIL,
+// because releasing and re-taking it costs more than the call and may hand the interpreter to
+// another thread mid-step. Everything that can take long (waiting on the sample queue, parsing
+// and analysing a window, reading a run directory) runs with the GIL released.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "laggard/laggard.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace laggard {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The bounded sample queue between the training thread and the Python background thread.
+
+/// Finished samples as JSON lines, handed from the Recorder's callback (training thread, no GIL
+/// needed: plain C++) to the side-channel thread, which drains it with the GIL released.
+/// Fixed slots whose string buffers are reused: after warm-up a push does not allocate. When
+/// the queue is full the sample is dropped and counted; the producer never waits for the
+/// consumer. Thread-safe: one producer and one consumer (more of either also work).
+///
+/// Besides samples it counts *rounds*: one per sampled step the training thread finished. The
+/// consumer runs exactly one gather per round, so every rank runs the same number of
+/// collectives even when a sample was dropped or arrives later (device backends).
+class SampleQueue {
+ public:
+  struct Entry {
+    std::int64_t step = 0;
+    std::string line;
+  };
+
+  explicit SampleQueue(std::size_t capacity, std::size_t line_reserve = 1024) {
+    if (capacity < 1) throw std::invalid_argument("SampleQueue: capacity must be >= 1");
+    ring_.resize(capacity);
+    for (Entry& e : ring_) e.line.reserve(line_reserve);
+    scratch_.reserve(line_reserve);
+  }
+
+  /// Producer: formats the sample outside the lock, then swaps it into a free slot.
+  void push(const StepSample& sample) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (count_ == ring_.size()) {
+        ++dropped_;
+        return;
+      }
+    }
+    scratch_.clear();
+    append_sample_json(sample, scratch_);
+    if (!scratch_.empty() && scratch_.back() == '\n') scratch_.pop_back();
+    push_formatted(sample.step);
+  }
+
+  /// Producer: a line formatted elsewhere (tests, replays).
+  void push_line(std::int64_t step, const std::string& line) {
+    scratch_.assign(line);
+    push_formatted(step);
+  }
+
+  /// Producer: one sampled step finished (whether or not its sample is in the queue yet).
+  void mark_round() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++rounds_;
+      ++rounds_total_;
+    }
+    cv_.notify_one();
+  }
+
+  /// Wakes the consumer for good; later waits return at once with closed = true.
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  struct Taken {
+    std::uint64_t rounds = 0;
+    bool closed = false;
+  };
+
+  /// Consumer: waits up to `timeout_s` for a round, a sample or close; moves every queued
+  /// sample into `out` (swapping buffers, so neither side allocates) and takes the rounds.
+  Taken take(double timeout_s, std::vector<Entry>& out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto ready = [&] { return rounds_ > 0 || count_ > 0 || closed_; };
+    if (timeout_s > 0)
+      cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), ready);
+    out.resize(count_);
+    for (std::size_t i = 0; i < count_; ++i) {
+      Entry& slot = ring_[(head_ + i) % ring_.size()];
+      out[i].step = slot.step;
+      out[i].line.swap(slot.line);
+    }
+    head_ = (head_ + count_) % ring_.size();
+    count_ = 0;
+    Taken t{rounds_, closed_};
+    rounds_ = 0;
+    return t;
+  }
+
+  std::uint64_t pushed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pushed_;
+  }
+  std::uint64_t dropped() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dropped_;
+  }
+  std::uint64_t rounds_total() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rounds_total_;
+  }
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+  std::size_t capacity() const { return ring_.size(); }
+
+ private:
+  void push_formatted(std::int64_t step) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (count_ == ring_.size()) {
+        ++dropped_;
+        return;
+      }
+      Entry& slot = ring_[(head_ + count_) % ring_.size()];
+      slot.step = step;
+      slot.line.swap(scratch_);  // scratch_ takes the slot's old buffer: capacity is kept
+      ++count_;
+      ++pushed_;
+    }
+    cv_.notify_one();
+  }
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Entry> ring_;
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+  std::uint64_t rounds_ = 0;
+  std::uint64_t rounds_total_ = 0;
+  std::uint64_t pushed_ = 0;
+  std::uint64_t dropped_ = 0;
+  bool closed_ = false;
+  std::string scratch_;  // producer only
+};
+
+// ---------------------------------------------------------------------------------------------
+// Recorder with its queue and backend choice.
+
+/// The Python-facing recorder: a laggard::Recorder, the queue its samples go to, and why a
+/// device backend was not used (empty when it was, or when none was asked for).
+class PyRecorder {
+ public:
+  PyRecorder(int interval, int rank, int world_size, int local_rank, std::string host,
+             std::string cohort, int max_pending_steps, const std::string& backend, int device,
+             std::uint32_t capacity) {
+    RecorderOptions options;
+    options.interval = interval;
+    options.rank.rank = rank;
+    options.rank.world_size = world_size;
+    options.rank.local_rank = local_rank;
+    options.rank.host = std::move(host);
+    options.rank.cohort = std::move(cohort);
+    options.max_pending_steps = max_pending_steps;
+    std::unique_ptr<TimingBackend> timing;
+    if (backend == "cuda") {
+      CudaBackendResult made;
+      {
+        py::gil_scoped_release nogil;  // first use opens libcuda and calls cuInit
+        made = make_cuda_backend(capacity, device);
+      }
+      if (made.backend)
+        timing = std::move(made.backend);
+      else
+        reason_ = made.reason.empty() ? std::string("CUDA backend unavailable") : made.reason;
+    } else if (backend != "host") {
+      throw std::invalid_argument("Recorder: backend must be 'host' or 'cuda', got '" + backend +
+                                  "'");
+    }
+    recorder_ = std::make_unique<Recorder>(std::move(options), std::move(timing));
+  }
+
+  Recorder& rec() { return *recorder_; }
+  const std::string& reason() const { return reason_; }
+
+  void attach(std::shared_ptr<SampleQueue> queue) {
+    queue_ = std::move(queue);
+    if (queue_) {
+      SampleQueue* q = queue_.get();
+      recorder_->on_sample([q](const StepSample& s) { q->push(s); });
+    } else {
+      recorder_->on_sample(nullptr);
+    }
+  }
+  std::shared_ptr<SampleQueue> queue() const { return queue_; }
+
+  bool begin_step(std::int64_t step) {
+    const bool open = recorder_->sampled();  // a step never ended is closed by begin_step
+    recorder_->begin_step(step);
+    if (open && queue_) queue_->mark_round();
+    return recorder_->sampled();
+  }
+  void end_step() {
+    if (!recorder_->sampled()) return;
+    recorder_->end_step();
+    if (queue_) queue_->mark_round();
+  }
+
+ private:
+  std::unique_ptr<Recorder> recorder_;
+  std::shared_ptr<SampleQueue> queue_;
+  std::string reason_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Conversions
+
+StageKind kind_from(const py::handle& h) {
+  if (py::isinstance<StageKind>(h)) return h.cast<StageKind>();
+  if (py::isinstance<py::str>(h)) {
+    const auto text = h.cast<std::string>();
+    if (auto k = parse_stage_kind(text)) return *k;
+    throw std::invalid_argument("unknown stage kind '" + text +
+                                "' (expected compute, communication, data or other)");
+  }
+  throw std::invalid_argument("stage kind must be a StageKind or a string");
+}
+
+py::object metric_value(const MetricValue& v) {
+  if (const double* d = std::get_if<double>(&v)) return py::float_(*d);
+  return py::str(std::get<std::string>(v));
+}
+
+py::dict metrics_dict(const Metrics& metrics) {
+  py::dict out;
+  for (const auto& [name, value] : metrics) out[py::str(name)] = metric_value(value);
+  return out;
+}
+
+py::dict finding_dict(const RankFinding& f) {
+  return py::dict("rank"_a = f.rank, "host"_a = f.host, "cohort"_a = f.cohort,
+                  "stage"_a = f.stage, "kind"_a = to_string(f.kind),
+                  "role"_a = f.role == RankFinding::Role::straggler ? "straggler" : "waiting",
+                  "ms"_a = f.ms, "ref_ms"_a = f.ref_ms, "slowdown"_a = f.slowdown,
+                  "windows_flagged"_a = f.windows_flagged, "confirmed"_a = f.confirmed);
+}
+
+py::dict report_dict(const Report& r, int local_rank) {
+  py::list stages;
+  for (const StageFigures& f : r.stages) {
+    py::dict ranks_ms;
+    for (std::size_t i = 0; i < f.rank_ids.size() && i < f.rank_ms.size(); ++i)
+      ranks_ms[py::int_(f.rank_ids[i])] = f.rank_ms[i];
+    stages.append(py::dict(
+        "cohort"_a = f.cohort, "stage"_a = f.stage, "kind"_a = to_string(f.kind),
+        "ranks"_a = f.ranks, "ref_ms"_a = f.ref_ms, "mean_ms"_a = f.mean_ms,
+        "median_ms"_a = f.median_ms, "min_ms"_a = f.min_ms, "max_ms"_a = f.max_ms,
+        "slowdown_ratio"_a = f.slowdown_ratio, "relative_score"_a = f.relative_score,
+        "top_rank"_a = f.top_rank, "num_stragglers"_a = f.num_stragglers,
+        "flagged_ranks"_a = f.flagged_ranks, "rank_ms"_a = ranks_ms));
+  }
+  py::list stragglers, waiting, hosts;
+  for (const RankFinding& f : r.stragglers) stragglers.append(finding_dict(f));
+  for (const RankFinding& f : r.waiting) waiting.append(finding_dict(f));
+  for (const HostFinding& h : r.slow_hosts)
+    hosts.append(py::dict("host"_a = h.host, "cohort"_a = h.cohort, "stage"_a = h.stage,
+                          "ranks"_a = h.ranks, "slowdown"_a = h.slowdown));
+  return py::dict("step"_a = r.step, "ranks_seen"_a = r.ranks_seen,
+                  "world_size"_a = r.world_size, "stages"_a = stages,
+                  "stragglers"_a = stragglers, "waiting"_a = waiting, "slow_hosts"_a = hosts,
+                  "likely_bottleneck"_a = r.likely_bottleneck,
+                  "whatif_step_saving_ms"_a = r.whatif_step_saving_ms, "hints"_a = r.hints,
+                  "metrics"_a = metrics_dict(r.metrics(local_rank)));
+}
+
+py::dict counters_dict(const RecorderCounters& c) {
+  return py::dict("sampled_steps"_a = c.sampled_steps, "samples_emitted"_a = c.samples_emitted,
+                  "dropped_stages"_a = c.dropped_stages,
+                  "dropped_intervals"_a = c.dropped_intervals,
+                  "dropped_steps"_a = c.dropped_steps, "unbalanced"_a = c.unbalanced);
+}
+
+StepSample parse_line(SampleParser& parser, const std::string& line) {
+  StepSample s;
+  std::string error;
+  if (!parser.parse(line, s, error)) throw std::invalid_argument("bad sample line: " + error);
+  return s;
+}
+
+/// A window's step: the given one, else the first sample's.
+Window make_window(std::vector<StepSample> samples, std::optional<std::int64_t> step) {
+  Window w;
+  w.step = step ? *step : (samples.empty() ? 0 : samples.front().step);
+  w.samples = std::move(samples);
+  return w;
+}
+
+}  // namespace
+}  // namespace laggard
+
+PYBIND11_MODULE(_core, m) {
+  using namespace laggard;
+  m.doc() = "laggard C++ core: recorder, sample queue, JSONL samples and straggler analysis";
+  m.attr("__version__") = kVersion;
+  m.attr("SAMPLE_SCHEMA") = std::string(kSampleSchema);
+  py::register_exception<InputError>(m, "InputError", PyExc_OSError);
+
+  py::enum_<StageKind>(m, "StageKind", "What a stage's time means (compute, communication, ...).")
+      .value("compute", StageKind::compute)
+      .value("communication", StageKind::communication)
+      .value("data", StageKind::data)
+      .value("other", StageKind::other)
+      .def("__str__", [](StageKind k) { return std::string(to_string(k)); });
+  m.def("default_stage_kind", [](const std::string& name) { return default_stage_kind(name); },
+        "The kind laggard assumes for a stage name.", "name"_a);
+
+  py::class_<StageTime>(m, "StageTime", "One stage of one rank in one step.")
+      .def(py::init([](std::string name, py::object kind, double ms, std::uint32_t calls) {
+             StageTime t;
+             t.kind = kind.is_none() ? default_stage_kind(name) : kind_from(kind);
+             t.name = std::move(name);
+             t.ms = ms;
+             t.calls = calls;
+             return t;
+           }),
+           "name"_a, "kind"_a = py::none(), "ms"_a = 0.0, "calls"_a = 1)
+      .def_readwrite("name", &StageTime::name)
+      .def_readwrite("kind", &StageTime::kind)
+      .def_readwrite("ms", &StageTime::ms)
+      .def_readwrite("calls", &StageTime::calls)
+      .def("__repr__", [](const StageTime& t) {
+        return "StageTime(" + t.name + ", " + to_string(t.kind) + ", " + std::to_string(t.ms) +
+               " ms, " + std::to_string(t.calls) + " calls)";
+      });
+
+  py::class_<StepSample>(m, "StepSample", "One rank's figures for one sampled step.")
+      .def(py::init<>())
+      .def_readwrite("rank", &StepSample::rank)
+      .def_readwrite("world_size", &StepSample::world_size)
+      .def_readwrite("step", &StepSample::step)
+      .def_readwrite("host", &StepSample::host)
+      .def_readwrite("cohort", &StepSample::cohort)
+      .def_readwrite("step_ms", &StepSample::step_ms)
+      .def_readwrite("work", &StepSample::work)
+      .def_readwrite("stages", &StepSample::stages, "Stages in pipeline order (a copy on read).")
+      .def("find",
+           [](const StepSample& s, const std::string& name) -> std::optional<StageTime> {
+             const StageTime* t = s.find(name);
+             if (!t) return std::nullopt;
+             return *t;
+           })
+      .def(
+          "to_json",
+          [](const StepSample& s) {
+            std::string out;
+            append_sample_json(s, out);
+            if (!out.empty() && out.back() == '\n') out.pop_back();
+            return out;
+          },
+          "The sample as one laggard.sample/1 JSON line, without the trailing newline.")
+      .def_static(
+          "from_json",
+          [](const std::string& line) {
+            SampleParser parser;
+            return parse_line(parser, line);
+          },
+          "Parses one laggard.sample/1 line; ValueError says what was wrong.", "line"_a)
+      .def("__repr__", [](const StepSample& s) {
+        return "StepSample(rank=" + std::to_string(s.rank) + ", step=" + std::to_string(s.step) +
+               ", stages=" + std::to_string(s.stages.size()) + ")";
+      });
+
+  py::class_<SampleParser>(m, "SampleParser", "Reusable laggard.sample/1 line parser.")
+      .def(py::init<>())
+      .def("parse", [](SampleParser& p, const std::string& line) { return parse_line(p, line); },
+           "line"_a);
+
+  py::class_<SampleQueue, std::shared_ptr<SampleQueue>>(
+      m, "SampleQueue",
+      "Bounded queue of finished samples (JSON lines) from the recorder to a drain thread. "
+      "Full: the sample is dropped and counted; the producer never waits.")
+      .def(py::init<std::size_t, std::size_t>(), "capacity"_a = 64, "line_reserve"_a = 1024)
+      .def(
+          "take",
+          [](SampleQueue& q, double timeout_s) {
+            std::vector<SampleQueue::Entry> entries;
+            SampleQueue::Taken t;
+            {
+              py::gil_scoped_release nogil;
+              t = q.take(timeout_s, entries);
+            }
+            py::list lines;
+            for (const auto& e : entries) lines.append(py::make_tuple(e.step, e.line));
+            return py::make_tuple(t.rounds, lines, t.closed);
+          },
+          "Waits up to timeout_s (GIL released) for work; returns (rounds, [(step, line)], "
+          "closed).",
+          "timeout_s"_a)
+      .def("push", &SampleQueue::push, "sample"_a)
+      .def("push_line", &SampleQueue::push_line, "step"_a, "line"_a)
+      .def("mark_round", &SampleQueue::mark_round)
+      .def("close", &SampleQueue::close)
+      .def_property_readonly("pushed", &SampleQueue::pushed)
+      .def_property_readonly("dropped", &SampleQueue::dropped)
+      .def_property_readonly("rounds_total", &SampleQueue::rounds_total)
+      .def_property_readonly("capacity", &SampleQueue::capacity)
+      .def("__len__", &SampleQueue::size);
+
+  py::class_<PyRecorder>(
+      m, "Recorder",
+      "Sampled stage timing for one training thread (not thread-safe). backend='cuda' asks for "
+      "CUDA events; if that is not possible the host clock is used and backend_reason says why.")
+      .def(py::init<int, int, int, int, std::string, std::string, int, const std::string&, int,
+                    std::uint32_t>(),
+           "interval"_a = 10, "rank"_a = 0, "world_size"_a = 1, "local_rank"_a = 0,
+           "host"_a = "", "cohort"_a = "", "max_pending_steps"_a = 4, "backend"_a = "host",
+           "device"_a = -1, "capacity"_a = 4096)
+      .def(
+          "stage",
+          [](PyRecorder& r, const std::string& name, py::object kind) {
+            return kind.is_none() ? r.rec().stage(name) : r.rec().stage(name, kind_from(kind));
+          },
+          "Registers (or finds) a stage; returns its id, -1 when all slots are taken.", "name"_a,
+          "kind"_a = py::none())
+      .def("begin_step", &PyRecorder::begin_step,
+           "Starts a step; returns whether it is sampled.", "step"_a)
+      .def("end_step", &PyRecorder::end_step)
+      .def("begin", [](PyRecorder& r, int id) { r.rec().begin(id); }, "id"_a)
+      .def("end", [](PyRecorder& r, int id) { r.rec().end(id); }, "id"_a)
+      .def(
+          "add",
+          [](PyRecorder& r, int id, double ms, std::uint32_t calls) { r.rec().add(id, ms, calls); },
+          "id"_a, "ms"_a, "calls"_a = 1)
+      .def("poll", [](PyRecorder& r) { r.rec().poll(); })
+      .def("sampled", [](PyRecorder& r) { return r.rec().sampled(); })
+      .def_property_readonly("step", [](PyRecorder& r) { return r.rec().step(); })
+      .def_property_readonly("enabled", [](PyRecorder& r) { return r.rec().enabled(); })
+      .def_property_readonly("counters", [](PyRecorder& r) { return counters_dict(r.rec().counters()); })
+      .def_property_readonly("backend_name",
+                             [](PyRecorder& r) { return std::string(r.rec().backend_name()); })
+      .def_property_readonly("backend_reason", &PyRecorder::reason)
+      .def(
+          "set_stream",
+          [](PyRecorder& r, std::uintptr_t handle) {
+            if (TimingBackend* b = r.rec().backend()) b->set_stream(reinterpret_cast<void*>(handle));
+          },
+          "Device backends: records later marks on this stream (a CUstream as an int; 0 = the "
+          "default stream). No-op on the host clock.",
+          "handle"_a)
+      .def("attach_queue", &PyRecorder::attach, "Samples go to this queue (None: nowhere).",
+           "queue"_a)
+      .def_property_readonly("queue", &PyRecorder::queue);
+
+  py::enum_<Reference>(m, "Reference")
+      .value("mean", Reference::mean)
+      .value("median", Reference::median)
+      .value("robust", Reference::robust);
+
+  py::class_<DetectorOptions>(m, "DetectorOptions")
+      .def(py::init([](py::object ref, double rel, double abs_ms, double mad_z, int k, int n) {
+             DetectorOptions o;
+             if (py::isinstance<py::str>(ref))
+               o.ref = parse_reference(ref.cast<std::string>());
+             else
+               o.ref = ref.cast<Reference>();
+             o.relative_threshold = rel;
+             o.absolute_ms_threshold = abs_ms;
+             o.mad_z = mad_z;
+             o.confirm_k = k;
+             o.confirm_n = n;
+             o.validate();
+             return o;
+           }),
+           "ref"_a = "mean", "relative_threshold"_a = 1.2, "absolute_ms_threshold"_a = 5.0,
+           "mad_z"_a = 3.5, "confirm_k"_a = 2, "confirm_n"_a = 3)
+      .def_readwrite("ref", &DetectorOptions::ref)
+      .def_readwrite("relative_threshold", &DetectorOptions::relative_threshold)
+      .def_readwrite("absolute_ms_threshold", &DetectorOptions::absolute_ms_threshold)
+      .def_readwrite("mad_z", &DetectorOptions::mad_z)
+      .def_readwrite("confirm_k", &DetectorOptions::confirm_k)
+      .def_readwrite("confirm_n", &DetectorOptions::confirm_n)
+      .def("validate", &DetectorOptions::validate);
+
+  py::class_<Detector>(m, "Detector",
+                       "Straggler analysis over a run's windows with persistence. Not "
+                       "thread-safe; the analysis itself runs with the GIL released.")
+      .def(py::init<DetectorOptions>(), "options"_a = DetectorOptions{})
+      .def(
+          "observe",
+          [](Detector& d, std::vector<StepSample> samples, std::optional<std::int64_t> step,
+             int local_rank) {
+            Window w = make_window(std::move(samples), step);
+            Report r;
+            {
+              py::gil_scoped_release nogil;
+              r = d.observe(w);
+            }
+            return report_dict(r, local_rank);
+          },
+          "Analyses one window (every rank's sample of one step); returns the report as a dict "
+          "with 'metrics' (straggler/*) for local_rank.",
+          "samples"_a, "step"_a = py::none(), "local_rank"_a = 0)
+      .def(
+          "observe_lines",
+          [](Detector& d, std::vector<std::string> lines, std::optional<std::int64_t> step,
+             int local_rank) {
+            Report r;
+            std::vector<std::string> errors;
+            {
+              py::gil_scoped_release nogil;
+              SampleParser parser;
+              std::vector<StepSample> samples;
+              samples.reserve(lines.size());
+              std::string error;
+              for (const std::string& line : lines) {
+                StepSample s;
+                if (parser.parse(line, s, error))
+                  samples.push_back(std::move(s));
+                else
+                  errors.push_back(error);
+              }
+              Window w = make_window(std::move(samples), step);
+              r = d.observe(w);
+            }
+            py::dict out = report_dict(r, local_rank);
+            out["parse_errors"] = errors;
+            return out;
+          },
+          "observe() over laggard.sample/1 JSON lines; malformed lines are left out and listed "
+          "in 'parse_errors'.",
+          "lines"_a, "step"_a = py::none(), "local_rank"_a = 0)
+      .def(
+          "confirmed",
+          [](const Detector& d) {
+            py::list out;
+            for (const auto& c : d.confirmed()) {
+              py::dict f = finding_dict(c.finding);
+              f["first_confirmed_step"] = c.first_confirmed_step;
+              f["first_flagged_step"] = c.first_flagged_step;
+              f["windows_seen"] = c.windows_seen;
+              out.append(f);
+            }
+            return out;
+          },
+          "Findings confirmed so far (latest figures of each rank and stage).")
+      .def_property_readonly("windows", &Detector::windows)
+      .def_property_readonly("options", &Detector::options);
+
+  m.def(
+      "evaluate_window",
+      [](std::vector<StepSample> samples, const DetectorOptions& options,
+         std::optional<std::int64_t> step, int local_rank) {
+        Window w = make_window(std::move(samples), step);
+        Report r;
+        {
+          py::gil_scoped_release nogil;
+          r = evaluate_window(w, options);
+        }
+        return report_dict(r, local_rank);
+      },
+      "The RFC rule for one window, without persistence.", "samples"_a,
+      "options"_a = DetectorOptions{}, "step"_a = py::none(), "local_rank"_a = 0);
+
+  m.def(
+      "first_regression",
+      [](const std::vector<double>& baseline, const std::vector<double>& current,
+         double relative_threshold) -> py::object {
+        auto r = first_regression(baseline, current, relative_threshold);
+        if (!r) return py::none();
+        return py::make_tuple(r->index, r->delta);
+      },
+      "The first stage (pipeline order) slower than baseline by the threshold: (index, delta) "
+      "or None. ValueError on unequal lengths.",
+      "baseline"_a, "current"_a, "relative_threshold"_a = 0.05);
+
+  m.def(
+      "read_run",
+      [](const std::string& run_dir) {
+        std::vector<Window> windows;
+        RunStats stats;
+        {
+          py::gil_scoped_release nogil;
+          RunReader reader(run_dir);
+          Window w;
+          while (reader.next(w)) windows.push_back(w);
+          stats = reader.stats();
+        }
+        py::list out;
+        for (Window& w : windows) out.append(py::make_tuple(w.step, std::move(w.samples)));
+        py::list errors;
+        for (const LineError& e : stats.errors) errors.append(e.message());
+        py::dict s("files"_a = stats.files, "samples"_a = stats.samples,
+                   "malformed"_a = stats.malformed, "duplicates"_a = stats.duplicates,
+                   "out_of_order"_a = stats.out_of_order, "windows"_a = stats.windows,
+                   "errors"_a = errors);
+        return py::make_tuple(out, s);
+      },
+      "Reads RUN_DIR/rank-*.jsonl as the CLI does: ([(step, [StepSample])], stats).",
+      "run_dir"_a);
+
+  m.def(
+      "should_log_cuda_fallback",
+      [](const std::string& reason) { return should_log_cuda_fallback(reason); },
+      "True the first time this reason is seen in the process.", "reason"_a);
+}
