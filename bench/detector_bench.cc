@@ -85,9 +85,7 @@ void BM_Evaluate(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kRanks * kStages);
   state.SetLabel(laggard::to_string(options.ref));
 }
-BENCHMARK(BM_Evaluate)
-    ->ArgsProduct({{0, 1, 2}, {0, 1}})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Evaluate)->ArgsProduct({{0, 1, 2}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 void BM_Observe(benchmark::State& state) {
   laggard::Detector detector;

@@ -43,10 +43,14 @@ laggard::StepSample realistic_sample(int rank, std::int64_t step, std::mt19937_6
     std::uint32_t calls;
   };
   static const Stage kStages[] = {
-      {"dataloader", StageKind::data, 2.1, 1},        {"forward", StageKind::compute, 31.2, 4},
-      {"attention", StageKind::compute, 12.7, 32},    {"moe", StageKind::compute, 8.4, 16},
-      {"backward", StageKind::compute, 63.9, 4},      {"communication", StageKind::communication, 9.1, 2},
-      {"optimizer", StageKind::compute, 4.6, 1},      {"logging", StageKind::other, 0.35, 1},
+      {"dataloader", StageKind::data, 2.1, 1},
+      {"forward", StageKind::compute, 31.2, 4},
+      {"attention", StageKind::compute, 12.7, 32},
+      {"moe", StageKind::compute, 8.4, 16},
+      {"backward", StageKind::compute, 63.9, 4},
+      {"communication", StageKind::communication, 9.1, 2},
+      {"optimizer", StageKind::compute, 4.6, 1},
+      {"logging", StageKind::other, 0.35, 1},
   };
   double total = 0;
   for (const Stage& st : kStages) {

@@ -2,11 +2,14 @@
 // training job got slower. Pipeline: sources (recorder, JSONL) → StepSample → analysis → sinks.
 #pragma once
 
+#include "laggard/compare.hpp"
 #include "laggard/cuda.hpp"
 #include "laggard/detector.hpp"
 #include "laggard/export.hpp"
+#include "laggard/html_report.hpp"
 #include "laggard/jsonl.hpp"
 #include "laggard/model.hpp"
+#include "laggard/onset.hpp"
 #include "laggard/recorder.hpp"
 #include "laggard/summary.hpp"
 #include "laggard/version.hpp"

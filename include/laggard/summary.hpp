@@ -3,12 +3,15 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "laggard/detector.hpp"
 #include "laggard/export.hpp"
 #include "laggard/model.hpp"
+#include "laggard/onset.hpp"
 
 namespace laggard {
 
@@ -26,6 +29,9 @@ struct StragglerSummary {
   double typical_slowdown = 1.0;  ///< median of t / ref over the windows it was flagged in
   double last_ms = 0.0;
   double last_ref_ms = 0.0;
+  /// The step at which its slowdown began (CUSUM on log(t / ref), see OnsetDetector); nothing
+  /// when no persistent shift was found (an intermittent straggler).
+  std::optional<std::int64_t> onset_step;
 };
 
 /// A rank whose excess was only time spent waiting in communication (evidence, not a verdict),
@@ -66,19 +72,29 @@ struct RunSummary {
   double mean_step_ms = 0.0;           ///< per window, the slowest rank's step_ms, averaged
   double mean_whatif_saving_ms = 0.0;  ///< whatif_step_saving_ms averaged over windows
   Report last;                         ///< the last window's report
+  /// The step at which the job's step time (per window, the slowest rank's step_ms) began a
+  /// persistent rise, and its typical value before and since; nothing if it did not.
+  std::optional<std::int64_t> step_time_onset;
+  double step_time_before_ms = 0.0;  ///< baseline level (NaN when unknown)
+  double step_time_since_ms = 0.0;   ///< typical since the onset (NaN without an onset)
 };
 
 /// Runs a Detector over a run's windows and keeps what the summary needs (memory grows with
-/// ranks × stages, not with steps). Not thread-safe.
+/// ranks × stages, not with steps: one fixed-size OnsetDetector per rank and non-communication
+/// stage, for the onsets). Not thread-safe.
 class LAGGARD_API RunAnalysis {
  public:
   /// Throws std::invalid_argument for invalid options.
-  explicit RunAnalysis(DetectorOptions options = {});
+  explicit RunAnalysis(DetectorOptions options = {}, OnsetOptions onset = {});
   /// Analyses one window and returns its report (valid until the next call).
   const Report& add(const Window& window);
   /// The summary so far.
   RunSummary summary() const;
   const DetectorOptions& options() const noexcept { return detector_.options(); }
+  const OnsetOptions& onset_options() const noexcept { return onset_options_; }
+  /// The onset of (cohort, stage, rank) in log(t / ref), or nothing (also when never seen).
+  std::optional<std::int64_t> onset(const std::string& cohort, const std::string& stage,
+                                    int rank) const;
 
  private:
   struct Waiting {
@@ -101,6 +117,16 @@ class LAGGARD_API RunAnalysis {
   std::map<std::string, int> bottleneck_windows_;
   double sum_step_ms_ = 0.0;
   double sum_whatif_ms_ = 0.0;
+  // Onsets: per cohort \x1f stage, rank → slot in the dense detectors (ranks of other cohorts
+  // cost 4 bytes each, not a detector).
+  struct StageOnsets {
+    std::vector<std::int32_t> slot;
+    std::vector<OnsetDetector> detectors;
+  };
+  OnsetOptions onset_options_;
+  std::unordered_map<std::string, StageOnsets> rank_onsets_;
+  OnsetDetector step_onset_;
+  std::string key_;
 };
 
 }  // namespace laggard

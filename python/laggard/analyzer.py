@@ -26,7 +26,7 @@ import socket
 import sys
 import weakref
 
-from ._log import ErrorCounter, log_once, logger
+from ._log import ErrorCounter, log_once
 
 _REFS = ("mean", "median", "robust")
 
@@ -121,6 +121,15 @@ class Analyzer:
         self._channel = None
         self._analysis = None
         self._stream = None
+        self.backend_name = None
+        self.analysis_rank = int(analysis_rank)
+        self.is_analysis_rank = False
+        self.options = dict(enabled=bool(enabled), interval=interval,
+                            relative_threshold=relative_threshold,
+                            absolute_ms_threshold=absolute_ms_threshold, ref=ref,
+                            log_dir=log_dir, analysis_rank=analysis_rank,
+                            module_stages=bool(module_stages), timing=timing,
+                            confirm_k=confirm_k, confirm_n=confirm_n)
         if not enabled:
             return  # nothing created: no thread, no group, no file
 
@@ -131,7 +140,12 @@ class Analyzer:
             raise ValueError("ref must be one of %s, got %r" % (", ".join(_REFS), ref))
         if timing not in ("auto", "host", "cuda"):
             raise ValueError("timing must be 'auto', 'host' or 'cuda', got %r" % (timing,))
-        from . import _core  # the extension is needed only when enabled
+        try:
+            from . import _core  # the extension is needed only when enabled
+        except ImportError as e:
+            raise ImportError("laggard._core is not built (configure with "
+                              "-DLAGGARD_BUILD_PYTHON=ON and build the _core target): %s" % e) \
+                from e
         from .sinks import JsonlReportSink, as_sink
 
         options = _core.DetectorOptions(ref=ref, relative_threshold=float(relative_threshold),
@@ -149,6 +163,9 @@ class Analyzer:
         if world_size is not None:
             self.world_size = int(world_size)
         self.analysis_rank = int(analysis_rank)
+        if not 0 <= self.analysis_rank < self.world_size:
+            raise ValueError("analysis_rank must be in [0, %d), got %d" %
+                             (self.world_size, self.analysis_rank))
         self.is_analysis_rank = self.rank == self.analysis_rank
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
 
@@ -207,6 +224,8 @@ class Analyzer:
         ref_self = weakref.ref(self)
         self._atexit = lambda: _close_at_exit(ref_self)
         atexit.register(self._atexit)
+        # Dropped without close(): let the thread finish what was marked and exit.
+        weakref.finalize(self, queue.close)
 
     @classmethod
     def from_args(cls, args, **overrides):
@@ -352,9 +371,9 @@ class Analyzer:
                 out["side_channel_broken"] = self._channel.broken
             if self._analysis is not None:
                 out["reports"] = self._analysis.reports
-            out["report_errors"] = self._errors.total
         except Exception as e:
             self._errors.report("counters", e)
+        out["report_errors"] = self._errors.total
         return out
 
     # -- shutdown ----------------------------------------------------------------------------

@@ -332,8 +332,7 @@ PYBIND11_MODULE(_core, m) {
       .value("compute", StageKind::compute)
       .value("communication", StageKind::communication)
       .value("data", StageKind::data)
-      .value("other", StageKind::other)
-      .def("__str__", [](StageKind k) { return std::string(to_string(k)); });
+      .value("other", StageKind::other);
   m.def("default_stage_kind", [](const std::string& name) { return default_stage_kind(name); },
         "The kind laggard assumes for a stage name.", "name"_a);
 

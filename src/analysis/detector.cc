@@ -67,8 +67,7 @@ void DetectorOptions::validate() const {
     bad_option("relative_threshold", number(relative_threshold), "finite and >= 1.0");
   if (!(absolute_ms_threshold >= 0.0))
     bad_option("absolute_ms_threshold", number(absolute_ms_threshold), ">= 0");
-  if (!(std::isfinite(mad_z) && mad_z > 0.0))
-    bad_option("mad_z", number(mad_z), "finite and > 0");
+  if (!(std::isfinite(mad_z) && mad_z > 0.0)) bad_option("mad_z", number(mad_z), "finite and > 0");
   if (confirm_k < 1) bad_option("confirm_k", std::to_string(confirm_k), ">= 1");
   if (confirm_n > 32) bad_option("confirm_n", std::to_string(confirm_n), "<= 32");
   if (confirm_k > confirm_n)
@@ -103,8 +102,8 @@ struct Cohort {
 // What the rule found in one column, before it becomes StageFigures.
 struct ColumnResult {
   double ref = 0.0, mean = 0.0, median = 0.0, min = 0.0, max = 0.0;
-  int top = -1;               // position in the column of the largest time
-  std::vector<int> flagged;   // positions in the column, ordered by rank
+  int top = -1;              // position in the column of the largest time
+  std::vector<int> flagged;  // positions in the column, ordered by rank
 };
 
 std::string cohort_label(std::string_view cohort) {
@@ -152,30 +151,82 @@ std::string ranks_phrase(const std::vector<int>& sorted) {
   return out;
 }
 
+// Places the k-th smallest of a[0, n) at a[k], no larger ones before it, no smaller ones after.
+// Quickselect with random pivots and a branch-free partition. std::nth_element branches on
+// every comparison, and on 16k timings (half above the pivot, at random) those branches
+// mispredict: with it, a robust-mode window of 16k ranks x 16 stages took 1.4x the CPU time
+// (bench/detector_bench.cc), and some input orders slowed it further.
+void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
+  std::uint64_t rng = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n);
+  auto random_below = [&rng](std::ptrdiff_t bound) {  // xorshift64: enough for pivots
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return static_cast<std::ptrdiff_t>(rng % static_cast<std::uint64_t>(bound));
+  };
+  std::ptrdiff_t lo = 0, hi = n;  // the k-th smallest is in a[lo, hi)
+  while (hi - lo > 24) {
+    const std::ptrdiff_t len = hi - lo;
+    const double x = a[lo + random_below(len)];
+    const double y = a[lo + random_below(len)];
+    const double z = a[lo + random_below(len)];
+    const double pivot = std::max(std::min(x, y), std::min(std::max(x, y), z));  // median of 3
+    // Lomuto without branches: every element is swapped, the boundary moves by the comparison.
+    std::ptrdiff_t less_end = lo;
+    for (std::ptrdiff_t i = lo; i < hi; ++i) {
+      const double v = a[i];
+      a[i] = a[less_end];
+      a[less_end] = v;
+      less_end += v < pivot;
+    }
+    if (k < less_end) {
+      hi = less_end;
+      continue;
+    }
+    // Split the rest into == pivot and > pivot, so that many equal times cannot stall it.
+    std::ptrdiff_t equal_end = less_end;
+    for (std::ptrdiff_t i = less_end; i < hi; ++i) {
+      const double v = a[i];
+      a[i] = a[equal_end];
+      a[equal_end] = v;
+      equal_end += v <= pivot;
+    }
+    if (k < equal_end) return;  // a[k] == pivot
+    lo = equal_end;
+  }
+  std::sort(a + lo, a + hi);
+}
+
 // Median of `v`, reordering it. `v` must not be empty.
 double median_inplace(std::vector<double>& v) {
-  const std::size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  const double hi = v[mid];
-  if (v.size() % 2 == 1) return hi;
-  const double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(v.size());
+  const std::ptrdiff_t mid = n / 2;
+  select_kth(v.data(), n, mid);
+  const double hi = v[static_cast<std::size_t>(mid)];
+  if (n % 2 == 1) return hi;
+  const double lo = *std::max_element(v.begin(), v.begin() + mid);
   return 0.5 * (lo + hi);
 }
 
 // Stage names are short: compare them inline, eight bytes at a time, instead of calling memcmp.
 inline bool same_name(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
+  const std::size_t n = a.size();
+  if (n != b.size()) return false;
   const char* p = a.data();
   const char* q = b.data();
-  std::size_t n = a.size();
-  for (; n >= 8; n -= 8, p += 8, q += 8) {
-    std::uint64_t x, y;
-    std::memcpy(&x, p, 8);
-    std::memcpy(&y, q, 8);
-    if (x != y) return false;
+  auto same8 = [](const char* x, const char* y) {
+    std::uint64_t u, v;
+    std::memcpy(&u, x, 8);
+    std::memcpy(&v, y, 8);
+    return u == v;
+  };
+  if (n >= 8) {
+    for (std::size_t i = 0; i + 8 < n; i += 8)
+      if (!same8(p + i, q + i)) return false;
+    return same8(p + n - 8, q + n - 8);  // the last 8 bytes, overlapping the loop's
   }
-  for (; n > 0; --n)
-    if (*p++ != *q++) return false;
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] != q[i]) return false;
   return true;
 }
 
@@ -284,19 +335,20 @@ class WindowEvaluator {
     ColumnResult r;
     const std::vector<double>& ms = col.ms;
     const std::size_t n = ms.size();
+    // One running sum, in sample order: the mean is then exactly what a plain loop gives.
     double sum = 0.0, lo = ms[0], hi = ms[0];
-    for (std::size_t i = 0; i < n; ++i) {  // branch-free: vectorizes
-      const double t = ms[i];
-      sum += t;
-      lo = t < lo ? t : lo;
-      hi = t > hi ? t : hi;
+    for (std::size_t i = 0; i < n; ++i) sum += ms[i];
+    for (std::size_t i = 0; i < n; ++i) {  // branch-free
+      lo = ms[i] < lo ? ms[i] : lo;
+      hi = ms[i] > hi ? ms[i] : hi;
     }
     int top = -1;  // the slowest rank, the lowest rank on ties
-    for (std::size_t i = 0; i < n; ++i)
-      if (ms[i] == hi && (top < 0 || cohort.ranks[static_cast<std::size_t>(col.member[i])] <
-                                         cohort.ranks[static_cast<std::size_t>(
-                                             col.member[static_cast<std::size_t>(top)])]))
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ms[i] != hi) continue;
+      if (top < 0 || rank_of(cohort, col.member[i]) <
+                         rank_of(cohort, col.member[static_cast<std::size_t>(top)]))
         top = static_cast<int>(i);
+    }
     r.mean = sum / static_cast<double>(n);
     r.min = lo;
     r.max = hi;
@@ -315,16 +367,16 @@ class WindowEvaluator {
     }
     if (n > 1) {
       // With ref <= 0 the relative rule says nothing: only the absolute rule applies.
-      const double relative_limit = ref > 0.0 ? ref * options_.relative_threshold
-                                              : std::numeric_limits<double>::infinity();
+      const double relative_limit =
+          ref > 0.0 ? ref * options_.relative_threshold : std::numeric_limits<double>::infinity();
       const double absolute = options_.absolute_ms_threshold;
       for (std::size_t i = 0; i < n; ++i) {
         const double t = ms[i];
         const double excess = t - ref;
         // Non-short-circuit &, |: about half the ranks are above the mean, so branching on
         // each condition would mispredict; only the rare flag takes a branch.
-        const bool slow = (t > ref) & ((t >= relative_limit) | (excess >= absolute)) &
-                          (excess >= mad_margin);
+        const bool slow =
+            (t > ref) & ((t >= relative_limit) | (excess >= absolute)) & (excess >= mad_margin);
         if (LAGGARD_UNLIKELY(slow)) r.flagged.push_back(static_cast<int>(i));
       }
       std::sort(r.flagged.begin(), r.flagged.end(), [&](int a, int b) {
@@ -390,7 +442,8 @@ class WindowEvaluator {
     const std::size_t hosts = host_names_.size();
     if (hosts < 2) return;
     std::vector<int> ranks_on(hosts, 0), flagged_on(hosts, 0);
-    for (int m : col.member) ++ranks_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(m)])];
+    for (int m : col.member)
+      ++ranks_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(m)])];
     for (int pos : r.flagged)
       ++flagged_on[static_cast<std::size_t>(
           host_of[static_cast<std::size_t>(col.member[static_cast<std::size_t>(pos)])])];
@@ -415,9 +468,9 @@ class WindowEvaluator {
       std::sort(hf.ranks.begin(), hf.ranks.end());
       hf.slowdown = median_inplace(slowdowns);
       report_.hints.push_back("measured: all " + std::to_string(hf.ranks.size()) +
-                              " ranks of host '" + hf.host + "' (" + ranks_phrase(hf.ranks) +
-                              ")" + cohort_suffix(cohort.name) + " are slow in stage '" +
-                              hf.stage + "', median " + fixed2(hf.slowdown) +
+                              " ranks of host '" + hf.host + "' (" + ranks_phrase(hf.ranks) + ")" +
+                              cohort_suffix(cohort.name) + " are slow in stage '" + hf.stage +
+                              "', median " + fixed2(hf.slowdown) +
                               "x the reference; inferred: the host, not one GPU, is slow");
       report_.slow_hosts.push_back(std::move(hf));
     }
@@ -430,9 +483,9 @@ class WindowEvaluator {
     for (std::size_t i = 1; i < col.ms.size(); ++i) {
       const double t = col.ms[i];
       const double best = col.ms[static_cast<std::size_t>(shortest)];
-      if (t < best || (t == best && rank_of(cohort, col.member[i]) <
-                                        rank_of(cohort, col.member[static_cast<std::size_t>(
-                                                            shortest)])))
+      if (t < best ||
+          (t == best && rank_of(cohort, col.member[i]) <
+                            rank_of(cohort, col.member[static_cast<std::size_t>(shortest)])))
         shortest = static_cast<int>(i);
     }
     const int shortest_rank = rank_of(cohort, col.member[static_cast<std::size_t>(shortest)]);
@@ -461,8 +514,7 @@ class WindowEvaluator {
     if (longest_rank == shortest_rank)
       hint += ", whose compute is longest and wait shortest";
     else
-      hint += ", whose compute is longest (rank " + std::to_string(shortest_rank) +
-              " waits least)";
+      hint += ", whose compute is longest (rank " + std::to_string(shortest_rank) + " waits least)";
     report_.hints.push_back(std::move(hint));
   }
 
@@ -482,10 +534,18 @@ class WindowEvaluator {
       results.push_back(evaluate_column(cohort, col));
       if (col.kind == StageKind::communication) continue;
       const double ref = results.back().ref;
-      for (std::size_t i = 0; i < col.ms.size(); ++i) {
-        const std::size_t m = static_cast<std::size_t>(col.member[i]);
-        own_work_[m] += col.ms[i];
-        capped_work_[m] += std::min(col.ms[i], ref);
+      const double* ms = col.ms.data();
+      if (col.ms.size() == members) {  // every member reported it: entry i is member i
+        for (std::size_t m = 0; m < members; ++m) {
+          own_work_[m] += ms[m];
+          capped_work_[m] += std::min(ms[m], ref);
+        }
+      } else {
+        for (std::size_t i = 0; i < col.ms.size(); ++i) {
+          const std::size_t m = static_cast<std::size_t>(col.member[i]);
+          own_work_[m] += ms[i];
+          capped_work_[m] += std::min(ms[i], ref);
+        }
       }
     }
 
@@ -537,8 +597,12 @@ class WindowEvaluator {
       f.flagged_ranks.reserve(r.flagged.size());
       for (int pos : r.flagged)
         f.flagged_ranks.push_back(rank_of(cohort, col.member[static_cast<std::size_t>(pos)]));
-      for (int& m : col.member) m = rank_of(cohort, m);  // members become ranks, in place
-      f.rank_ids = std::move(col.member);
+      if (col.ms.size() == members)
+        f.rank_ids = cohort.ranks;  // entry i is member i
+      else {
+        for (int& m : col.member) m = rank_of(cohort, m);  // members become ranks, in place
+        f.rank_ids = std::move(col.member);
+      }
       f.rank_ms = std::move(col.ms);
       report_.stages.push_back(std::move(f));
     }
@@ -639,9 +703,8 @@ Detector::Detector(DetectorOptions options) : options_(options) { options_.valid
 Report Detector::observe(const Window& window) {
   Report report = evaluate_window(window, options_);
   ++windows_;
-  const std::uint32_t mask = options_.confirm_n >= 32
-                                 ? ~std::uint32_t{0}
-                                 : (std::uint32_t{1} << options_.confirm_n) - 1u;
+  const std::uint32_t mask =
+      options_.confirm_n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << options_.confirm_n) - 1u;
   auto in_range = [](int rank) { return rank >= 0 && rank < kMaxTrackedRank; };
 
   std::string key;

@@ -1,6 +1,8 @@
 #include "laggard/summary.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <tuple>
 
 namespace laggard {
@@ -26,7 +28,19 @@ std::string key_of(const std::string& cohort, const std::string& stage, const st
 }
 }  // namespace
 
-RunAnalysis::RunAnalysis(DetectorOptions options) : detector_(options) {}
+RunAnalysis::RunAnalysis(DetectorOptions options, OnsetOptions onset)
+    : detector_(options), onset_options_(onset), step_onset_(onset) {}
+
+std::optional<std::int64_t> RunAnalysis::onset(const std::string& cohort, const std::string& stage,
+                                               int rank) const {
+  const auto it = rank_onsets_.find(key_of(cohort, stage, ""));
+  if (it == rank_onsets_.end() || rank < 0 ||
+      static_cast<std::size_t>(rank) >= it->second.slot.size())
+    return std::nullopt;
+  const std::int32_t slot = it->second.slot[static_cast<std::size_t>(rank)];
+  if (slot < 0) return std::nullopt;
+  return it->second.detectors[static_cast<std::size_t>(slot)].onset();
+}
 
 const Report& RunAnalysis::add(const Window& window) {
   last_ = detector_.observe(window);
@@ -45,6 +59,31 @@ const Report& RunAnalysis::add(const Window& window) {
   }
   sum_step_ms_ += slowest_step;
   sum_whatif_ms_ += last_.whatif_step_saving_ms;
+  if (slowest_step > 0.0) step_onset_.add(window.step, std::log(slowest_step));
+
+  // Onsets: every rank's own time against its cohort's reference, log(t / ref), for the stages
+  // whose flags make stragglers (a wait in communication is evidence, never a verdict).
+  for (const auto& st : last_.stages) {
+    if (st.kind == StageKind::communication || !(st.ref_ms > 0.0)) continue;
+    key_ = key_of(st.cohort, st.stage, "");
+    auto it = rank_onsets_.find(key_);
+    if (it == rank_onsets_.end()) it = rank_onsets_.emplace(key_, StageOnsets{}).first;
+    StageOnsets& so = it->second;
+    const double log_ref = std::log(st.ref_ms);
+    for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
+      const int rank = st.rank_ids[i];
+      const double t = st.rank_ms[i];
+      if (rank < 0 || rank >= (1 << 22) || !(t > 0.0)) continue;
+      if (static_cast<std::size_t>(rank) >= so.slot.size())
+        so.slot.resize(static_cast<std::size_t>(rank) + 1, -1);
+      std::int32_t& slot = so.slot[static_cast<std::size_t>(rank)];
+      if (slot < 0) {
+        slot = static_cast<std::int32_t>(so.detectors.size());
+        so.detectors.emplace_back(onset_options_, /*baseline_cap=*/0.0);
+      }
+      so.detectors[static_cast<std::size_t>(slot)].add(window.step, std::log(t) - log_ref);
+    }
+  }
   // The run's bottleneck counts only windows with a persistent finding: a window where jitter
   // alone raised a flag says nothing about the job.
   const auto persistent = [](const std::vector<RankFinding>& v) {
@@ -103,6 +142,7 @@ RunSummary RunAnalysis::summary() const {
     s.typical_slowdown = median_of(c.slowdowns);
     s.last_ms = c.finding.ms;
     s.last_ref_ms = c.finding.ref_ms;
+    s.onset_step = onset(s.cohort, s.stage, s.rank);
     out.stragglers.push_back(std::move(s));
   }
   std::sort(out.stragglers.begin(), out.stragglers.end(), [](const auto& a, const auto& b) {
@@ -130,6 +170,10 @@ RunSummary RunAnalysis::summary() const {
     hs.typical_slowdown = median_of(h.slowdowns);
     out.slow_hosts.push_back(std::move(hs));
   }
+
+  out.step_time_onset = step_onset_.onset();
+  out.step_time_before_ms = step_onset_.baseline();
+  out.step_time_since_ms = step_onset_.since();
 
   out.bottleneck_windows = bottleneck_windows_;
   int best = 0;

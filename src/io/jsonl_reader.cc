@@ -4,11 +4,11 @@
 // SIMDJSON_PADDING spare bytes past its end, so every line in it can be handed to simdjson as a
 // padded_string_view without a copy.
 #include <fcntl.h>
+#include <simdjson.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <simdjson.h>
-
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -43,8 +43,13 @@ bool is_blank(std::string_view s) {
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-std::string_view raw_token(od::value& value) {
+// The raw JSON text of `value`, cut to the document `doc`: where the document is broken, simdjson
+// can hand out a value past its last token, whose raw_json_token() length is meaningless.
+std::string_view raw_token(std::string_view doc, od::value& value) {
   std::string_view token = value.raw_json_token();
+  const char* const end = doc.data() + doc.size();
+  if (token.data() < doc.data() || token.data() >= end) return {};
+  token = token.substr(0, static_cast<std::size_t>(end - token.data()));
   while (!token.empty() && is_json_space(token.back())) token.remove_suffix(1);
   return token;
 }
@@ -53,12 +58,15 @@ std::string describe_token(std::string_view token) {
   if (token.empty()) return "nothing";
   if (token.front() == '{') return "an object";
   if (token.front() == '[') return "an array";
-  if (token.size() > kMaxTokenInMessage) return std::string(token.substr(0, kMaxTokenInMessage)) + "...";
+  if (token.size() > kMaxTokenInMessage)
+    return std::string(token.substr(0, kMaxTokenInMessage)) + "...";
   return std::string(token);
 }
 
 // The JSON text of a value, for an error message.
-std::string describe(od::value& value) { return describe_token(raw_token(value)); }
+std::string describe(std::string_view doc, od::value& value) {
+  return describe_token(raw_token(doc, value));
+}
 
 std::string format_number(double value) {
   char buf[32];
@@ -78,10 +86,10 @@ std::string field_subject(std::string_view field, long stage_index = -1,
 }
 
 // Reads an integer field in [0, max]; on failure writes the reason to `error` and returns false.
-bool read_count(od::value& value, std::int64_t max, std::string_view subject, std::int64_t& out,
-                std::string& error) {
+bool read_count(std::string_view doc, od::value& value, std::int64_t max, std::string_view subject,
+                std::int64_t& out, std::string& error) {
   if (value.get_int64().get(out)) {
-    error = std::string(subject) + " is not an integer (" + describe(value) + ")";
+    error = std::string(subject) + " is not an integer (" + describe(doc, value) + ")";
     return false;
   }
   if (out < 0) {
@@ -89,8 +97,8 @@ bool read_count(od::value& value, std::int64_t max, std::string_view subject, st
     return false;
   }
   if (out > max) {
-    error = std::string(subject) + " is too large (" + std::to_string(out) + ", at most " + std::to_string(max) +
-            ")";
+    error = std::string(subject) + " is too large (" + std::to_string(out) + ", at most " +
+            std::to_string(max) + ")";
     return false;
   }
   return true;
@@ -98,13 +106,14 @@ bool read_count(od::value& value, std::int64_t max, std::string_view subject, st
 
 // Reads a finite, non-negative number. JSON has no NaN or infinity, but some writers (Python's
 // json module) emit NaN/Infinity anyway: those, null and out-of-range numbers are all refused here.
-bool read_duration(od::value& value, std::string_view subject, double& out, std::string& error) {
+bool read_duration(std::string_view doc, od::value& value, std::string_view subject, double& out,
+                   std::string& error) {
   if (value.get_double().get(out)) {
-    error = std::string(subject) + " is not a finite number (" + describe(value) + ")";
+    error = std::string(subject) + " is not a finite number (" + describe(doc, value) + ")";
     return false;
   }
   if (!std::isfinite(out)) {
-    error = std::string(subject) + " is not a finite number (" + describe(value) + ")";
+    error = std::string(subject) + " is not a finite number (" + describe(doc, value) + ")";
     return false;
   }
   if (out < 0) {
@@ -114,38 +123,63 @@ bool read_duration(od::value& value, std::string_view subject, double& out, std:
   return true;
 }
 
-// The text of a JSON string whose body starts at `raw` (just past the opening quote), read in
-// place when it holds no escape. Keys and names almost never do, and reading them where they are
-// skips simdjson's copy into its string buffer (a fifth of the parse time). The closing quote is
-// there: simdjson has already checked that every string in the document is closed.
-bool unescaped_in_place(const char* raw, std::string_view& out) {
-  const char* p = raw;
-  while (*p != '"' && *p != '\\') ++p;
-  if (*p != '"') return false;
-  out = std::string_view(raw, static_cast<std::size_t>(p - raw));
-  return true;
-}
-
-simdjson::error_code read_key(od::field& field, std::string_view& key) {
-  if (unescaped_in_place(field.key().raw(), key)) return simdjson::SUCCESS;
-  return field.unescaped_key().get(key);
-}
-
-// value.get_string(), without the copy when the string has no escapes.
-simdjson::error_code get_string(od::value& value, std::string_view& out) {
-  const std::string_view token = value.raw_json_token();
-  if (!token.empty() && token.front() == '"' && unescaped_in_place(token.data() + 1, out))
-    return simdjson::SUCCESS;
-  return value.get_string().get(out);
-}
-
-bool read_string(od::value& value, std::string_view subject, std::string_view& out,
-                 std::string& error) {
-  if (get_string(value, out)) {
-    error = std::string(subject) + " is not a string (" + describe(value) + ")";
+bool read_string(std::string_view doc, od::value& value, std::string_view subject,
+                 std::string_view& out, std::string& error) {
+  if (value.get_string().get(out)) {
+    error = std::string(subject) + " is not a string (" + describe(doc, value) + ")";
     return false;
   }
   return true;
+}
+
+// Reads through a value the sample does not use, so that a line with broken JSON anywhere is
+// refused: On-Demand checks only what is read, and would otherwise skip the damage unseen.
+// Unknown fields are rare (laggard's own files have none), so this costs nothing in practice.
+simdjson::error_code check_json(od::value& value) {
+  od::json_type type;
+  if (auto code = value.type().get(type)) return code;
+  switch (type) {
+    case od::json_type::object: {
+      od::object object;
+      if (auto code = value.get_object().get(object)) return code;
+      for (auto field_result : object) {
+        od::field field;
+        std::string_view key;
+        if (auto code = std::move(field_result).get(field)) return code;
+        if (auto code = field.unescaped_key().get(key)) return code;
+        if (auto code = check_json(field.value())) return code;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::array: {
+      od::array array;
+      if (auto code = value.get_array().get(array)) return code;
+      for (auto element_result : array) {
+        od::value element;
+        if (auto code = std::move(element_result).get(element)) return code;
+        if (auto code = check_json(element)) return code;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::number: {
+      od::number number;
+      return value.get_number().get(number);
+    }
+    case od::json_type::string: {
+      std::string_view text;
+      return value.get_string().get(text);
+    }
+    case od::json_type::boolean: {
+      bool flag;
+      return value.get_bool().get(flag);
+    }
+    case od::json_type::null: {
+      bool is_null = false;
+      if (auto code = value.is_null().get(is_null)) return code;
+      return is_null ? simdjson::SUCCESS : simdjson::N_ATOM_ERROR;
+    }
+  }
+  return simdjson::TAPE_ERROR;
 }
 
 // What a stage object held, checked once the whole object has been read: the stage's name, which
@@ -181,6 +215,7 @@ class SampleLineParser {
 
   od::parser parser_;
   std::string scratch_;
+  std::string_view json_;  // the line being parsed
   simdjson::error_code json_error_ = simdjson::SUCCESS;
   std::string field_error_;
 };
@@ -194,7 +229,14 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
     return false;
   }
   if (json[first] != '{') {
-    error = std::string("not a JSON object (the line starts with '") + json[first] + "')";
+    const unsigned char c = static_cast<unsigned char>(json[first]);
+    if (c >= 0x20 && c < 0x7F) {
+      error = std::string("not a JSON object (the line starts with '") + json[first] + "')";
+    } else {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      error = std::string("not a JSON object (the line starts with byte 0x") + kHex[c >> 4] +
+              kHex[c & 0xF] + ")";
+    }
     return false;
   }
   const auto invalid_json = [&error](simdjson::error_code code) {
@@ -202,6 +244,7 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
     return false;
   };
 
+  json_ = json;
   od::document doc;
   if (auto code = parser_.iterate(json).get(doc)) return invalid_json(code);
   od::object object;
@@ -224,15 +267,15 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
     od::field field;
     if (auto code = std::move(field_result).get(field)) return invalid_json(code);
     std::string_view key;
-    if (auto code = read_key(field, key)) return invalid_json(code);
+    if (auto code = field.unescaped_key().get(key)) return invalid_json(code);
     od::value value = field.value();
 
     if (key == "schema") {
       has_schema = true;
       std::string_view schema;
-      if (get_string(value, schema)) {
-        schema_error = "field 'schema' is not a string (" + describe(value) + "), expected \"" +
-                       std::string(kSampleSchema) + "\"";
+      if (value.get_string().get(schema)) {
+        schema_error = "field 'schema' is not a string (" + describe(json_, value) +
+                       "), expected \"" + std::string(kSampleSchema) + "\"";
       } else if (schema != kSampleSchema) {
         schema_error = "field 'schema' is \"" + std::string(schema) + "\", expected \"" +
                        std::string(kSampleSchema) + "\"";
@@ -243,32 +286,38 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
 
     if (key == "rank") {
       has_rank = true;
-      read_count(value, std::numeric_limits<int>::max(), "field 'rank'", rank, field_error_);
+      read_count(json_, value, std::numeric_limits<int>::max(), "field 'rank'", rank, field_error_);
     } else if (key == "world_size") {
       has_world = true;
-      if (read_count(value, std::numeric_limits<int>::max(), "field 'world_size'", world_size,
-                     field_error_) &&
+      if (read_count(json_, value, std::numeric_limits<int>::max(), "field 'world_size'",
+                     world_size, field_error_) &&
           world_size < 1)
-        field_error_ = "field 'world_size' must be at least 1 (0)";
+        field_error_ = "field 'world_size' must be at least 1 (" + std::to_string(world_size) + ")";
     } else if (key == "step") {
       has_step = true;
-      read_count(value, std::numeric_limits<std::int64_t>::max(), "field 'step'", step,
+      read_count(json_, value, std::numeric_limits<std::int64_t>::max(), "field 'step'", step,
                  field_error_);
     } else if (key == "step_ms") {
       has_step_ms = true;
-      read_duration(value, "field 'step_ms'", out.step_ms, field_error_);
+      read_duration(json_, value, "field 'step_ms'", out.step_ms, field_error_);
     } else if (key == "work") {
-      // null is how some writers spell "not recorded"
-      if (!value.is_null()) read_duration(value, "field 'work'", out.work, field_error_);
+      // null is how some writers spell "not recorded". (get(), not the bool conversion, which
+      // would throw for a malformed atom such as `nul`.)
+      bool is_null = false;
+      if (value.is_null().get(is_null) || !is_null)
+        read_duration(json_, value, "field 'work'", out.work, field_error_);
     } else if (key == "host" || key == "cohort") {
       std::string_view text;
-      if (read_string(value, key == "host" ? "field 'host'" : "field 'cohort'", text, field_error_))
+      if (read_string(json_, value, key == "host" ? "field 'host'" : "field 'cohort'", text,
+                      field_error_))
         (key == "host" ? out.host : out.cohort).assign(text.data(), text.size());
     } else if (key == "stages") {
       has_stages = true;
       if (!parse_stages(value, out) && json_error_) return invalid_json(json_error_);
+    } else if (auto code = check_json(value)) {
+      // Any other field is ignored (newer writers may add fields), but it must be valid JSON.
+      return invalid_json(code);
     }
-    // Any other field is ignored: newer writers may add fields.
   }
 
   // The object has been read to its closing brace; anything but whitespace after it is an error.
@@ -310,8 +359,12 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
 
 bool SampleLineParser::parse_stages(od::value& value, StepSample& out) {
   od::array array;
-  if (value.get_array().get(array)) {
-    field_error_ = "field 'stages' is not an array (" + describe(value) + ")";
+  if (auto code = value.get_array().get(array)) {
+    if (code != simdjson::INCORRECT_TYPE) {
+      json_error_ = code;
+      return false;
+    }
+    field_error_ = "field 'stages' is not an array (" + describe(json_, value) + ")";
     return false;
   }
   // Reuse the caller's StageTime objects and their name strings: in steady state, with the same
@@ -331,9 +384,13 @@ bool SampleLineParser::parse_stages(od::value& value, StepSample& out) {
 bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTime& stage) {
   using State = StageFields::State;
   od::object object;
-  if (value.get_object().get(object)) {
+  if (auto code = value.get_object().get(object)) {
+    if (code != simdjson::INCORRECT_TYPE) {
+      json_error_ = code;
+      return false;
+    }
     field_error_ =
-        "stage " + std::to_string(index) + " is not an object (" + describe(value) + ")";
+        "stage " + std::to_string(index) + " is not an object (" + describe(json_, value) + ")";
     return false;
   }
   StageFields f;
@@ -341,30 +398,32 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
     od::field field;
     std::string_view key;
     if ((json_error_ = std::move(field_result).get(field))) return false;
-    if ((json_error_ = read_key(field, key))) return false;
+    if ((json_error_ = field.unescaped_key().get(key))) return false;
     od::value v = field.value();
     if (key == "name") {
-      f.name = get_string(v, f.name_text) ? State::not_string : State::ok;
-      if (f.name != State::ok) f.name_token = raw_token(v);
+      f.name = v.get_string().get(f.name_text) ? State::not_string : State::ok;
+      if (f.name != State::ok) f.name_token = raw_token(json_, v);
     } else if (key == "kind") {
-      f.kind = get_string(v, f.kind_text) ? State::not_string : State::ok;
-      if (f.kind != State::ok) f.kind_token = raw_token(v);
+      f.kind = v.get_string().get(f.kind_text) ? State::not_string : State::ok;
+      if (f.kind != State::ok) f.kind_token = raw_token(json_, v);
     } else if (key == "ms") {
       if (v.get_double().get(f.ms_value) || !std::isfinite(f.ms_value)) {
         f.ms = State::not_number;
-        f.ms_token = raw_token(v);
+        f.ms_token = raw_token(json_, v);
       } else {
         f.ms = f.ms_value < 0 ? State::negative : State::ok;
       }
     } else if (key == "calls") {
       if (v.get_int64().get(f.calls_value)) {
         f.calls = State::not_number;
-        f.calls_token = raw_token(v);
+        f.calls_token = raw_token(json_, v);
       } else {
         f.calls = f.calls_value < 0                                           ? State::negative
                   : f.calls_value > std::numeric_limits<std::uint32_t>::max() ? State::too_large
                                                                               : State::ok;
       }
+    } else if ((json_error_ = check_json(v))) {
+      return false;
     }
   }
 
@@ -413,16 +472,19 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
   }
   switch (f.calls) {
     case State::not_number:
-      field_error_ = subject("calls") + " is not an integer (" + describe_token(f.calls_token) + ")";
+      field_error_ =
+          subject("calls") + " is not an integer (" + describe_token(f.calls_token) + ")";
       return false;
     case State::negative:
     case State::too_large:
-      field_error_ = subject("calls") + (f.calls == State::negative ? " is negative (" : " is too large (") +
+      field_error_ = subject("calls") +
+                     (f.calls == State::negative ? " is negative (" : " is too large (") +
                      std::to_string(f.calls_value) + ")";
       return false;
     default:
       break;
   }
+  // Names repeat step after step: comparing is cheaper than assigning the same bytes again.
   if (stage.name != f.name_text) stage.name.assign(f.name_text.data(), f.name_text.size());
   stage.kind = kind;
   stage.ms = f.ms_value;
@@ -458,6 +520,7 @@ struct SampleFileReader::Impl {
   std::size_t capacity = 0;
   std::size_t begin = 0, end = 0;
   bool eof = false;
+  bool at_start = true;  // a UTF-8 byte order mark, if any, is still to be skipped
 
   std::size_t lines = 0, malformed = 0;
   std::uint64_t bytes = 0;
@@ -500,17 +563,15 @@ struct SampleFileReader::Impl {
         fd = -1;
         return;
       }
-      if (errno != EINTR)
-        throw InputError("cannot read " + path + ": " + std::strerror(errno));
+      if (errno != EINTR) throw InputError("cannot read " + path + ": " + std::strerror(errno));
     }
   }
 
   void record(std::size_t line, bool truncated) {
     ++malformed;
     if (errors.size() < kMaxKeptErrors)
-      errors.push_back(LineError{path, line,
-                                 truncated ? "truncated line (no newline at end of file): " + error
-                                           : error});
+      errors.push_back(LineError{
+          path, line, truncated ? "truncated line (no newline at end of file): " + error : error});
   }
 };
 
@@ -519,12 +580,19 @@ SampleFileReader::SampleFileReader(std::string path, std::size_t chunk_bytes)
   if (chunk_bytes == 0) throw std::invalid_argument("SampleFileReader: chunk_bytes must be > 0");
   impl_->path = std::move(path);
   impl_->fd = ::open(impl_->path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (impl_->fd < 0)
-    throw InputError("cannot open " + impl_->path + ": " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(impl_->fd, &st) == 0 && S_ISDIR(st.st_mode))
-    throw InputError("cannot read " + impl_->path + ": it is a directory");
-  impl_->allocate(chunk_bytes);
+  if (impl_->fd < 0) throw InputError("cannot open " + impl_->path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(impl_->fd, &st) != 0)
+    throw InputError("cannot read " + impl_->path + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw InputError("cannot read " + impl_->path + ": it is a directory");
+  // A small file gets a buffer its size: a run of thousands of short rank files need not hold
+  // a full chunk per file. A file that grows while it is read still works, through more reads.
+  constexpr std::uint64_t kMinBuffer = 4096;
+  std::uint64_t capacity = chunk_bytes;
+  if (S_ISREG(st.st_mode))
+    capacity =
+        std::min<std::uint64_t>(capacity, std::max<std::uint64_t>(st.st_size + 1, kMinBuffer));
+  impl_->allocate(static_cast<std::size_t>(capacity));
 }
 
 SampleFileReader::~SampleFileReader() = default;
@@ -535,6 +603,19 @@ bool SampleFileReader::next(StepSample& out) {
     char* data = s.buffer.get();
     const char* line = data + s.begin;
     const std::size_t available = s.end - s.begin;
+    if (LAGGARD_UNLIKELY(s.at_start)) {
+      if (available < 3 && !s.eof) {  // too little read yet to tell
+        s.fill();
+        continue;
+      }
+      s.at_start = false;
+      // Some Windows tools start UTF-8 text with a byte order mark, which JSON does not allow.
+      if (available >= 3 && std::memcmp(line, "\xEF\xBB\xBF", 3) == 0) {
+        s.begin += 3;
+        s.bytes += 3;
+      }
+      continue;
+    }
     const void* newline = available ? std::memchr(line, '\n', available) : nullptr;
     std::size_t length;
     if (newline) {
@@ -553,9 +634,10 @@ bool SampleFileReader::next(StepSample& out) {
     }
     ++s.lines;
     if (is_blank(std::string_view(line, length))) continue;
-    const std::size_t room = s.capacity + simdjson::SIMDJSON_PADDING -
-                             static_cast<std::size_t>(line - data);
-    if (LAGGARD_LIKELY(s.parser.parse(simdjson::padded_string_view(line, length, room), out, s.error)))
+    const std::size_t room =
+        s.capacity + simdjson::SIMDJSON_PADDING - static_cast<std::size_t>(line - data);
+    if (LAGGARD_LIKELY(
+            s.parser.parse(simdjson::padded_string_view(line, length, room), out, s.error)))
       return true;
     s.record(s.lines, /*truncated=*/newline == nullptr);
   }

@@ -12,7 +12,8 @@
 namespace laggard {
 namespace {
 
-// Big enough for any int64 and for the longest shortest-round-trip double ("-2.2250738585072014e-308").
+// Big enough for any int64 and for the longest shortest-round-trip double
+// ("-2.2250738585072014e-308").
 constexpr std::size_t kNumberChars = 32;
 
 void append_int(std::int64_t value, std::string& out) {
@@ -84,13 +85,27 @@ void append_string(std::string_view s, std::string& out) {
     }
     out.append(s.data() + run, i - run);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};

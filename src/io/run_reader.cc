@@ -55,8 +55,7 @@ void ensure_open_file_limit(std::size_t files, const std::string& dir) {
   if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return;
   rlimit raised = limit;
   raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? needed : std::min(needed, limit.rlim_max);
-  if (raised.rlim_cur > limit.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &raised) == 0)
-    limit = raised;
+  if (raised.rlim_cur > limit.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   if (limit.rlim_cur >= needed) return;
   const std::string hard =
       limit.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(limit.rlim_max);

@@ -1,14 +1,16 @@
 // Tests for the straggler analysis: the RFC rule, compute vs wait, hosts, what-if, metric names,
 // persistence and option validation.
+#include "laggard/detector.hpp"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "laggard/detector.hpp"
 
 namespace laggard {
 namespace {
@@ -205,7 +207,8 @@ TEST(RfcRule, RelativeThresholdIsInclusive) {
 
 TEST(RfcRule, AbsoluteThresholdIsInclusive) {
   // 15 - 10 == 5 exactly; the relative rule is out of reach.
-  const Report on = evaluate_window(one_stage({10, 10, 10, 15}), with(Reference::median, 100.0, 5.0));
+  const Report on =
+      evaluate_window(one_stage({10, 10, 10, 15}), with(Reference::median, 100.0, 5.0));
   EXPECT_EQ(figures(on, "forward").flagged_ranks, (std::vector<int>{3}));
 
   const Report off = evaluate_window(one_stage({10, 10, 10, std::nextafter(15.0, 0.0)}),
@@ -215,7 +218,8 @@ TEST(RfcRule, AbsoluteThresholdIsInclusive) {
 
 TEST(RfcRule, ARankAtTheReferenceIsNeverSlow) {
   // With a zero absolute threshold only t > ref can be flagged.
-  const Report r = evaluate_window(one_stage({10, 10, 10, 10.5}), with(Reference::median, 1.2, 0.0));
+  const Report r =
+      evaluate_window(one_stage({10, 10, 10, 10.5}), with(Reference::median, 1.2, 0.0));
   EXPECT_EQ(figures(r, "forward").flagged_ranks, (std::vector<int>{3}));
 }
 
@@ -328,6 +332,38 @@ TEST(RfcRule, RepeatedStageInOneSampleAccumulates) {
   EXPECT_EQ(ranks_of(r.stragglers), (std::vector<int>{3}));
 }
 
+TEST(RfcRule, MedianIsExactWhateverTheInputOrder) {
+  // The median feeds the rule: check it against a full sort on orders that trouble selection.
+  std::uint64_t state = 7;
+  auto noise = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) * 0x1.0p-53;
+  };
+  std::vector<std::vector<double>> inputs;
+  for (std::size_t n : {2u, 3u, 25u, 26u, 1000u, 4097u}) {
+    std::vector<double> random(n), ascending(n), descending(n), few(n), periodic(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      random[i] = 10.0 + noise();
+      ascending[i] = static_cast<double>(i);
+      descending[i] = static_cast<double>(n - i);
+      few[i] = (i % 7 == 3) ? 15.0 : 10.0;
+      periodic[i] = 14.0 + 0.05 * static_cast<double>(i % 8) + 0.001 * noise();
+    }
+    for (auto* v : {&random, &ascending, &descending, &few, &periodic}) inputs.push_back(*v);
+  }
+  for (const std::vector<double>& ms : inputs) {
+    std::vector<double> sorted = ms;
+    std::sort(sorted.begin(), sorted.end());
+    const std::size_t n = sorted.size();
+    const double expected = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    const Report r = evaluate_window(one_stage(ms), with(Reference::robust));
+    const StageFigures& f = figures(r, "forward");
+    EXPECT_EQ(f.median_ms, expected) << "n=" << n;
+    EXPECT_EQ(f.min_ms, sorted.front());
+    EXPECT_EQ(f.max_ms, sorted.back());
+  }
+}
+
 // --- robust references ------------------------------------------------------------------------
 
 TEST(Robust, FindsThreeOfSixteenWhereTheMeanMissesSome) {
@@ -350,12 +386,10 @@ TEST(Robust, NoisyStageRaisesNoFlags) {
   // Median 10.5 flags 13, 15 and 17 (>= 12.6), but 17 is only 6.5 above the median, under
   // 3.5 * 1.4826 * MAD(3.0) = 15.6.
   const Window w = one_stage({5, 7, 9, 10, 11, 13, 15, 17});
-  EXPECT_EQ(figures(evaluate_window(w, with(Reference::median, 1.2, 100.0)), "forward")
-                .flagged_ranks,
-            (std::vector<int>{5, 6, 7}));
-  EXPECT_EQ(figures(evaluate_window(w, with(Reference::robust, 1.2, 100.0)), "forward")
-                .num_stragglers,
-            0);
+  const Report median = evaluate_window(w, with(Reference::median, 1.2, 100.0));
+  EXPECT_EQ(figures(median, "forward").flagged_ranks, (std::vector<int>{5, 6, 7}));
+  const Report robust = evaluate_window(w, with(Reference::robust, 1.2, 100.0));
+  EXPECT_EQ(figures(robust, "forward").num_stragglers, 0);
 }
 
 TEST(Robust, ZeroMadKeepsTheRfcRule) {
@@ -434,8 +468,7 @@ TEST(NodeGrouping, OneSlowGpuIsNotAHost) {
 
   // One rank per host: a host of one is a GPU.
   const Report single = evaluate_window(
-      make_window({{"forward", StageKind::compute, {150, 100, 100, 100}}}, 0,
-                  {"a", "b", "c", "d"}),
+      make_window({{"forward", StageKind::compute, {150, 100, 100, 100}}}, 0, {"a", "b", "c", "d"}),
       {});
   EXPECT_TRUE(single.slow_hosts.empty());
 }
@@ -485,17 +518,26 @@ TEST(Metrics, ExactNamesAndValues) {
 
   std::set<std::string> keys;
   for (const auto& kv : m) keys.insert(kv.first);
-  const std::set<std::string> expected = {
-      "straggler/forward/local_ms",             "straggler/forward/mean_ms",
-      "straggler/forward/max_ms",               "straggler/forward/slowdown_ratio",
-      "straggler/forward/relative_score",       "straggler/forward/top_rank",
-      "straggler/forward/num_stragglers",       "straggler/communication/local_ms",
-      "straggler/communication/mean_ms",        "straggler/communication/max_ms",
-      "straggler/communication/slowdown_ratio", "straggler/communication/relative_score",
-      "straggler/communication/top_rank",       "straggler/communication/num_stragglers",
-      "straggler/likely_bottleneck",            "straggler/hints",
-      "straggler/whatif_step_saving_ms",        "straggler/num_stragglers_total",
-      "straggler/num_waiting",                  "straggler/ranks"};
+  const std::set<std::string> expected = {"straggler/forward/local_ms",
+                                          "straggler/forward/mean_ms",
+                                          "straggler/forward/max_ms",
+                                          "straggler/forward/slowdown_ratio",
+                                          "straggler/forward/relative_score",
+                                          "straggler/forward/top_rank",
+                                          "straggler/forward/num_stragglers",
+                                          "straggler/communication/local_ms",
+                                          "straggler/communication/mean_ms",
+                                          "straggler/communication/max_ms",
+                                          "straggler/communication/slowdown_ratio",
+                                          "straggler/communication/relative_score",
+                                          "straggler/communication/top_rank",
+                                          "straggler/communication/num_stragglers",
+                                          "straggler/likely_bottleneck",
+                                          "straggler/hints",
+                                          "straggler/whatif_step_saving_ms",
+                                          "straggler/num_stragglers_total",
+                                          "straggler/num_waiting",
+                                          "straggler/ranks"};
   EXPECT_EQ(keys, expected);
 
   EXPECT_DOUBLE_EQ(num(m, "straggler/forward/local_ms"), 100.0);
@@ -555,7 +597,8 @@ TEST(Metrics, AStageInSeveralCohortsReportsTheWorstCohort) {
 
 Window slow_or_not(bool slow, std::int64_t step) {
   return make_window({{"forward", StageKind::compute, {100, 100, 100, slow ? 150.0 : 100.0}},
-                      {"communication", StageKind::communication,
+                      {"communication",
+                       StageKind::communication,
                        {slow ? 60.0 : 10.0, slow ? 60.0 : 10.0, slow ? 60.0 : 10.0, 10}}},
                      step);
 }
@@ -615,6 +658,21 @@ TEST(Persistence, ASingleSpikeNeverConfirms) {
     d.observe(slow_or_not(false, step++));
   }
   EXPECT_TRUE(d.confirmed().empty());
+}
+
+TEST(Persistence, SparseRankNumbersAreTrackedPerRank) {
+  Detector d;
+  for (std::int64_t step : {1, 2}) {
+    Window w = slow_or_not(true, step);
+    for (StepSample& s : w.samples) s.rank = 1000 + 10 * s.rank;  // ranks 1000, ..., 1030
+    Report r = d.observe(w);
+    ASSERT_EQ(r.stragglers.size(), 1u);
+    EXPECT_EQ(r.stragglers[0].rank, 1030);
+    EXPECT_EQ(r.stragglers[0].windows_flagged, static_cast<int>(step));
+  }
+  ASSERT_EQ(d.confirmed().size(), 1u);
+  EXPECT_EQ(d.confirmed()[0].finding.rank, 1030);
+  EXPECT_EQ(d.confirmed()[0].first_flagged_step, 1);
 }
 
 TEST(Persistence, KOfNIsConfigurable) {

@@ -1,4 +1,6 @@
 // Tests for the sample JSON Lines writer, parser and file reader (src/io/jsonl_*.cc).
+#include "laggard/jsonl.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,8 +14,6 @@
 #include <limits>
 #include <string>
 #include <vector>
-
-#include "laggard/jsonl.hpp"
 
 namespace laggard {
 namespace {
@@ -92,7 +92,9 @@ void expect_same(const StepSample& a, const StepSample& b) {
 
 // ---- writer ------------------------------------------------------------------------------------
 
-TEST(AppendSampleJson, WritesTheDocumentedLine) { EXPECT_EQ(to_json(example_sample()), kExampleLine); }
+TEST(AppendSampleJson, WritesTheDocumentedLine) {
+  EXPECT_EQ(to_json(example_sample()), kExampleLine);
+}
 
 TEST(AppendSampleJson, AppendsWithoutClearing) {
   std::string out = "previous\n";
@@ -283,8 +285,7 @@ TEST_P(SampleParserRejects, WithAnErrorNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     BadLines, SampleParserRejects,
     ::testing::Values(
-        BadLine{"empty", "", {"empty line"}},
-        BadLine{"blank", "  \t", {"empty line"}},
+        BadLine{"empty", "", {"empty line"}}, BadLine{"blank", "  \t", {"empty line"}},
         BadLine{"text", "hello world", {"not a JSON object", "'h'"}},
         BadLine{"array", "[1,2,3]", {"not a JSON object", "'['"}},
         BadLine{"number", "42", {"not a JSON object"}},
@@ -292,84 +293,130 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"unclosed", edit("]}", "]"), {"not valid JSON"}},
         BadLine{"trailing", edit("]}", "]} {}"), {"not valid JSON"}},
         BadLine{"bad atom", edit(R"("cohort":"pp0")", R"("cohort":tru)"), {"cohort"}},
-        BadLine{"no schema", edit(R"("schema":"laggard.sample/1",)", ""),
+        // Unknown fields are ignored, but must still be JSON.
+        BadLine{"bad unknown field",
+                edit(R"("cohort":"pp0",)", R"("cohort":"pp0","x":[1,tru],)"),
+                {"not valid JSON"}},
+        BadLine{"bad unknown stage field",
+                edit(R"({"name":"forward",)", R"({"name":"forward","x":{"a" 1},)"),
+                {"not valid JSON"}},
+        BadLine{"no schema",
+                edit(R"("schema":"laggard.sample/1",)", ""),
                 {"missing field 'schema'", "laggard.sample/1"}},
-        BadLine{"wrong schema", edit("laggard.sample/1", "laggard.sample/2"),
+        BadLine{"wrong schema",
+                edit("laggard.sample/1", "laggard.sample/2"),
                 {"field 'schema'", "\"laggard.sample/2\"", "expected \"laggard.sample/1\""}},
-        BadLine{"schema not string", edit(R"("laggard.sample/1")", "1"),
+        BadLine{"schema not string",
+                edit(R"("laggard.sample/1")", "1"),
                 {"field 'schema' is not a string (1)"}},
         // A foreign line with a bad field and a wrong schema later on: the schema is reported.
         BadLine{"schema first", R"({"rank":-1,"schema":"other/1"})", {"field 'schema'", "other/1"}},
         BadLine{"no rank", edit(R"("rank":3,)", ""), {"missing field 'rank'"}},
-        BadLine{"rank string", edit(R"("rank":3)", R"("rank":"3")"),
+        BadLine{"rank string",
+                edit(R"("rank":3)", R"("rank":"3")"),
                 {"field 'rank' is not an integer (\"3\")"}},
-        BadLine{"rank fraction", edit(R"("rank":3)", R"("rank":3.5)"),
+        BadLine{"rank fraction",
+                edit(R"("rank":3)", R"("rank":3.5)"),
                 {"field 'rank' is not an integer (3.5)"}},
-        BadLine{"rank negative", edit(R"("rank":3)", R"("rank":-1)"),
+        BadLine{"rank negative",
+                edit(R"("rank":3)", R"("rank":-1)"),
                 {"field 'rank' is negative (-1)"}},
-        BadLine{"rank huge", edit(R"("rank":3)", R"("rank":99999999999)"),
+        BadLine{"rank huge",
+                edit(R"("rank":3)", R"("rank":99999999999)"),
                 {"field 'rank' is too large"}},
         BadLine{"no world", edit(R"("world_size":8,)", ""), {"missing field 'world_size'"}},
-        BadLine{"world zero", edit(R"("world_size":8)", R"("world_size":0)"),
+        BadLine{"world zero",
+                edit(R"("world_size":8)", R"("world_size":0)"),
                 {"field 'world_size' must be at least 1"}},
-        BadLine{"world negative", edit(R"("world_size":8)", R"("world_size":-2)"),
+        BadLine{"world negative",
+                edit(R"("world_size":8)", R"("world_size":-2)"),
                 {"field 'world_size' is negative"}},
-        BadLine{"rank outside world", edit(R"("world_size":8)", R"("world_size":3)"),
+        BadLine{"rank outside world",
+                edit(R"("world_size":8)", R"("world_size":3)"),
                 {"field 'rank' (3) is not below field 'world_size' (3)"}},
         BadLine{"no step", edit(R"("step":120,)", ""), {"missing field 'step'"}},
-        BadLine{"step null", edit(R"("step":120)", R"("step":null)"),
+        BadLine{"step null",
+                edit(R"("step":120)", R"("step":null)"),
                 {"field 'step' is not an integer (null)"}},
-        BadLine{"step negative", edit(R"("step":120)", R"("step":-5)"),
+        BadLine{"step negative",
+                edit(R"("step":120)", R"("step":-5)"),
                 {"field 'step' is negative (-5)"}},
         BadLine{"no step_ms", edit(R"("step_ms":105.2,)", ""), {"missing field 'step_ms'"}},
-        BadLine{"step_ms string", edit("105.2", R"("fast")"),
+        BadLine{"step_ms string",
+                edit("105.2", R"("fast")"),
                 {"field 'step_ms' is not a finite number (\"fast\")"}},
         BadLine{"step_ms negative", edit("105.2", "-0.5"), {"field 'step_ms' is negative (-0.5)"}},
-        BadLine{"step_ms NaN", edit("105.2", "NaN"), {"field 'step_ms' is not a finite number (NaN)"}},
-        BadLine{"step_ms overflow", edit("105.2", "1e999"),
+        BadLine{
+            "step_ms NaN", edit("105.2", "NaN"), {"field 'step_ms' is not a finite number (NaN)"}},
+        BadLine{"step_ms overflow",
+                edit("105.2", "1e999"),
                 {"field 'step_ms' is not a finite number (1e999)"}},
         BadLine{"host number", edit(R"("node-1")", "5"), {"field 'host' is not a string (5)"}},
-        BadLine{"cohort object", edit(R"("pp0")", "{}"), {"field 'cohort' is not a string (an object)"}},
-        BadLine{"work string", edit(R"("step_ms":105.2,)", R"("step_ms":105.2,"work":"lots",)"),
+        BadLine{"cohort object",
+                edit(R"("pp0")", "{}"),
+                {"field 'cohort' is not a string (an object)"}},
+        BadLine{"work string",
+                edit(R"("step_ms":105.2,)", R"("step_ms":105.2,"work":"lots",)"),
                 {"field 'work' is not a finite number"}},
-        BadLine{"work negative", edit(R"("step_ms":105.2,)", R"("step_ms":105.2,"work":-3,)"),
+        BadLine{"work bad atom",
+                edit(R"("step_ms":105.2,)", R"("step_ms":105.2,"work":nul,)"),
+                {"field 'work' is not a finite number (nul)"}},
+        BadLine{"work negative",
+                edit(R"("step_ms":105.2,)", R"("step_ms":105.2,"work":-3,)"),
                 {"field 'work' is negative (-3)"}},
-        BadLine{"stages object", edit(R"("stages":[)", R"("stages":{"a":[)") + "}",
+        BadLine{"stages object",
+                edit(R"("stages":[)", R"("stages":{"a":[)") + "}",
                 {"field 'stages' is not an array (an object)"}},
-        BadLine{"stages not array", R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":1,"step_ms":1,"stages":{"name":"forward"}})",
-                {"field 'stages' is not an array (an object)"}},
-        BadLine{"stage not object", edit(R"({"name":"communication")", R"(7,{"name":"communication")"),
+        BadLine{
+            "stages not array",
+            R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":1,"step_ms":1,"stages":{"name":"forward"}})",
+            {"field 'stages' is not an array (an object)"}},
+        BadLine{"stage not object",
+                edit(R"({"name":"communication")", R"(7,{"name":"communication")"),
                 {"stage 1 is not an object (7)"}},
-        BadLine{"stage without name", edit(R"("name":"communication",)", ""),
+        BadLine{"stage without name",
+                edit(R"("name":"communication",)", ""),
                 {"stage 1 has no field 'name'"}},
-        BadLine{"stage name number", edit(R"("name":"communication")", R"("name":12)"),
+        BadLine{"stage name number",
+                edit(R"("name":"communication")", R"("name":12)"),
                 {"field 'name' of stage 1 is not a string (12)"}},
-        BadLine{"unknown kind", edit(R"("kind":"compute")", R"("kind":"gpu")"),
+        BadLine{"unknown kind",
+                edit(R"("kind":"compute")", R"("kind":"gpu")"),
                 {"field 'kind' of stage 0 ('forward')", "\"gpu\"",
                  "compute, communication, data, other"}},
-        BadLine{"kind number", edit(R"("kind":"compute")", R"("kind":1)"),
+        BadLine{"kind number",
+                edit(R"("kind":"compute")", R"("kind":1)"),
                 {"field 'kind' of stage 0 ('forward') is not a string (1)"}},
-        BadLine{"ms negative", edit("9.1", "-1"),
+        BadLine{"ms negative",
+                edit("9.1", "-1"),
                 {"field 'ms' of stage 1 ('communication') is negative (-1)"}},
-        BadLine{"ms NaN", edit("31.2", "NaN"),
+        BadLine{"ms NaN",
+                edit("31.2", "NaN"),
                 {"field 'ms' of stage 0 ('forward') is not a finite number (NaN)"}},
-        BadLine{"ms inf", edit("31.2", "Infinity"),
+        BadLine{"ms inf",
+                edit("31.2", "Infinity"),
                 {"field 'ms' of stage 0 ('forward') is not a finite number (Infinity)"}},
         BadLine{"ms -inf", edit("31.2", "-Infinity"), {"field 'ms' of stage 0 ('forward')"}},
-        BadLine{"ms huge", edit("31.2", "1e400"),
+        BadLine{"ms huge",
+                edit("31.2", "1e400"),
                 {"field 'ms' of stage 0 ('forward') is not a finite number (1e400)"}},
-        BadLine{"ms string", edit("31.2", R"("31.2")"),
+        BadLine{"ms string",
+                edit("31.2", R"("31.2")"),
                 {"field 'ms' of stage 0 ('forward') is not a finite number (\"31.2\")"}},
         BadLine{"ms missing", edit(R"("ms":31.2,)", ""), {"stage 0 ('forward') has no field 'ms'"}},
         // The name may come after the bad field; the message still quotes it.
-        BadLine{"name last", edit(R"({"name":"forward","kind":"compute","ms":31.2,)",
-                                  R"({"kind":"compute","ms":-2,"name":"forward",)"),
+        BadLine{"name last",
+                edit(R"({"name":"forward","kind":"compute","ms":31.2,)",
+                     R"({"kind":"compute","ms":-2,"name":"forward",)"),
                 {"field 'ms' of stage 0 ('forward') is negative (-2)"}},
-        BadLine{"calls negative", edit(R"("calls":4)", R"("calls":-2)"),
+        BadLine{"calls negative",
+                edit(R"("calls":4)", R"("calls":-2)"),
                 {"field 'calls' of stage 0 ('forward') is negative (-2)"}},
-        BadLine{"calls fraction", edit(R"("calls":4)", R"("calls":1.5)"),
+        BadLine{"calls fraction",
+                edit(R"("calls":4)", R"("calls":1.5)"),
                 {"field 'calls' of stage 0 ('forward') is not an integer (1.5)"}},
-        BadLine{"calls huge", edit(R"("calls":4)", R"("calls":4294967296)"),
+        BadLine{"calls huge",
+                edit(R"("calls":4)", R"("calls":4294967296)"),
                 {"field 'calls' of stage 0 ('forward') is too large"}}),
     [](const ::testing::TestParamInfo<BadLine>& param) {
       std::string name;
@@ -548,6 +595,38 @@ TEST(SampleFileReader, ReportsWhereTruncationMeetsASmallChunk) {
   ASSERT_EQ(reader.errors().size(), 1u);
   EXPECT_EQ(reader.errors()[0].line, 5u);
   EXPECT_NE(reader.errors()[0].what.find("truncated line"), std::string::npos);
+}
+
+TEST(SampleFileReader, SkipsAByteOrderMark) {
+  TempDir dir;
+  const std::string content = std::string("\xEF\xBB\xBF") + kExampleLine;
+  for (std::size_t chunk : {1, 2, 4096}) {
+    SampleFileReader reader(dir.file("bom.jsonl", content), chunk);
+    const auto samples = read_all(reader);
+    ASSERT_EQ(samples.size(), 1u) << "chunk " << chunk;
+    EXPECT_EQ(reader.malformed(), 0u);
+    EXPECT_EQ(reader.bytes(), content.size());
+  }
+}
+
+TEST(SampleFileReader, NamesANonTextByteAtTheStartOfALine) {
+  TempDir dir;
+  SampleFileReader reader(dir.file("bin.jsonl", std::string("\x01\x02\n", 3)));
+  EXPECT_TRUE(read_all(reader).empty());
+  ASSERT_EQ(reader.errors().size(), 1u);
+  EXPECT_NE(reader.errors()[0].what.find("byte 0x01"), std::string::npos)
+      << reader.errors()[0].what;
+}
+
+TEST(SampleFileReader, ThrowsForADirectory) {
+  TempDir dir;
+  const std::string path = fs::path(dir.file("x", "")).parent_path().string();
+  try {
+    SampleFileReader reader(path);
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SampleFileReader, RejectsAZeroChunk) {

@@ -99,7 +99,8 @@ TEST(RunReader, MergesFilesWithDifferentStepsIntoWindows) {
   ASSERT_EQ(w.samples[1].stages.size(), 2u);
   EXPECT_EQ(w.samples[1].stages[0].ms, 12.0);
 
-  EXPECT_EQ(read_windows(reader), (Windows{{10, {0, 1}}, {20, {0, 1, 2}}, {30, {0, 2}}, {40, {1, 2}}}));
+  EXPECT_EQ(read_windows(reader),
+            (Windows{{10, {0, 1}}, {20, {0, 1, 2}}, {30, {0, 2}}, {40, {1, 2}}}));
   EXPECT_FALSE(reader.next(w));
   EXPECT_TRUE(w.samples.empty());
 
@@ -116,7 +117,8 @@ TEST(RunReader, MergesFilesWithDifferentStepsIntoWindows) {
 
 TEST(RunReader, OrdersFilesNumericallyAndIgnoresOtherNames) {
   TempDir dir;
-  for (int r : {10, 2, 1, 0}) dir.write("rank-" + std::to_string(r) + ".jsonl", lines({sample(r, 5)}));
+  for (int r : {10, 2, 1, 0})
+    dir.write("rank-" + std::to_string(r) + ".jsonl", lines({sample(r, 5)}));
   dir.write("notes.txt", "not a rank file\n");
   dir.write("rank-x.jsonl", "garbage\n");
   dir.write("rank-3.jsonl.bak", "garbage\n");
@@ -146,7 +148,8 @@ TEST(RunReader, KeepsTheFirstOfDuplicateSamples) {
   dir.write("rank-0.jsonl", lines({sample(0, 10), sample(0, 20)}));
   dir.write("rank-1.jsonl", lines({sample(1, 10), sample(0, 20, 0.5), sample(1, 30)}));
   // A line repeated within one file.
-  dir.write("rank-2.jsonl", lines({sample(2, 10), sample(2, 20), sample(2, 20, 0.5), sample(2, 30)}));
+  dir.write("rank-2.jsonl",
+            lines({sample(2, 10), sample(2, 20), sample(2, 20, 0.5), sample(2, 30)}));
   RunReader reader(dir.path());
   Window w;
   ASSERT_TRUE(reader.next(w));
@@ -181,7 +184,8 @@ TEST(RunReader, CountsMalformedLinesWithFileAndLine) {
   std::string bad = lines({sample(1, 1), sample(1, 2)});
   bad += "this is not json\n";
   bad += lines({sample(1, 3)});
-  bad += R"({"schema":"laggard.sample/1","rank":1,"world_size":16,"step":4,"step_ms":-3,"stages":[]})";
+  bad +=
+      R"({"schema":"laggard.sample/1","rank":1,"world_size":16,"step":4,"step_ms":-3,"stages":[]})";
   bad += "\n";
   const std::string bad_path = dir.write("rank-1.jsonl", bad);
   dir.write("rank-2.jsonl", "");  // an empty rank file contributes nothing, and is no error

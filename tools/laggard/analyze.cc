@@ -1,5 +1,8 @@
 // `laggard analyze RUN_DIR`: the detector over every sampled step of a recorded run.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -10,28 +13,39 @@
 
 namespace laggard::cli {
 
+void add_detector_options(CLI::App* cmd, std::string& ref, DetectorOptions& detector) {
+  cmd->add_option("--ref", ref, "Reference over ranks: mean (RFC default), median, robust")
+      ->check(CLI::IsMember({"mean", "median", "robust"}))
+      ->capture_default_str();
+  cmd->add_option("--relative-threshold", detector.relative_threshold,
+                  "Slow if t >= ref * this")
+      ->capture_default_str();
+  cmd->add_option("--absolute-ms-threshold", detector.absolute_ms_threshold,
+                  "... or t - ref >= this many ms")
+      ->capture_default_str();
+  cmd->add_option("--mad-z", detector.mad_z, "robust reference: MAD z-score also required")
+      ->capture_default_str();
+  cmd->add_option("--confirm-k", detector.confirm_k,
+                  "Confirmed when slow in k ... (persistence)")
+      ->capture_default_str();
+  cmd->add_option("--confirm-n", detector.confirm_n, "... of the last n windows")
+      ->capture_default_str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!out || !out.flush())
+    throw UsageError{"cannot write " + path + ": " + std::strerror(errno)};
+}
+
 void add_analyze(CLI::App& app, AnalyzeArgs& args) {
   auto* cmd = app.add_subcommand(
       "analyze", "Find confirmed stragglers, waiting ranks and the likely bottleneck in a run "
                  "directory of rank-*.jsonl sample logs");
   cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
       ->required();
-  cmd->add_option("--ref", args.ref, "Reference over ranks: mean (RFC default), median, robust")
-      ->check(CLI::IsMember({"mean", "median", "robust"}))
-      ->capture_default_str();
-  cmd->add_option("--relative-threshold", args.detector.relative_threshold,
-                  "Slow if t >= ref * this")
-      ->capture_default_str();
-  cmd->add_option("--absolute-ms-threshold", args.detector.absolute_ms_threshold,
-                  "... or t - ref >= this many ms")
-      ->capture_default_str();
-  cmd->add_option("--mad-z", args.detector.mad_z, "robust reference: MAD z-score also required")
-      ->capture_default_str();
-  cmd->add_option("--confirm-k", args.detector.confirm_k,
-                  "Confirmed when slow in k ... (persistence)")
-      ->capture_default_str();
-  cmd->add_option("--confirm-n", args.detector.confirm_n, "... of the last n windows")
-      ->capture_default_str();
+  add_detector_options(cmd, args.ref, args.detector);
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
   cmd->add_flag("-q,--quiet", args.quiet, "No progress on stderr");
 }
@@ -65,7 +79,9 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
               << s.windows_flagged << " of " << s.windows_seen << " windows, "
               << fixed(s.typical_slowdown, 2) << "x typical (last " << fixed(s.last_ms, 1)
               << " ms vs " << fixed(s.last_ref_ms, 1) << " ms reference), flagged since step "
-              << s.first_flagged_step << ", confirmed at step " << s.confirmed_step << "\n";
+              << s.first_flagged_step << ", confirmed at step " << s.confirmed_step;
+    if (s.onset_step) std::cout << "; onset: since step " << *s.onset_step;
+    std::cout << "\n";
   }
   if (!sum.slow_hosts.empty()) {
     std::cout << "\nSlow hosts (every rank of the host slow: look at the host, not one GPU)\n";
@@ -86,6 +102,13 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
   else
     std::cout << sum.likely_bottleneck << " (" << sum.bottleneck_windows.at(sum.likely_bottleneck)
               << " of " << sum.windows << " windows)\n";
+  std::cout << "Step time onset: ";
+  if (sum.step_time_onset)
+    std::cout << "since step " << *sum.step_time_onset << " (" << fixed(sum.step_time_before_ms, 1)
+              << " ms before, " << fixed(sum.step_time_since_ms, 1)
+              << " ms since; slowest rank per step)\n";
+  else
+    std::cout << "none (no persistent rise of the slowest rank's step time)\n";
   std::cout << "What-if: " << fixed(sum.mean_whatif_saving_ms, 1) << " ms per step";
   if (sum.mean_step_ms > 0)
     std::cout << " (" << fixed(100.0 * sum.mean_whatif_saving_ms / sum.mean_step_ms, 1)
@@ -126,6 +149,7 @@ Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& sta
                                {"windows_seen", s.windows_seen},
                                {"first_flagged_step", s.first_flagged_step},
                                {"confirmed_step", s.confirmed_step},
+                               {"onset_step", s.onset_step ? Json(*s.onset_step) : Json(nullptr)},
                                {"typical_slowdown", number_or_null(s.typical_slowdown)},
                                {"last_ms", s.last_ms},
                                {"last_ref_ms", s.last_ref_ms}});
@@ -149,6 +173,9 @@ Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& sta
   j["bottleneck_windows"] = sum.bottleneck_windows;
   j["mean_step_ms"] = sum.mean_step_ms;
   j["whatif_step_saving_ms"] = sum.mean_whatif_saving_ms;
+  j["step_time_onset"] = sum.step_time_onset ? Json(*sum.step_time_onset) : Json(nullptr);
+  j["step_time_before_ms"] = sum.step_time_onset ? number_or_null(sum.step_time_before_ms) : Json(nullptr);
+  j["step_time_since_ms"] = sum.step_time_onset ? number_or_null(sum.step_time_since_ms) : Json(nullptr);
   j["metrics"] = metrics_json(sum.last.metrics(0));
   Json errors = Json::array();
   for (const auto& e : stats.errors)

@@ -28,6 +28,17 @@ struct AnalyzeArgs {
 };
 
 struct CompareArgs {
+  // Run mode: two run directories.
+  std::string baseline_dir;
+  std::string current_dir;
+  int warmup = -1;  // -1: auto
+  int min_steps = 5;
+  double alpha = 0.05;
+  int resamples = 1000;
+  bool no_per_rank = false;
+  std::string html;
+  bool quiet = false;
+  // Single-vector mode.
   std::string baseline_vector;
   std::string current_vector;
   std::string stages;
@@ -35,10 +46,25 @@ struct CompareArgs {
   bool json = false;
 };
 
+struct ReportArgs {
+  std::string run_dir;
+  std::string ref = "mean";
+  DetectorOptions detector;
+  std::string output;
+  bool quiet = false;
+};
+
 void add_analyze(CLI::App& app, AnalyzeArgs& args);
 void add_compare(CLI::App& app, CompareArgs& args);
+void add_report(CLI::App& app, ReportArgs& args);
 
 int run_analyze(const AnalyzeArgs& args);
 int run_compare(const CompareArgs& args);
+int run_report(const ReportArgs& args);
+
+/// The detector's options (--ref, thresholds, persistence), shared by analyze and report.
+void add_detector_options(CLI::App* cmd, std::string& ref, DetectorOptions& detector);
+/// Writes `text` to `path`; throws UsageError naming the file when it cannot.
+void write_file(const std::string& path, const std::string& text);
 
 }  // namespace laggard::cli

@@ -10,17 +10,33 @@ namespace laggard::cli {
 
 void add_compare(CLI::App& app, CompareArgs& args) {
   auto* cmd = app.add_subcommand(
-      "compare", "Name the first stage (pipeline order) that regressed against a baseline");
+      "compare",
+      "Name the first stage (pipeline order) that regressed against a baseline: two run "
+      "directories (noise-aware, per stage and per rank), or two single vectors");
+  cmd->add_option("BASELINE_RUN", args.baseline_dir,
+                  "Known-good run directory (rank-*.jsonl)");
+  cmd->add_option("CURRENT_RUN", args.current_dir, "Run directory to judge against it");
+  cmd->add_option("--warmup", args.warmup,
+                  "Sampled steps skipped at the start of each run (default: max(2, 10%))");
+  cmd->add_option("--min-steps", args.min_steps,
+                  "Steps needed per run after the warm-up; fewer gives UNKNOWN")
+      ->capture_default_str();
+  cmd->add_option("--alpha", args.alpha, "Family-wise error rate (Holm) of the tests")
+      ->capture_default_str();
+  cmd->add_option("--resamples", args.resamples, "Bootstrap resamples per interval")
+      ->capture_default_str();
+  cmd->add_flag("--no-per-rank", args.no_per_rank, "Skip the per-rank comparison");
+  cmd->add_option("--html", args.html, "Also write a self-contained HTML report to this file");
+  cmd->add_flag("-q,--quiet", args.quiet, "No progress on stderr");
   cmd->add_option("--baseline-vector", args.baseline_vector,
-                  "Per-stage baseline times, comma-separated (e.g. 1.0,2.0,3.0)")
-      ->required();
+                  "Per-stage baseline times, comma-separated (e.g. 1.0,2.0,3.0)");
   cmd->add_option("--current-vector", args.current_vector,
-                  "Per-stage current times, same stages and order")
-      ->required();
+                  "Per-stage current times, same stages and order");
   cmd->add_option("--relative-threshold", args.relative_threshold,
                   "Regressed if after > before x (1 + this); absolute when before is 0")
       ->capture_default_str();
-  cmd->add_option("--stages", args.stages, "Stage names, comma-separated (default stage0,...)");
+  cmd->add_option("--stages", args.stages,
+                  "Vector mode: stage names, comma-separated (default stage0,...)");
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
 }
 
@@ -57,7 +73,7 @@ std::vector<double> parse_vector(const std::string& option, const std::string& t
 
 }  // namespace
 
-int run_compare(const CompareArgs& args) {
+int run_compare_vectors(const CompareArgs& args) {
   const auto before = parse_vector("--baseline-vector", args.baseline_vector);
   const auto after = parse_vector("--current-vector", args.current_vector);
   if (before.size() != after.size())
@@ -107,6 +123,26 @@ int run_compare(const CompareArgs& args) {
   }
   if (!victims.empty()) std::cout << "Later regressed stages (likely victims): " << victims << "\n";
   return kExitOk;
+}
+
+int run_compare_runs(const CompareArgs& args);  // compare_runs.cc
+
+int run_compare(const CompareArgs& args) {
+  const bool vectors = !args.baseline_vector.empty() || !args.current_vector.empty();
+  const bool runs = !args.baseline_dir.empty() || !args.current_dir.empty();
+  if (vectors && runs)
+    throw UsageError{"compare takes two run directories or --baseline-vector and "
+                     "--current-vector, not both"};
+  if (vectors) {
+    if (args.baseline_vector.empty()) throw UsageError{"--current-vector needs --baseline-vector"};
+    if (args.current_vector.empty()) throw UsageError{"--baseline-vector needs --current-vector"};
+    if (!args.html.empty()) throw UsageError{"--html needs two run directories"};
+    return run_compare_vectors(args);
+  }
+  if (args.current_dir.empty())
+    throw UsageError{"compare needs BASELINE_RUN and CURRENT_RUN (two run directories), or "
+                     "--baseline-vector and --current-vector"};
+  return run_compare_runs(args);
 }
 
 }  // namespace laggard::cli

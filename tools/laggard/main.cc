@@ -14,8 +14,10 @@ int main(int argc, char** argv) {
 
   AnalyzeArgs analyze;
   CompareArgs compare;
+  ReportArgs report;
   add_analyze(app, analyze);
   add_compare(app, compare);
+  add_report(app, report);
 
   try {
     app.parse(argc, argv);
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("analyze")) return run_analyze(analyze);
     if (app.got_subcommand("compare")) return run_compare(compare);
+    if (app.got_subcommand("report")) return run_report(report);
   } catch (const UsageError& e) {
     std::cerr << "laggard: " << e.what << "\n";
     return kExitUsage;

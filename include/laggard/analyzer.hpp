@@ -1,0 +1,262 @@
+// laggard — the live API for C++ training loops: sections, sampled steps, analysis on one rank.
+//
+//   laggard::AnalyzerOptions opt;
+//   opt.enabled = true;
+//   opt.rank = {rank, world_size, local_rank, host, ""};
+//   opt.transport = "mpi";                     // or laggard::use_mpi(opt, comm) (laggard/mpi.hpp)
+//   laggard::Analyzer an(opt);
+//   const auto fwd = an.stage("forward");
+//   for (std::int64_t step = 0; step < steps; ++step) {
+//     an.begin_step(step);
+//     { laggard::Analyzer::Section s(an, fwd); forward(); }
+//     an.end_step();
+//   }
+//   an.close();
+//
+// The failure rule: nothing here throws into or stops the training loop. Setup misuse (a negative
+// interval, say) throws std::invalid_argument from the constructor; everything that fails later
+// (a sink, the side channel, a log file, CUDA) becomes a counted, rate-limited warning through
+// the log handler (laggard/log.hpp) and `straggler/report_errors`.
+//
+// The training thread never blocks on laggard: a finished sample is copied into a preallocated
+// ring (full: dropped and counted) and a background thread writes the logs, ships samples to the
+// analysis rank over the side channel and runs the analysis there.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "laggard/detector.hpp"
+#include "laggard/export.hpp"
+#include "laggard/log.hpp"
+#include "laggard/model.hpp"
+#include "laggard/recorder.hpp"
+#include "laggard/summary.hpp"
+#include "laggard/transport.hpp"
+
+namespace laggard {
+
+/// Receives each report's `straggler/*` metrics, on the analysis rank, on laggard's background
+/// thread (never the training thread). An exception it throws is counted and logged; later
+/// reports still reach it.
+using MetricsSink = std::function<void(std::int64_t step, const Metrics& metrics)>;
+
+/// How stage times are taken on sampled steps.
+enum class Timing : std::uint8_t {
+  host = 0,  ///< the host clock (TSC or steady_clock)
+  cuda = 1,  ///< CUDA events on `cuda_stream`; host clock, with a warning logged once, if CUDA
+             ///< cannot be used
+};
+
+/// Settings of an Analyzer. The first six are the RFC flags (DESIGN.md).
+struct AnalyzerOptions {
+  bool enabled = false;  ///< off: nothing is created, every call is one check
+  int interval = 10;     ///< sample every interval-th step (step % interval == 0); 0 = never
+  double relative_threshold = 1.2;
+  double absolute_ms_threshold = 5.0;
+  Reference ref = Reference::mean;
+  double mad_z = 3.5;  ///< Reference::robust only
+  int confirm_k = 2;   ///< a finding is confirmed when slow in k ...
+  int confirm_n = 3;   ///< ... of the last n windows
+  /// When set: every rank appends its samples to log_dir/rank-<r>.jsonl and the analysis rank
+  /// its reports to log_dir/reports.jsonl, one line each, flushed per line.
+  std::optional<std::string> log_dir;
+  int analysis_rank = 0;  ///< the rank that analyses and calls the sinks
+  /// Who this rank is. With the "mpi" transport, rank and world_size come from the communicator;
+  /// an empty host is filled in with the host name.
+  RankInfo rank;
+  std::vector<MetricsSink> sinks;
+
+  /// The side channel, by name: "local" (one process; ranks that are threads of one process
+  /// share `channel`) or "mpi" (see laggard/mpi.hpp). See transport_names().
+  std::string transport = "local";
+  std::string channel;  ///< "local" only
+  int mpi_comm = -1;    ///< "mpi" only: MPI_Comm_c2f(application communicator); -1 = world
+
+  Timing timing = Timing::host;
+  void* cuda_stream = nullptr;  ///< CUstream the CUDA events are recorded on (null = default)
+  int cuda_device = -1;         ///< -1: the calling thread's current context (cuda.hpp)
+  int max_pending_steps = 4;    ///< CUDA: sampled steps whose events may still be running
+
+  std::size_t queue_capacity = 64;        ///< samples waiting for the background thread
+  std::size_t max_unacked_samples = 256;  ///< per rank, in flight to the analysis rank
+  double window_timeout_s = 5.0;  ///< a window missing some ranks is analysed after this ...
+  std::size_t max_pending_windows = 32;  ///< ... or once this many windows are waiting
+  double side_channel_timeout_s = 30.0;  ///< silence after which the analysis rank is presumed down
+  double close_timeout_s = 10.0;         ///< default bound of close()
+  double warning_interval_s = 60.0;      ///< at most one warning per kind of failure per interval
+  double poll_interval_s = 0.005;        ///< how often the background thread looks for work
+
+  /// The detector settings these options describe.
+  DetectorOptions detector() const {
+    DetectorOptions d;
+    d.ref = ref;
+    d.relative_threshold = relative_threshold;
+    d.absolute_ms_threshold = absolute_ms_threshold;
+    d.mad_z = mad_z;
+    d.confirm_k = confirm_k;
+    d.confirm_n = confirm_n;
+    return d;
+  }
+};
+
+/// What an Analyzer counted. Drops and failures never stop training; they are counted here.
+struct AnalyzerCounters {
+  std::uint64_t sampled_steps = 0;
+  std::uint64_t samples_emitted = 0;    ///< samples the recorder finished
+  std::uint64_t recorder_dropped = 0;   ///< steps, stages, intervals the recorder dropped
+  std::uint64_t queue_dropped = 0;      ///< samples dropped: the background thread was behind
+  std::uint64_t samples_logged = 0;     ///< lines written to rank-<r>.jsonl
+  std::uint64_t samples_sent = 0;       ///< handed to the side channel
+  std::uint64_t send_dropped = 0;       ///< dropped: the analysis rank was behind or gone
+  std::uint64_t samples_received = 0;   ///< analysis rank: from other ranks
+  std::uint64_t late_samples = 0;       ///< analysis rank: arrived after their window
+  std::uint64_t malformed_samples = 0;  ///< analysis rank: lines that did not parse
+  std::uint64_t windows = 0;            ///< analysis rank: windows analysed
+  std::uint64_t incomplete_windows = 0; ///< ... of which some ranks were missing
+  std::uint64_t reports = 0;
+  std::uint64_t errors = 0;  ///< failures counted on this rank (straggler/report_errors, local)
+  bool side_channel_healthy = false;
+};
+
+/// The live analysis of one rank. One per training thread.
+///
+/// Thread-safety: begin_step, end_step, add, stage, set_stream, Section, counters and close
+/// belong to the training thread (the one that constructed it, for CUDA timing).
+/// latest_metrics, latest_report, summary and add_sink may be called from any thread.
+///
+/// Cost on the training thread: disabled, or a step that is not sampled: one predictable branch
+/// per call. A sampled section: two clock reads (or two CUDA event records). A sampled
+/// end_step: the sample is built and copied into a preallocated ring slot (no allocation after
+/// the first sampled steps, no lock, no system call): about a microsecond for 8 stages
+/// (docs/performance.md).
+///
+/// Every rank's Analyzer must be constructed at the same point of the program when the "mpi"
+/// transport is used (duplicating the communicator is collective), and closed before
+/// MPI_Finalize (if it is not, MPI_Finalize stops its side channel first).
+class LAGGARD_API Analyzer {
+ public:
+  using StageId = Recorder::StageId;
+  class Section;
+
+  /// Throws std::invalid_argument for invalid options of an enabled Analyzer (naming the
+  /// setting). Anything else that fails (transport, log directory, CUDA, thread) is logged and
+  /// degrades: at worst the Analyzer records and logs but does not analyse.
+  explicit Analyzer(AnalyzerOptions options = {});
+  /// close() with the options' close_timeout_s.
+  ~Analyzer();
+  Analyzer(const Analyzer&) = delete;
+  Analyzer& operator=(const Analyzer&) = delete;
+  Analyzer(Analyzer&&) = delete;
+  Analyzer& operator=(Analyzer&&) = delete;
+
+  /// False when disabled, after close(), or if setup failed outright.
+  bool enabled() const noexcept { return recorder_ != nullptr; }
+  /// Whether the current step is sampled.
+  bool sampled() const noexcept { return sampled_; }
+
+  /// Registers (or finds) a stage; the kind defaults from the name (default_stage_kind).
+  /// Allocates on the first sight of a name only. -1 when disabled or all stage slots are used.
+  StageId stage(std::string_view name) noexcept;
+  StageId stage(std::string_view name, StageKind kind) noexcept;
+
+  /// Starts step `step`; it is sampled when step % interval == 0.
+  void begin_step(std::int64_t step) noexcept;
+  /// Ends the step. A sampled step's sample goes to the background thread (CUDA timing: once its
+  /// events have completed, seen at a later begin_step); its report comes some steps later.
+  void end_step() noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    end_sampled_step();
+  }
+  /// Adds a duration measured elsewhere to a stage of this step (no-op if not sampled).
+  void add(StageId id, double ms, std::uint32_t calls = 1) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    recorder_->add(id, ms, calls);
+  }
+  /// CUDA timing: later events are recorded on `cu_stream` (a CUstream). No-op otherwise.
+  void set_stream(void* cu_stream) noexcept;
+
+  /// The underlying Recorder (nullptr when disabled or closed), e.g. for laggard::Section.
+  /// begin_step/end_step must still go through the Analyzer, and on_sample must not be replaced.
+  Recorder* recorder() noexcept { return recorder_; }
+
+  /// Analysis rank: a copy of the latest report's straggler/* metrics; empty elsewhere and before
+  /// the first report. Besides the RFC names: straggler/num_confirmed, straggler/confirmed
+  /// ("rank:stage,..."), straggler/report_errors, straggler/dropped_samples,
+  /// straggler/incomplete_windows.
+  Metrics latest_metrics() const noexcept;
+  /// Analysis rank: the latest report (with `confirmed` filled in); nothing elsewhere.
+  std::optional<Report> latest_report() const noexcept;
+  /// Analysis rank: the verdicts over every window analysed so far (what `laggard analyze`
+  /// prints). May wait for the window being analysed; empty elsewhere.
+  RunSummary summary() const noexcept;
+  /// Training thread: what was sampled, sent, dropped and counted so far.
+  AnalyzerCounters counters() const noexcept;
+  /// Adds a sink (analysis rank; ignored elsewhere). Thread-safe.
+  void add_sink(MetricsSink sink) noexcept;
+
+  int rank() const noexcept;
+  int world_size() const noexcept;
+  bool is_analysis_rank() const noexcept;
+  /// "host-clock" or "cuda-event"; "" when disabled.
+  const char* backend_name() const noexcept;
+  /// The side channel's name, "" when there is none.
+  const char* transport_name() const noexcept;
+
+  /// Ends an open sampled step, then lets the background thread finish: remaining samples are
+  /// logged and sent, the analysis rank waits for the other ranks' last samples and analyses
+  /// what is left. Waits at most `timeout_s` (the background thread is left behind, with a
+  /// warning, if it takes longer). Idempotent; every rank should call it.
+  void close() noexcept;
+  void close(double timeout_s) noexcept;
+
+  /// Failure drill: kills this rank's side channel as if it had died (on the analysis rank: it
+  /// stops receiving and acknowledging). Training continues; the other ranks warn and drop.
+  void debug_fail_transport() noexcept;
+
+ private:
+  struct Impl;
+  void end_sampled_step() noexcept;
+
+  std::unique_ptr<Impl> impl_;
+  Recorder* recorder_ = nullptr;  ///< owned by impl_; null when disabled or closed
+  bool sampled_ = false;
+};
+
+/// RAII section scope on an Analyzer: times one entry of a stage on a sampled step, costs one
+/// branch otherwise. Cannot be copied or moved.
+///   { laggard::Analyzer::Section s(an, fwd_id); forward(); }
+///   { laggard::Analyzer::Section s(an, "optimizer"); step(); }  // by name: looked up when sampled
+class Analyzer::Section {
+ public:
+  Section(Analyzer& analyzer, StageId id) noexcept
+      : recorder_(analyzer.sampled_ ? analyzer.recorder_ : nullptr), id_(id) {
+    if (LAGGARD_UNLIKELY(recorder_ != nullptr)) recorder_->begin(id_);
+  }
+  Section(Analyzer& analyzer, std::string_view name) noexcept
+      : recorder_(analyzer.sampled_ ? analyzer.recorder_ : nullptr) {
+    if (LAGGARD_UNLIKELY(recorder_ != nullptr)) {
+      id_ = analyzer.stage(name);
+      recorder_->begin(id_);
+    }
+  }
+  ~Section() {
+    if (LAGGARD_UNLIKELY(recorder_ != nullptr)) recorder_->end(id_);
+  }
+  Section(const Section&) = delete;
+  Section& operator=(const Section&) = delete;
+  Section(Section&&) = delete;
+  Section& operator=(Section&&) = delete;
+
+ private:
+  Recorder* recorder_;
+  StageId id_ = -1;
+};
+
+}  // namespace laggard

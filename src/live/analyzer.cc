@@ -1,0 +1,727 @@
+// The live Analyzer: a Recorder on the training thread, a ring to a background thread, and on
+// that thread the rank log, the side channel and (on the analysis rank) the analysis and sinks.
+#include "laggard/analyzer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "laggard/cuda.hpp"
+#include "laggard/jsonl.hpp"
+#include "live/error_counter.hpp"
+#include "live/report_json.hpp"
+#include "live/sample_ring.hpp"
+#include "live/window_assembler.hpp"
+
+namespace laggard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string what(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("Analyzer: " + message);
+}
+
+bool finite_at_least(double v, double lo) { return std::isfinite(v) && v >= lo; }
+
+void validate(const AnalyzerOptions& o) {
+  require(o.interval >= 0, "interval must be >= 0 (0 = never sample), got " +
+                               std::to_string(o.interval));
+  o.detector().validate();
+  const bool mpi = o.transport == "mpi";  // rank and world size come from the communicator
+  require(o.rank.world_size >= 1 || mpi,
+          "rank.world_size must be >= 1, got " + std::to_string(o.rank.world_size));
+  require(mpi || (o.rank.rank >= 0 && o.rank.rank < o.rank.world_size),
+          "rank.rank must be in [0, world_size), got " + std::to_string(o.rank.rank));
+  require(o.analysis_rank >= 0 && (mpi || o.analysis_rank < o.rank.world_size),
+          "analysis_rank must be in [0, world_size), got " + std::to_string(o.analysis_rank));
+  require(o.queue_capacity >= 1 && o.queue_capacity <= (1u << 20),
+          "queue_capacity must be in [1, 1048576], got " + std::to_string(o.queue_capacity));
+  require(o.max_unacked_samples >= 1, "max_unacked_samples must be >= 1");
+  require(o.max_pending_windows >= 1, "max_pending_windows must be >= 1");
+  require(o.max_pending_steps >= 1 && o.max_pending_steps <= 64,
+          "max_pending_steps must be in [1, 64], got " + std::to_string(o.max_pending_steps));
+  require(finite_at_least(o.window_timeout_s, 0.0), "window_timeout_s must be >= 0");
+  require(finite_at_least(o.side_channel_timeout_s, 0.0) && o.side_channel_timeout_s > 0.0,
+          "side_channel_timeout_s must be > 0");
+  require(finite_at_least(o.close_timeout_s, 0.0), "close_timeout_s must be >= 0");
+  require(finite_at_least(o.warning_interval_s, 0.0), "warning_interval_s must be >= 0");
+  require(std::isfinite(o.poll_interval_s) && o.poll_interval_s > 0.0 && o.poll_interval_s <= 1.0,
+          "poll_interval_s must be in (0, 1]");
+  require(!o.log_dir || !o.log_dir->empty(), "log_dir must not be empty when set");
+}
+
+// An append-only JSON Lines file, opened on first use and flushed per line. A failed write
+// may leave half a line behind; the next write starts on a fresh line, so only that one is lost.
+class LineFile {
+ public:
+  ~LineFile() { close(); }
+  /// False on failure, with `error` saying why.
+  bool write(const std::string& path, std::string_view line, std::string& error) {
+    if (file_ == nullptr) {
+      std::error_code ec;
+      const auto parent = std::filesystem::path(path).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+      file_ = std::fopen(path.c_str(), "a");
+      if (file_ == nullptr) {
+        error = "cannot open " + path + ": " + std::strerror(errno);
+        return false;
+      }
+    }
+    if (torn_) std::fputc('\n', file_);
+    const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() &&
+                    std::fflush(file_) == 0;
+    if (!ok) {
+      error = "cannot write " + path + ": " + std::strerror(errno);
+      torn_ = true;
+      close();  // reopened next time: the directory may come back
+      return false;
+    }
+    torn_ = false;
+    return true;
+  }
+  void close() {
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = nullptr;
+  }
+
+ private:
+  std::FILE* file_ = nullptr;
+  bool torn_ = false;
+};
+
+}  // namespace
+
+// Everything the background thread uses. Shared with that thread, so that a thread left behind
+// by close() (stuck in a user's sink, say) never outlives what it touches.
+struct Background {
+  Background(const AnalyzerOptions& o, std::size_t ring_capacity)
+      : options(o), ring(ring_capacity), errors("", o.warning_interval_s) {
+    options.sinks.clear();  // kept in `sinks`, under their own lock
+  }
+
+  AnalyzerOptions options;
+  int rank = 0;
+  int world_size = 1;
+  bool analysis_rank = false;
+  SampleRing ring;
+  ErrorCounter errors;
+  std::unique_ptr<Transport> transport;
+  std::string transport_name;
+
+  // Control.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool done = false;
+  Clock::time_point deadline{};
+  std::atomic<bool> fail_requested{false};
+
+  std::mutex sinks_mu;
+  std::vector<MetricsSink> sinks;
+
+  mutable std::mutex latest_mu;
+  Metrics latest_metrics;
+  std::optional<Report> latest_report;
+
+  mutable std::mutex analysis_mu;
+  std::optional<RunAnalysis> analysis;
+
+  std::atomic<std::uint64_t> samples_logged{0}, samples_sent{0}, send_dropped{0},
+      samples_received{0}, late_samples{0}, malformed{0}, windows{0}, incomplete{0},
+      reports{0};
+  std::atomic<bool> channel_healthy{false};
+
+  void run() noexcept;
+
+ private:
+  void tick(bool final) noexcept;
+  void drain_ring();
+  void flush_batch(bool final);
+  void receive();
+  void analyse(bool final);
+  void publish(std::int64_t step, Report&& report);
+  void finish() noexcept;
+  bool analysing() const { return analysis_rank && analysis_on; }
+
+  // Background thread only.
+  bool analysis_on = false;
+  bool reported_channel_down = false;
+  std::optional<WindowAssembler> assembler;
+  SampleParser parser;
+  StepSample sample;
+  StepSample parsed;
+  std::string line;
+  std::string batch_lines;
+  std::uint64_t batch_samples = 0;
+  std::vector<SampleBatch> inbox;
+  std::map<int, std::uint64_t> remote_dropped;
+  std::map<int, std::uint64_t> remote_errors;
+  LineFile rank_log;
+  LineFile report_log;
+  std::string rank_log_path;
+  std::string report_log_path;
+  std::string report_line;
+  std::string error_text;
+
+  friend class Analyzer;
+};
+
+void Background::run() noexcept {
+  SampleRing::reserve(sample);
+  const auto period = seconds(options.poll_interval_s);
+  for (;;) {
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      // The training thread never notifies (that could be a system call); it is polled.
+      cv.wait_for(lock, period, [this] { return stop; });
+      stopping = stop;
+    }
+    if (stopping) break;
+    tick(false);
+  }
+  finish();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+void Background::tick(bool final) noexcept {
+  try {
+    if (fail_requested.exchange(false) && transport) {
+      transport->fail();
+      errors.report("side channel", "stopped by debug_fail_transport() (failure drill)");
+    }
+    drain_ring();
+    if (!analysis_rank && transport) flush_batch(final);
+    if (transport) {
+      transport->progress();
+      channel_healthy.store(transport->healthy(), std::memory_order_relaxed);
+    }
+    if (analysing() && world_size > 1 && (!transport || !transport->healthy())) {
+      analysis_on = false;
+      if (!reported_channel_down) {
+        reported_channel_down = true;
+        errors.warn("analysis", "the side channel is down: this rank stops analysing (the rank "
+                                "log still gets every sample)");
+      }
+    }
+    if (analysing()) {
+      receive();
+      analyse(false);
+    }
+  } catch (...) {
+    errors.report("background", what(std::current_exception()));
+  }
+}
+
+void Background::drain_ring() {
+  const std::size_t max_batch = std::min<std::size_t>(64, options.max_unacked_samples);
+  while (ring.pop(sample)) {
+    line.clear();
+    append_sample_json(sample, line);
+    if (!rank_log_path.empty()) {
+      if (rank_log.write(rank_log_path, line, error_text))
+        samples_logged.fetch_add(1, std::memory_order_relaxed);
+      else
+        errors.report("rank log", error_text);
+    }
+    if (analysing()) {
+      if (assembler->add(StepSample(sample), Clock::now()) == WindowAssembler::Added::late)
+        late_samples.fetch_add(1, std::memory_order_relaxed);
+    } else if (!analysis_rank && transport) {
+      batch_lines += line;
+      if (++batch_samples >= max_batch) flush_batch(false);
+    }
+  }
+}
+
+void Background::flush_batch(bool final) {
+  if (batch_samples == 0 && !final) return;
+  SampleBatch batch;
+  batch.rank = rank;
+  batch.samples = batch_samples;
+  batch.dropped = ring.dropped() + send_dropped.load(std::memory_order_relaxed);
+  batch.errors = errors.total();
+  batch.final = final;
+  batch.lines.swap(batch_lines);
+  const std::uint64_t n = batch_samples;
+  batch_samples = 0;
+  batch_lines.clear();
+  bool ok = false;
+  try {
+    ok = transport->send(batch);
+  } catch (...) {
+    errors.report("side channel", what(std::current_exception()));
+  }
+  (ok ? samples_sent : send_dropped).fetch_add(n, std::memory_order_relaxed);
+}
+
+void Background::receive() {
+  if (!transport) return;
+  inbox.clear();
+  transport->receive(inbox);
+  const auto now = Clock::now();
+  for (SampleBatch& b : inbox) {
+    remote_dropped[b.rank] = b.dropped;
+    remote_errors[b.rank] = b.errors;
+    samples_received.fetch_add(b.samples, std::memory_order_relaxed);
+    std::string_view rest(b.lines);
+    while (!rest.empty()) {
+      const std::size_t eol = rest.find('\n');
+      const std::string_view one = rest.substr(0, eol);
+      rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 1);
+      if (one.empty()) continue;
+      if (!parser.parse(one, parsed, error_text)) {
+        malformed.fetch_add(1, std::memory_order_relaxed);
+        errors.warn("malformed sample", "a sample from rank " + std::to_string(b.rank) +
+                                            " was discarded: " + error_text);
+        continue;
+      }
+      switch (assembler->add(StepSample(parsed), now)) {
+        case WindowAssembler::Added::late:
+          late_samples.fetch_add(1, std::memory_order_relaxed);
+          break;
+        case WindowAssembler::Added::bad_rank:
+          malformed.fetch_add(1, std::memory_order_relaxed);
+          errors.warn("malformed sample", "a sample names rank " + std::to_string(parsed.rank) +
+                                              ", outside the world of " +
+                                              std::to_string(world_size));
+          break;
+        default:
+          break;
+      }
+    }
+    if (b.final) assembler->finished(b.rank);
+  }
+}
+
+void Background::analyse(bool final) {
+  Window window;
+  bool complete = false;
+  while (assembler->next(window, complete, Clock::now(), final)) {
+    windows.fetch_add(1, std::memory_order_relaxed);
+    if (!complete) incomplete.fetch_add(1, std::memory_order_relaxed);
+    Report report;
+    {
+      std::lock_guard<std::mutex> lock(analysis_mu);
+      report = analysis->add(window);
+    }
+    publish(window.step, std::move(report));
+  }
+}
+
+void Background::publish(std::int64_t step, Report&& report) {
+  Metrics metrics = report.metrics(rank);
+  std::string confirmed;
+  int num_confirmed = 0;
+  for (const RankFinding& f : report.stragglers) {
+    if (!f.confirmed) continue;
+    ++num_confirmed;
+    if (!confirmed.empty()) confirmed += ',';
+    confirmed += std::to_string(f.rank) + ":" + f.stage;
+  }
+  std::uint64_t remote_err = 0;
+  std::uint64_t dropped = ring.dropped() + late_samples.load(std::memory_order_relaxed);
+  for (const auto& [r, n] : remote_errors) remote_err += n;
+  for (const auto& [r, n] : remote_dropped) dropped += n;
+  metrics["straggler/num_confirmed"] = static_cast<double>(num_confirmed);
+  metrics["straggler/confirmed"] = std::move(confirmed);
+  metrics["straggler/report_errors"] = static_cast<double>(errors.total() + remote_err);
+  metrics["straggler/dropped_samples"] = static_cast<double>(dropped);
+  metrics["straggler/incomplete_windows"] =
+      static_cast<double>(incomplete.load(std::memory_order_relaxed));
+
+  if (!report_log_path.empty()) {
+    report_line.clear();
+    append_report_json(step, metrics, report, report_line);
+    if (!report_log.write(report_log_path, report_line, error_text))
+      errors.report("report log", error_text);
+  }
+  std::vector<MetricsSink> targets;
+  {
+    std::lock_guard<std::mutex> lock(sinks_mu);
+    targets = sinks;  // called outside the lock: a sink may add a sink
+  }
+  for (const MetricsSink& sink : targets) {
+    try {
+      sink(step, metrics);
+    } catch (...) {
+      errors.report("sink", what(std::current_exception()));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(latest_mu);
+    latest_metrics = std::move(metrics);
+    latest_report = std::move(report);
+  }
+  reports.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Background::finish() noexcept {
+  Clock::time_point until;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    until = deadline;
+  }
+  const auto nap = std::chrono::milliseconds(1);
+  try {
+    tick(false);  // the training thread has stopped: the ring holds its last samples
+    if (analysing()) assembler->finished(rank);
+    if (!analysis_rank && transport && transport->healthy()) {
+      flush_batch(true);  // the final batch tells the analysis rank to stop waiting for us
+      while (Clock::now() < until && !transport->settled()) {
+        std::this_thread::sleep_for(nap);
+        transport->progress();
+      }
+    }
+    if (analysing()) {
+      // Wait for the other ranks' last samples, analysing as they come.
+      while (Clock::now() < until && !assembler->all_finished() && transport &&
+             transport->healthy()) {
+        receive();
+        analyse(false);
+        if (!assembler->all_finished()) std::this_thread::sleep_for(nap);
+      }
+      if (!assembler->all_finished() && world_size > 1)
+        errors.warn("close", "closed before every rank sent its last samples; the last "
+                             "windows are analysed without them");
+      analyse(true);
+      while (transport && Clock::now() < until && !transport->settled()) {
+        transport->progress();  // acknowledgements still in flight
+        std::this_thread::sleep_for(nap);
+      }
+    }
+  } catch (...) {
+    errors.report("close", what(std::current_exception()));
+  }
+  try {
+    if (transport) transport->shutdown();
+  } catch (...) {
+    errors.report("side channel", what(std::current_exception()));
+  }
+  channel_healthy.store(false, std::memory_order_relaxed);
+  rank_log.close();
+  report_log.close();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Analyzer::Impl {
+  AnalyzerOptions options;
+  std::shared_ptr<Background> bg;
+  std::unique_ptr<Recorder> recorder;
+  std::thread thread;
+  std::string backend_name;
+  bool closed = false;
+};
+
+Analyzer::Analyzer(AnalyzerOptions options) {
+  if (!options.enabled) return;  // nothing created: no thread, no file, no side channel
+  validate(options);
+  try {
+    auto impl = std::make_unique<Impl>();
+    if (options.rank.host.empty()) options.rank.host = host_name();
+    auto bg = std::make_shared<Background>(options, options.queue_capacity);
+    bg->sinks = options.sinks;
+    Background* b = bg.get();
+    b->errors.set_prefix("rank " + std::to_string(options.rank.rank) + ": ");
+
+    // The side channel first: with MPI it decides rank and world size.
+    TransportSetup setup;
+    setup.rank = options.rank;
+    setup.analysis_rank = options.analysis_rank;
+    setup.channel = options.channel;
+    setup.mpi_comm = options.mpi_comm;
+    setup.max_unacked_samples = options.max_unacked_samples;
+    setup.peer_timeout_s = options.side_channel_timeout_s;
+    setup.warn = [b](std::string_view kind, std::string_view message) {
+      b->errors.report(kind, message);
+    };
+    try {
+      bg->transport = make_transport(options.transport, setup);
+      bg->transport_name = bg->transport->name();
+      options.rank.rank = bg->transport->rank();
+      options.rank.world_size = bg->transport->world_size();
+    } catch (...) {
+      bg->errors.report("side channel",
+                        "transport '" + options.transport +
+                            "' unavailable: " + what(std::current_exception()) +
+                            "; this rank records and logs samples but does not send them");
+    }
+    if (options.rank.world_size < 1) options.rank.world_size = 1;
+    bg->options.rank = options.rank;
+    bg->rank = options.rank.rank;
+    bg->world_size = options.rank.world_size;
+    bg->errors.set_prefix("rank " + std::to_string(bg->rank) + ": ");
+    bg->analysis_rank = bg->rank == options.analysis_rank;
+    bg->analysis_on = bg->analysis_rank && (bg->world_size == 1 || bg->transport != nullptr);
+    if (bg->analysis_on) {
+      bg->analysis.emplace(options.detector());
+      bg->assembler.emplace(bg->world_size, seconds(options.window_timeout_s),
+                            options.max_pending_windows);
+    }
+    if (options.log_dir) {
+      const std::filesystem::path dir(*options.log_dir);
+      bg->rank_log_path = (dir / ("rank-" + std::to_string(bg->rank) + ".jsonl")).string();
+      if (bg->analysis_rank) bg->report_log_path = (dir / "reports.jsonl").string();
+    }
+
+    // Timing: CUDA events when asked for and possible, else the host clock.
+    std::unique_ptr<TimingBackend> backend;
+    if (options.timing == Timing::cuda) {
+      const auto regions = static_cast<std::uint32_t>(options.max_pending_steps + 1);
+      auto made = make_cuda_backend(regions * 2 * 256, options.cuda_device);
+      if (made.backend) {
+        backend = std::move(made.backend);
+        backend->set_stream(options.cuda_stream);
+      } else if (should_log_cuda_fallback(made.reason)) {
+        log_message(LogLevel::warning, "CUDA event timing unavailable (" + made.reason +
+                                           "); using the host clock");
+      }
+    }
+    RecorderOptions ro;
+    ro.interval = options.interval;
+    ro.rank = options.rank;
+    ro.max_pending_steps = options.max_pending_steps;
+    impl->recorder = std::make_unique<Recorder>(ro, std::move(backend));
+    impl->backend_name = impl->recorder->backend_name();
+    SampleRing* ring = &bg->ring;
+    impl->recorder->on_sample([ring](const StepSample& s) { ring->push(s); });
+
+    impl->thread = std::thread([bg] { bg->run(); });
+    log_message(LogLevel::info,
+                "rank " + std::to_string(bg->rank) + ": laggard Analyzer on, interval " +
+                    std::to_string(options.interval) + ", timing " + impl->backend_name +
+                    ", side channel " +
+                    (bg->transport_name.empty() ? std::string("none") : bg->transport_name) +
+                    (bg->analysis_rank ? ", analysis rank" : ""));
+    impl->options = std::move(options);
+    impl->options.sinks.clear();
+    impl->bg = std::move(bg);
+    recorder_ = impl->recorder.get();
+    impl_ = std::move(impl);
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (...) {
+    log_message(LogLevel::error, "laggard Analyzer disabled: setup failed: " +
+                                     what(std::current_exception()));
+    recorder_ = nullptr;
+    impl_.reset();
+  }
+}
+
+Analyzer::~Analyzer() {
+  if (impl_) close(impl_->options.close_timeout_s);
+}
+
+Analyzer::StageId Analyzer::stage(std::string_view name) noexcept {
+  return stage(name, default_stage_kind(name));
+}
+
+Analyzer::StageId Analyzer::stage(std::string_view name, StageKind kind) noexcept {
+  if (recorder_ == nullptr) return -1;
+  try {
+    const StageId id = recorder_->stage(name, kind);
+    if (id < 0)
+      impl_->bg->errors.warn("stage", "more than " + std::to_string(Recorder::kMaxStages) +
+                                          " stages: '" + std::string(name) +
+                                          "' is not recorded");
+    return id;
+  } catch (...) {
+    impl_->bg->errors.report("stage", what(std::current_exception()));
+    return -1;
+  }
+}
+
+void Analyzer::begin_step(std::int64_t step) noexcept {
+  if (recorder_ == nullptr) return;
+  recorder_->begin_step(step);
+  sampled_ = recorder_->sampled();
+}
+
+void Analyzer::end_sampled_step() noexcept {
+  sampled_ = false;
+  recorder_->end_step();
+}
+
+void Analyzer::set_stream(void* cu_stream) noexcept {
+  if (recorder_ == nullptr) return;
+  if (TimingBackend* backend = recorder_->backend()) backend->set_stream(cu_stream);
+}
+
+Metrics Analyzer::latest_metrics() const noexcept {
+  if (!impl_) return {};
+  try {
+    std::lock_guard<std::mutex> lock(impl_->bg->latest_mu);
+    return impl_->bg->latest_metrics;
+  } catch (...) {
+    return {};
+  }
+}
+
+std::optional<Report> Analyzer::latest_report() const noexcept {
+  if (!impl_) return std::nullopt;
+  try {
+    std::lock_guard<std::mutex> lock(impl_->bg->latest_mu);
+    return impl_->bg->latest_report;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+RunSummary Analyzer::summary() const noexcept {
+  try {
+    if (impl_) {
+      std::lock_guard<std::mutex> lock(impl_->bg->analysis_mu);
+      if (impl_->bg->analysis) return impl_->bg->analysis->summary();
+    }
+  } catch (...) {
+  }
+  return {};
+}
+
+AnalyzerCounters Analyzer::counters() const noexcept {
+  AnalyzerCounters c;
+  if (!impl_) return c;
+  const Background& b = *impl_->bg;
+  if (impl_->recorder) {
+    const RecorderCounters& r = impl_->recorder->counters();
+    c.sampled_steps = r.sampled_steps;
+    c.samples_emitted = r.samples_emitted;
+    c.recorder_dropped = r.dropped_stages + r.dropped_intervals + r.dropped_steps;
+  }
+  const auto get = [](const std::atomic<std::uint64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  c.queue_dropped = b.ring.dropped();
+  c.samples_logged = get(b.samples_logged);
+  c.samples_sent = get(b.samples_sent);
+  c.send_dropped = get(b.send_dropped);
+  c.samples_received = get(b.samples_received);
+  c.late_samples = get(b.late_samples);
+  c.malformed_samples = get(b.malformed);
+  c.windows = get(b.windows);
+  c.incomplete_windows = get(b.incomplete);
+  c.reports = get(b.reports);
+  c.errors = b.errors.total();
+  c.side_channel_healthy = b.channel_healthy.load(std::memory_order_relaxed);
+  return c;
+}
+
+void Analyzer::add_sink(MetricsSink sink) noexcept {
+  if (!impl_ || !sink) return;
+  try {
+    std::lock_guard<std::mutex> lock(impl_->bg->sinks_mu);
+    impl_->bg->sinks.push_back(std::move(sink));
+  } catch (...) {
+    impl_->bg->errors.report("sink", "could not add a sink: " + what(std::current_exception()));
+  }
+}
+
+int Analyzer::rank() const noexcept { return impl_ ? impl_->bg->rank : 0; }
+int Analyzer::world_size() const noexcept { return impl_ ? impl_->bg->world_size : 1; }
+bool Analyzer::is_analysis_rank() const noexcept { return impl_ && impl_->bg->analysis_rank; }
+const char* Analyzer::backend_name() const noexcept {
+  return impl_ ? impl_->backend_name.c_str() : "";
+}
+const char* Analyzer::transport_name() const noexcept {
+  return impl_ ? impl_->bg->transport_name.c_str() : "";
+}
+
+void Analyzer::debug_fail_transport() noexcept {
+  if (impl_) impl_->bg->fail_requested.store(true);
+}
+
+void Analyzer::close() noexcept {
+  if (impl_) close(impl_->options.close_timeout_s);
+}
+
+void Analyzer::close(double timeout_s) noexcept {
+  if (!impl_ || impl_->closed) return;
+  impl_->closed = true;
+  Background& b = *impl_->bg;
+  try {
+    if (!(timeout_s >= 0.0) || !std::isfinite(timeout_s)) timeout_s = impl_->options.close_timeout_s;
+    const auto start = Clock::now();
+    const auto until = start + seconds(timeout_s);
+    if (sampled_) end_sampled_step();
+    Recorder& rec = *impl_->recorder;
+    if (rec.backend() != nullptr) {
+      // Device timing: poll (never wait on the device) until every sampled step is emitted or
+      // dropped, for at most a quarter of the bound.
+      const auto drain_until = start + seconds(std::min(1.0, timeout_s / 4));
+      while (Clock::now() < drain_until) {
+        rec.poll();
+        const RecorderCounters& c = rec.counters();
+        if (c.samples_emitted + c.dropped_steps >= c.sampled_steps) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    recorder_ = nullptr;
+    sampled_ = false;
+    {
+      std::lock_guard<std::mutex> lock(b.mu);
+      b.stop = true;
+      // The background thread keeps a margin to shut the side channel down before we give up.
+      b.deadline = start + seconds(timeout_s * 0.8);
+    }
+    b.cv.notify_all();
+    bool finished = false;
+    {
+      std::unique_lock<std::mutex> lock(b.mu);
+      finished = b.cv.wait_until(lock, until, [&b] { return b.done; });
+    }
+    if (finished) {
+      impl_->thread.join();
+    } else {
+      impl_->thread.detach();  // it holds its own reference to everything it uses
+      b.errors.warn("close", "the background thread did not finish within " +
+                                 std::to_string(timeout_s) + " s; left behind");
+    }
+  } catch (...) {
+    recorder_ = nullptr;
+    sampled_ = false;
+    b.errors.report("close", what(std::current_exception()));
+    if (impl_->thread.joinable()) impl_->thread.detach();
+  }
+}
+
+}  // namespace laggard

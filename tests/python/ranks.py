@@ -1,0 +1,54 @@
+"""Starts real rank processes for the multi-process tests.
+
+run_ranks forks the test process (torch is already imported there, which saves each rank
+seconds of import time on a 2-core machine) into `n` processes with the environment a launcher
+gives (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), each running
+ddp_worker.main(argv). Results come back through the files the ranks write.
+"""
+
+import json
+import multiprocessing
+import os
+
+from laggard.launch import free_port
+
+
+def _child(rank, world, port, argv):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    import ddp_worker
+
+    code = 1
+    try:
+        code = ddp_worker.main(argv)
+    finally:
+        os._exit(code or 0)
+
+
+def run_ranks(n, argv, out_dir, timeout_s=90):
+    """Runs ddp_worker on n ranks; returns the per-rank result dicts (rank order)."""
+    import torch  # noqa: F401 — imported once here, inherited by every forked rank
+
+    os.makedirs(str(out_dir), exist_ok=True)
+    ctx = multiprocessing.get_context("fork")
+    port = free_port()
+    argv = ["--out", str(out_dir)] + list(argv)
+    procs = [ctx.Process(target=_child, args=(r, n, port, argv)) for r in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout_s)
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+        p.join()
+    codes = [p.exitcode for p in procs]
+    if alive or any(c != 0 for c in codes):
+        raise AssertionError("ranks failed: exit codes %s%s" % (
+            codes, " (timed out)" if alive else ""))
+    results = []
+    for r in range(n):
+        with open(os.path.join(str(out_dir), "result-%d.json" % r)) as f:
+            results.append(json.load(f))
+    return results

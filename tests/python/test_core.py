@@ -1,0 +1,163 @@
+"""laggard._core: the bindings behave as the C++ API says."""
+
+import json
+import math
+import time
+
+import pytest
+
+from laggard import _core
+
+
+def make_sample(rank, step, forward_ms, comm_ms=1.0, world=4):
+    s = _core.StepSample()
+    s.rank, s.world_size, s.step, s.host, s.step_ms = rank, world, step, "h%d" % rank, 50.0
+    s.stages = [_core.StageTime("forward", ms=forward_ms),
+                _core.StageTime("communication", "communication", ms=comm_ms, calls=2)]
+    return s
+
+
+def test_stage_kinds():
+    assert _core.StageKind.communication.name == "communication"
+    assert _core.default_stage_kind("dataloader") == _core.StageKind.data
+    assert _core.default_stage_kind("forward") == _core.StageKind.compute
+    with pytest.raises(ValueError, match="unknown stage kind 'gpu'"):
+        _core.StageTime("x", "gpu")
+
+
+def test_sample_json_round_trip_is_exact():
+    s = make_sample(3, 120, 0.1 + 0.2)
+    line = s.to_json()
+    assert "\n" not in line
+    doc = json.loads(line)
+    assert doc["schema"] == "laggard.sample/1" == _core.SAMPLE_SCHEMA
+    assert doc["rank"] == 3 and doc["step"] == 120
+    back = _core.StepSample.from_json(line)
+    assert back.stages[0].ms == 0.1 + 0.2  # shortest round-trip form: bit for bit
+    assert back.stages[1].kind == _core.StageKind.communication and back.stages[1].calls == 2
+    assert back.find("forward").ms == s.find("forward").ms
+    assert back.find("nope") is None
+
+
+def test_parser_names_what_is_wrong():
+    with pytest.raises(ValueError, match="bad sample line"):
+        _core.StepSample.from_json('{"schema":"laggard.sample/1","rank":0}')
+    bad = json.loads(make_sample(0, 0, 1.0).to_json())
+    bad["stages"][0]["ms"] = -1
+    with pytest.raises(ValueError, match="ms"):
+        _core.SampleParser().parse(json.dumps(bad))
+
+
+def test_recorder_samples_every_interval_and_counts():
+    rec = _core.Recorder(interval=3, rank=1, world_size=2)
+    q = _core.SampleQueue(8)
+    rec.attach_queue(q)
+    fwd = rec.stage("forward")
+    assert rec.stage("forward") == fwd
+    comm = rec.stage("allreduce", "communication")
+    sampled = []
+    for step in range(7):
+        sampled.append(rec.begin_step(step))
+        rec.begin(fwd)
+        time.sleep(0.001)
+        rec.end(fwd)
+        rec.add(comm, 2.5)
+        rec.end_step()
+    assert sampled == [True, False, False, True, False, False, True]
+    rounds, items, closed = q.take(0)
+    assert rounds == 3 and not closed
+    assert [step for step, _ in items] == [0, 3, 6]
+    s = _core.StepSample.from_json(items[0][1])
+    assert s.rank == 1 and s.world_size == 2
+    assert s.find("forward").ms >= 0.9
+    assert s.find("allreduce").ms == 2.5
+    assert s.find("allreduce").kind == _core.StageKind.communication
+    c = rec.counters
+    assert c["sampled_steps"] == 3 and c["samples_emitted"] == 3 and c["unbalanced"] == 0
+    assert rec.backend_name == "host-clock"
+
+
+def test_recorder_rejects_bad_settings():
+    with pytest.raises(ValueError, match="interval"):
+        _core.Recorder(interval=-1)
+    with pytest.raises(ValueError, match="backend"):
+        _core.Recorder(backend="tpu")
+
+
+def test_cuda_backend_falls_back_with_a_reason():
+    rec = _core.Recorder(backend="cuda", device=0)
+    # No GPU or driver here: the host clock, and one line saying why.
+    if rec.backend_name == "host-clock":
+        assert rec.backend_reason
+    rec.set_stream(0)  # a no-op on the host clock
+
+
+def test_queue_drops_when_full_and_never_blocks():
+    q = _core.SampleQueue(2)
+    for step in range(5):
+        q.push(make_sample(0, step, 1.0))
+    assert q.dropped == 3 and q.pushed == 2 and len(q) == 2
+    t0 = time.perf_counter()
+    rounds, items, closed = q.take(0.05)
+    assert rounds == 0 and [s for s, _ in items] == [0, 1]
+    assert time.perf_counter() - t0 < 0.05  # samples were waiting: no wait
+    q.close()
+    assert q.take(10.0)[2] is True  # closed: returns at once
+
+
+def test_detector_reports_metrics_and_confirms():
+    det = _core.Detector(_core.DetectorOptions(ref="mean"))
+    report = None
+    for step in (0, 10, 20):
+        samples = [make_sample(r, step, 40.0 if r == 2 else 10.0) for r in range(4)]
+        report = det.observe(samples, local_rank=0)
+    m = report["metrics"]
+    assert m["straggler/forward/top_rank"] == 2.0
+    assert m["straggler/forward/local_ms"] == 10.0
+    assert m["straggler/forward/max_ms"] == 40.0
+    assert m["straggler/likely_bottleneck"] == "forward"
+    assert isinstance(m["straggler/hints"], str)
+    assert [(f["rank"], f["stage"], f["confirmed"]) for f in report["stragglers"]] == \
+        [(2, "forward", True)]
+    assert det.windows == 3
+    assert det.confirmed()[0]["rank"] == 2
+
+
+def test_detector_on_json_lines_lists_bad_lines():
+    det = _core.Detector()
+    lines = [make_sample(r, 5, 10.0).to_json() for r in range(3)] + ["{not json"]
+    report = det.observe_lines(lines, step=5)
+    assert report["ranks_seen"] == 3
+    assert len(report["parse_errors"]) == 1
+
+
+def test_detector_options_validate():
+    with pytest.raises(ValueError):
+        _core.DetectorOptions(ref="biggest")
+    with pytest.raises(ValueError):
+        _core.DetectorOptions(relative_threshold=-1)
+
+
+def test_first_regression():
+    import laggard
+
+    assert laggard.first_regression([10, 10, 10], [10, 12, 20], 0.1) == (1, 2.0)
+    assert laggard.first_regression([10, 10], [10, 10]) is None
+    assert laggard.first_regression([0.0], [0.5], 0.1) == (0, 0.5)  # absolute when before == 0
+    with pytest.raises(ValueError):
+        laggard.first_regression([1.0], [1.0, 2.0])
+
+
+def test_read_run_of_missing_dir_is_a_clear_error(tmp_path):
+    import laggard
+
+    with pytest.raises(OSError):
+        laggard.read_run(str(tmp_path / "missing"))
+
+
+def test_metric_values_are_float_or_str():
+    det = _core.Detector()
+    m = det.observe([make_sample(r, 0, 10.0) for r in range(2)])["metrics"]
+    assert m and all(isinstance(v, (float, str)) for v in m.values())
+    assert all(k.startswith("straggler/") for k in m)
+    assert not any(isinstance(v, float) and math.isnan(v) for v in m.values())

@@ -1,0 +1,59 @@
+"""The RFC flags: exact names, defaults and choices."""
+
+import argparse
+
+import pytest
+
+import laggard
+
+
+def parser():
+    p = argparse.ArgumentParser()
+    laggard.add_arguments(p)
+    return p
+
+
+def test_exact_names_and_defaults():
+    a = parser().parse_args([])
+    assert a.straggler_analysis is False
+    assert a.straggler_interval == 10
+    assert a.straggler_relative_threshold == 1.2
+    assert a.straggler_absolute_ms_threshold == 5.0
+    assert a.straggler_ref == "mean"
+    assert a.straggler_enable_module_stages is False
+    assert a.straggler_log_dir is None
+    options = {s for action in parser()._actions for s in action.option_strings}
+    assert {"--straggler-analysis", "--straggler-interval", "--straggler-relative-threshold",
+            "--straggler-absolute-ms-threshold", "--straggler-ref",
+            "--straggler-enable-module-stages", "--straggler-log-dir"} <= options
+
+
+def test_values_parse():
+    a = parser().parse_args(["--straggler-analysis", "--straggler-interval", "3",
+                             "--straggler-relative-threshold", "1.1",
+                             "--straggler-absolute-ms-threshold", "0.5",
+                             "--straggler-ref", "median", "--straggler-enable-module-stages",
+                             "--straggler-log-dir", "/tmp/x"])
+    assert (a.straggler_analysis, a.straggler_interval, a.straggler_relative_threshold,
+            a.straggler_absolute_ms_threshold, a.straggler_ref,
+            a.straggler_enable_module_stages, a.straggler_log_dir) == \
+        (True, 3, 1.1, 0.5, "median", True, "/tmp/x")
+
+
+def test_ref_choices():
+    for ref in ("mean", "median", "robust"):
+        assert parser().parse_args(["--straggler-ref", ref]).straggler_ref == ref
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--straggler-ref", "max"])
+
+
+def test_store_true_flags_take_no_value():
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--straggler-analysis", "yes"])
+
+
+def test_into_an_argument_group():
+    p = argparse.ArgumentParser()
+    g = p.add_argument_group("mine")
+    laggard.add_arguments(g)
+    assert p.parse_args(["--straggler-interval", "7"]).straggler_interval == 7

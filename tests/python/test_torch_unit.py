@@ -1,0 +1,164 @@
+"""laggard.torch.instrument in one process (no DDP): stages, module stages, undo."""
+
+import time
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+
+import laggard  # noqa: E402
+import laggard.torch as lt  # noqa: E402
+from laggard import _core  # noqa: E402
+
+
+class SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.01)
+        return grad
+
+
+class InnerAttention(nn.Module):
+    def forward(self, x):
+        return x * 1.0
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = InnerAttention()  # nested match: only the outer one is timed
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(self.inner(x))
+
+
+class MoELayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+
+    def forward(self, x):
+        return sum(e(x) for e in self.experts)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([SelfAttention(), SelfAttention()])
+        self.moe = MoELayer()
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(SlowBackward.apply(self.moe(x)))
+
+
+def samples_of(log_dir):
+    return [_core.StepSample.from_json(line)
+            for line in (log_dir / "rank-0.jsonl").read_text().splitlines()]
+
+
+def run(an, model, opt, steps=4, micro=1):
+    for step in range(steps):
+        an.begin_step(step)
+        opt.zero_grad()
+        for _ in range(micro):
+            loss = model(torch.randn(4, 8)).pow(2).mean()
+            loss.backward()
+        opt.step()
+        an.end_step()
+
+
+def test_forward_backward_optimizer_stages(tmp_path):
+    an = laggard.Analyzer(enabled=True, interval=2, log_dir=str(tmp_path))
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    inst = lt.instrument(an, model=model, optimizer=opt)
+    assert inst.stages == ["forward", "backward", "optimizer"]  # no DDP: no communication
+    run(an, model, opt, steps=4, micro=2)
+    an.close()
+    samples = samples_of(tmp_path)
+    assert [s.step for s in samples] == [0, 2]
+    for s in samples:
+        assert [t.name for t in s.stages] == ["forward", "backward", "optimizer"]
+        assert s.find("forward").calls == 2 and s.find("backward").calls == 2
+        assert s.find("optimizer").calls == 1
+        assert s.find("backward").ms >= 2 * 10 * 0.9  # two backwards, each sleeping 10 ms
+    c = an.counters()
+    assert c["unbalanced"] == 0
+
+
+def test_module_stages(tmp_path):
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path), module_stages=True)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    inst = lt.instrument(an, model=model, optimizer=opt)
+    assert "attention" in inst.stages and "moe" in inst.stages
+    run(an, model, opt, steps=2)
+    an.close()
+    s = samples_of(tmp_path)[0]
+    assert s.find("attention").calls == 2  # two outer SelfAttention blocks, inner not counted
+    assert s.find("moe").calls == 1
+    assert an.counters()["unbalanced"] == 0
+
+
+def test_custom_module_stage_patterns(tmp_path):
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = Net()
+    lt.instrument(an, model=model, module_stages=True,
+                  module_stage_patterns={"head": r"^Linear$"})
+    run(an, model, torch.optim.SGD(model.parameters(), lr=0.01), steps=1)
+    an.close()
+    # every Linear: two projections, two experts and the head, each entered once
+    assert samples_of(tmp_path)[0].find("head").calls == 5
+
+
+def test_remove_undoes_everything():
+    an = laggard.Analyzer(enabled=True, interval=1)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = opt.step
+    inst = lt.instrument(an, model=model, optimizer=opt)
+    inst.remove()
+    an.close()
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert opt.step == step
+
+
+def test_lr_scheduler_keeps_working():
+    an = laggard.Analyzer(enabled=True, interval=1)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    lt.instrument(an, model=model, optimizer=opt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" etc.
+        for step in range(2):
+            an.begin_step(step)
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+            sched.step()
+            an.end_step()
+    an.close()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.025)
+
+
+def test_no_grad_forward_is_timed_without_backward_hooks(tmp_path):
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = Net()
+    lt.instrument(an, model=model)
+    an.begin_step(0)
+    with torch.no_grad():
+        model(torch.randn(2, 8))
+    an.end_step()
+    an.close()
+    s = samples_of(tmp_path)[0]
+    assert s.find("forward").calls == 1 and s.find("backward") is None

@@ -1,0 +1,60 @@
+// `laggard report RUN_DIR -o report.html`: the run analysis as one self-contained HTML page.
+#include <iostream>
+
+#include "commands.hpp"
+#include "laggard/html_report.hpp"
+#include "laggard/jsonl.hpp"
+#include "laggard/summary.hpp"
+#include "output.hpp"
+
+namespace laggard::cli {
+
+void add_report(CLI::App& app, ReportArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "report", "Write a self-contained HTML report of a run: ranks x stages heatmap, step time "
+                "with onsets, confirmed stragglers");
+  cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
+      ->required();
+  cmd->add_option("-o,--output", args.output, "HTML file to write")->required();
+  add_detector_options(cmd, args.ref, args.detector);
+  cmd->add_flag("-q,--quiet", args.quiet, "No progress on stderr");
+}
+
+int run_report(const ReportArgs& in) {
+  ReportArgs args = in;
+  args.detector.ref = parse_reference(args.ref);
+  args.detector.validate();
+
+  RunReader reader(args.run_dir);
+  RunAnalysis analysis(args.detector);
+  RunReportData data;
+  Progress progress("reading " + args.run_dir, !args.quiet);
+  Window window;
+  while (reader.next(window)) {
+    data.add(window, analysis.add(window));
+    progress.update(reader.bytes_read(), reader.bytes_total());
+  }
+  progress.finish();
+  const RunStats& stats = reader.stats();
+  const RunSummary sum = analysis.summary();
+  if (sum.windows == 0) {
+    std::string why = "no well-formed samples in " + args.run_dir + " (" +
+                      std::to_string(stats.files) + " rank files, " +
+                      std::to_string(stats.malformed) + " malformed lines)";
+    if (!stats.errors.empty()) why += "; first: " + stats.errors.front().message();
+    throw UsageError{why};
+  }
+  write_file(args.output, render_run_report(sum, data, {args.run_dir, args.detector, stats}));
+  std::cout << "wrote " << args.output << ": " << sum.ranks << " ranks, " << sum.windows
+            << " sampled steps, " << sum.stragglers.size() << " confirmed straggler"
+            << (sum.stragglers.size() == 1 ? "" : "s") << ", step time onset "
+            << (sum.step_time_onset ? "at step " + std::to_string(*sum.step_time_onset)
+                                    : std::string("none"))
+            << "\n";
+  if (stats.malformed > 0 && !args.quiet)
+    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in "
+              << args.run_dir << "\n";
+  return kExitOk;
+}
+
+}  // namespace laggard::cli
