@@ -1,12 +1,19 @@
-# Install rules: headers, liblaggard.a (laggard::core) and liblaggard.so (laggard::shared), the
-# `laggard` program, a CMake package (find_package(laggard)) and a pkg-config file (laggard.pc).
+# Install rules: headers, liblaggard.a (laggard::core) and liblaggard.so (laggard::shared), with
+# MPI also liblaggard_mpi.a/.so (laggard::mpi, laggard::mpi_shared), the `laggard` program, a
+# CMake package (find_package(laggard)) and pkg-config files (laggard.pc, laggard-mpi.pc).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set_target_properties(laggard_core PROPERTIES EXPORT_NAME core)
 set_target_properties(laggard_shared PROPERTIES EXPORT_NAME shared)
+set(laggard_libraries laggard_core laggard_shared)
+if(LAGGARD_HAVE_MPI)
+  set_target_properties(laggard_mpi PROPERTIES EXPORT_NAME mpi)
+  set_target_properties(laggard_mpi_shared PROPERTIES EXPORT_NAME mpi_shared)
+  list(APPEND laggard_libraries laggard_mpi laggard_mpi_shared)
+endif()
 
-install(TARGETS laggard_core laggard_shared
+install(TARGETS ${laggard_libraries}
   EXPORT laggardTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -32,12 +39,26 @@ install(FILES ${PROJECT_BINARY_DIR}/laggardConfig.cmake ${PROJECT_BINARY_DIR}/la
 file(RELATIVE_PATH LAGGARD_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" LAGGARD_PC_TO_PREFIX "${LAGGARD_PC_TO_PREFIX}")
 set(LAGGARD_PC_REQUIRES_PRIVATE "simdjson")
-if(LAGGARD_HAVE_MPI)
-  string(APPEND LAGGARD_PC_REQUIRES_PRIVATE " ompi-c")
-endif()
 set(LAGGARD_PC_LIBS_PRIVATE "-pthread")
 if(CMAKE_DL_LIBS)
   string(APPEND LAGGARD_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}")
 endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/laggard.pc.in ${PROJECT_BINARY_DIR}/laggard.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/laggard.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(LAGGARD_HAVE_MPI)
+  # The MPI flags come from MPI's own pkg-config module when it has one (Open MPI: ompi-c).
+  set(LAGGARD_PC_MPI_REQUIRES "")
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    foreach(m ompi-c mpich mpi)
+      execute_process(COMMAND ${PKG_CONFIG_EXECUTABLE} --exists ${m} RESULT_VARIABLE rc)
+      if(rc EQUAL 0)
+        set(LAGGARD_PC_MPI_REQUIRES ${m})
+        break()
+      endif()
+    endforeach()
+  endif()
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/laggard-mpi.pc.in ${PROJECT_BINARY_DIR}/laggard-mpi.pc
+    @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/laggard-mpi.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()

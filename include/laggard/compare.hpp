@@ -177,6 +177,13 @@ struct Comparison {
   std::vector<RankComparison> ranks;  ///< every tested pair, by cohort, stage order, then rank
   int ranks_regressed = 0;
   int ranks_improved = 0;
+  /// Into ranks: the first pair, in pipeline order (then rank), that REGRESSED in a stage of the
+  /// rank's own work (not communication); -1 if none.
+  int rank_origin = -1;
+  /// Set when the stage-level picture misleads: the origin is a communication stage (a longer
+  /// wait, evidence about someone else) while some rank's own work regressed, or no stage
+  /// regressed for the median rank while some rank's own work did. Empty otherwise.
+  std::string hint;
 };
 
 /// Compares two runs stage by stage (see docs/compare.md for the statistics). Throws

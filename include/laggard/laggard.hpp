@@ -2,14 +2,17 @@
 // training job got slower. Pipeline: sources (recorder, JSONL) → StepSample → analysis → sinks.
 #pragma once
 
+#include "laggard/analyzer.hpp"
 #include "laggard/compare.hpp"
 #include "laggard/cuda.hpp"
 #include "laggard/detector.hpp"
 #include "laggard/export.hpp"
 #include "laggard/html_report.hpp"
 #include "laggard/jsonl.hpp"
+#include "laggard/log.hpp"
 #include "laggard/model.hpp"
 #include "laggard/onset.hpp"
 #include "laggard/recorder.hpp"
 #include "laggard/summary.hpp"
+#include "laggard/transport.hpp"
 #include "laggard/version.hpp"

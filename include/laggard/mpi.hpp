@@ -1,11 +1,11 @@
 // laggard — MPI programs: point an Analyzer's side channel at the application's communicator.
 //
-// Header-only and not part of the umbrella header, because it includes <mpi.h>. laggard itself
+// Not part of the umbrella header, because it includes <mpi.h>; link laggard::mpi (beside
+// laggard::core) or laggard::mpi_shared (beside laggard::shared), pkg-config laggard-mpi. laggard
 // duplicates the communicator (MPI_Comm_dup) and never sends on the application's own one; its
 // background thread calls MPI concurrently with the application, so MPI must be initialized
-// with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...). With a lower level, or a laggard built
-// without MPI (transport_names() lacks "mpi"), the Analyzer logs why and records without
-// analysing.
+// with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...). With a lower level the Analyzer logs why
+// and records without analysing.
 #pragma once
 
 #include <mpi.h>
@@ -14,10 +14,15 @@
 
 namespace laggard {
 
-/// Sets `options` to use the "mpi" side channel over a duplicate of `comm`, with this process's
-/// rank and the communicator's size. Call after MPI_Init_thread; collective use follows when the
-/// Analyzer is constructed (every rank of `comm` must construct one at the same point).
+/// Registers the "mpi" transport (idempotent, thread-safe). use_mpi() calls it.
+LAGGARD_API void register_mpi_transport();
+
+/// Registers the "mpi" transport and sets `options` to use it over a duplicate of `comm`, with
+/// this process's rank and the communicator's size. Call after MPI_Init_thread; the duplication
+/// happens when the Analyzer is constructed, collectively: every rank of `comm` constructs one
+/// at the same point of the program.
 inline void use_mpi(AnalyzerOptions& options, MPI_Comm comm = MPI_COMM_WORLD) {
+  register_mpi_transport();
   options.transport = "mpi";
   options.mpi_comm = static_cast<int>(MPI_Comm_c2f(comm));
   int rank = 0;

@@ -46,26 +46,6 @@ class _NoopSection:
 NOOP_SECTION = _NoopSection()
 
 
-class _Section:
-    """A sampled section of one stage: begin/end on the C++ recorder by stage id. One object per
-    stage name, reused across steps (the recorder itself tracks whether the stage is open)."""
-
-    __slots__ = ("_begin", "_end", "_id")
-
-    def __init__(self, recorder, stage_id):
-        self._begin = recorder.begin
-        self._end = recorder.end
-        self._id = stage_id
-
-    def __enter__(self):
-        self._begin(self._id)
-        return None
-
-    def __exit__(self, *exc):
-        self._end(self._id)
-        return False
-
-
 def _torch_if_imported():
     """torch when the program already imported it; laggard never imports torch itself here."""
     return sys.modules.get("torch")
@@ -298,7 +278,9 @@ class Analyzer:
     def _new_section(self, name, kind):
         try:
             stage_id = self._recorder.stage(str(name), kind)
-            section = _Section(self._recorder, stage_id)
+            # A C++ context manager (_core.SectionScope): `with` calls Recorder::begin/end by
+            # stage id directly. One per name, reused every sampled step.
+            section = self._recorder.section(stage_id)
             self._sections[name] = section
             return section
         except Exception as e:

@@ -235,6 +235,14 @@ class PyRecorder {
   std::string reason_;
 };
 
+/// A sampled section of one stage as a Python context manager: `with` calls straight into
+/// Recorder::begin/end, with no Python frame in between (the sampled path's cost is mostly
+/// call overhead). Holds the recorder alive.
+struct SectionScope {
+  PyRecorder* recorder;
+  int id;
+};
+
 // ---------------------------------------------------------------------------------------------
 // Conversions
 
@@ -469,9 +477,23 @@ PYBIND11_MODULE(_core, m) {
           "Device backends: records later marks on this stream (a CUstream as an int; 0 = the "
           "default stream). No-op on the host clock.",
           "handle"_a)
+      .def(
+          "section",
+          [](PyRecorder& r, int id) { return SectionScope{&r, id}; },
+          "A reusable context manager timing stage `id` (begin on enter, end on exit).", "id"_a,
+          py::keep_alive<0, 1>())
       .def("attach_queue", &PyRecorder::attach, "Samples go to this queue (None: nowhere).",
            "queue"_a)
       .def_property_readonly("queue", &PyRecorder::queue);
+
+  py::class_<SectionScope>(m, "SectionScope", "Context manager of one stage (Recorder.section).")
+      .def("__enter__", [](SectionScope& s) { s.recorder->rec().begin(s.id); })
+      .def("__exit__",
+           [](SectionScope& s, py::handle, py::handle, py::handle) {
+             s.recorder->rec().end(s.id);
+             return false;
+           })
+      .def_property_readonly("id", [](const SectionScope& s) { return s.id; });
 
   py::enum_<Reference>(m, "Reference")
       .value("mean", Reference::mean)

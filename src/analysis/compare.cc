@@ -744,6 +744,35 @@ Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,
       out.ranks.push_back(std::move(r));
     }
   }
+
+  // A synchronizing collective makes every fast rank wait for the slow one: when only rank 3's
+  // forward slowed down, the median rank's *communication* regresses. Name the rank's own work.
+  for (std::size_t i = 0; i < out.ranks.size(); ++i) {
+    const RankComparison& r = out.ranks[i];
+    if (r.verdict != Verdict::regressed || r.kind == StageKind::communication) continue;
+    out.rank_origin = static_cast<int>(i);  // ranks are in pipeline order, then rank
+    break;
+  }
+  if (out.rank_origin >= 0) {
+    const RankComparison& r = out.ranks[static_cast<std::size_t>(out.rank_origin)];
+    std::string own = "rank " + std::to_string(r.rank) + "'s " +
+                      stage_label(r.stage, r.cohort, name_cohort) + " regressed " +
+                      ratio_text(r.ratio) + "x";
+    int others = 0;
+    for (const RankComparison& x : out.ranks)
+      if (&x != &r && x.verdict == Verdict::regressed && x.kind != StageKind::communication)
+        ++others;
+    if (others > 0) own += " (and " + std::to_string(others) + " more rank-stage pair(s) of own work)";
+    if (out.origin >= 0 &&
+        out.stages[static_cast<std::size_t>(out.origin)].kind == StageKind::communication) {
+      const StageComparison& o = out.stages[static_cast<std::size_t>(out.origin)];
+      out.hint = stage_label(o.stage, o.cohort, name_cohort) +
+                 " is where ranks wait for each other, so its regression is evidence about "
+                 "someone else; " + own + ": the other ranks likely wait for it";
+    } else if (out.origin < 0) {
+      out.hint = "no stage regressed for the median rank, but " + own;
+    }
+  }
   return out;
 }
 

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
+#include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace laggard {
 
@@ -36,11 +39,21 @@ void OnsetDetector::add(std::int64_t step, double log_value) noexcept {
   if (!std::isfinite(log_value)) return;
   if (ready_) {
     ++values_;
-    step_cusum(step, log_value);
+    step_cusum(step, log_value, /*learn=*/true);
+    return;
+  }
+  if (values_ == 0) first_step_ = step;
+  const std::int64_t offset = step - first_step_;
+  // Steps of the buffered values are kept as offsets (small objects); a run whose first few
+  // sampled steps span more than 2^31 steps has its baseline taken from what came before.
+  if (offset < 0 || offset > INT32_MAX) {
+    start_baseline();
+    ++values_;
+    step_cusum(step, log_value, true);
     return;
   }
   buffer_[static_cast<std::size_t>(values_)] = static_cast<float>(log_value);
-  buffer_steps_[static_cast<std::size_t>(values_)] = step;
+  buffer_offsets_[static_cast<std::size_t>(values_)] = static_cast<std::int32_t>(offset);
   ++values_;
   if (values_ >= baseline_n_) start_baseline();
 }
@@ -49,26 +62,33 @@ void OnsetDetector::start_baseline() noexcept {
   const int n = std::min<int>(values_, baseline_n_);
   std::array<float, kMaxBaseline> v = buffer_;
   const auto median = [](float* a, int count) {
-    std::sort(a, a + count);
+    for (int i = 1; i < count; ++i)  // insertion sort: at most kMaxBaseline values
+      for (int j = i; j > 0 && a[j - 1] > a[j]; --j) std::swap(a[j - 1], a[j]);
     return count % 2 ? a[count / 2] : 0.5f * (a[count / 2 - 1] + a[count / 2]);
   };
-  const float mu = median(v.data(), n);
-  for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = std::fabs(v[static_cast<std::size_t>(i)] - mu);
-  const float mad = median(v.data(), n);
+  float mu = 0.0f, mad = 0.0f;
+  if (n > 0) {
+    mu = median(v.data(), n);
+    for (int i = 0; i < n; ++i)
+      v[static_cast<std::size_t>(i)] = std::fabs(buffer_[static_cast<std::size_t>(i)] - mu);
+    mad = median(v.data(), n);
+  }
   mu_ = std::min(mu, cap_);
   // A floor on the scale: on noise-free data (MAD 0) any wiggle would otherwise be "significant";
   // a quarter of the smallest shift that counts keeps the test about shifts that matter.
   sigma_ = std::max(1.4826f * mad, shift_ / 4.0f);
-  // CUSUM reference value: half the design shift (the optimal k for a shift of min_shift), and
-  // at least half a standard deviation so that noise alone drifts S down.
-  k_ = std::max(0.5f, shift_ / (2.0f * sigma_));
   cap_step_ = threshold_ / static_cast<float>(persist_);
+  // The baseline counts as n values already learnt from.
+  learn_n_ = static_cast<float>(n);
+  learn_sum_ = static_cast<double>(n) * mu_;
+  learn_abs_ = static_cast<double>(n) * sigma_ / 1.2533;  // E|x - mu| = sigma * sqrt(2/pi)
   ready_ = true;
   for (int i = 0; i < n; ++i)
-    step_cusum(buffer_steps_[static_cast<std::size_t>(i)], buffer_[static_cast<std::size_t>(i)]);
+    step_cusum(first_step_ + buffer_offsets_[static_cast<std::size_t>(i)],
+               buffer_[static_cast<std::size_t>(i)], /*learn=*/false);
 }
 
-void OnsetDetector::step_cusum(std::int64_t step, double x) noexcept {
+void OnsetDetector::step_cusum(std::int64_t step, double x, bool learn) noexcept {
   const bool first = first_value_;
   first_value_ = false;
   if (found_) {
@@ -76,16 +96,29 @@ void OnsetDetector::step_cusum(std::int64_t step, double x) noexcept {
     ++count_since_;
     return;
   }
-  const double z = (x - mu_) / sigma_;
+  const double mu = mu_, sigma = sigma_;
+  const double z = (x - mu) / sigma;
+  // Reference value: half the design shift, and at least one standard deviation so that noise
+  // alone drifts S down fast (a shift smaller than 2 sigma is not told apart per value anyway).
+  const double k = std::max(1.0, static_cast<double>(shift_) / (2.0 * sigma));
   // Clipped increment: one value moves S by at most h/m, so m high values are needed to reach h.
-  const double inc = std::min(z - static_cast<double>(k_), static_cast<double>(cap_step_));
-  if (s_ <= 0.0 && inc > 0.0) {
+  const double inc = std::min(z - k, static_cast<double>(cap_step_));
+  const bool in_control = s_ <= 0.0;
+  if (in_control && inc > 0.0) {
     start_ = step;
     excursion_sum_ = 0.0;
     excursion_count_ = 0;
     excursion_from_first_ = first;
   }
   s_ = std::max(0.0, s_ + inc);
+  if (learn && in_control) {
+    const double d = std::clamp(x - mu, -3.0 * sigma, 3.0 * sigma);
+    learn_n_ += 1.0f;
+    learn_sum_ += mu + d;
+    learn_abs_ += std::fabs(d);
+    mu_ = std::min(static_cast<float>(learn_sum_ / learn_n_), cap_);
+    sigma_ = std::max(static_cast<float>(1.2533 * learn_abs_ / learn_n_), shift_ / 4.0f);
+  }
   if (s_ <= 0.0) return;
   excursion_sum_ += x;
   ++excursion_count_;

@@ -383,7 +383,7 @@ std::string heatmap(const std::vector<std::string>& row_labels,
                     const std::vector<std::vector<HeatCell>>& cells, const std::string& aria) {
   const std::size_t rows = row_labels.size(), cols = col_labels.size();
   const double label_w = 190, head_h = 74;
-  const double cw = std::clamp(720.0 / std::max<std::size_t>(cols, 1), 46.0, 96.0);
+  const double cw = std::clamp(720.0 / static_cast<double>(std::max<std::size_t>(cols, 1)), 46.0, 96.0);
   const double ch = rows <= 48 ? 22.0 : (rows <= 128 ? 12.0 : 6.0);
   const bool with_text = rows <= 48;
   const double W = label_w + cw * static_cast<double>(cols) + 10;
@@ -946,6 +946,8 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
     out += "<p class=\"callout ok\">No stage regressed beyond " +
            num(100 * o.relative_threshold, 1) + "%.</p>\n";
   }
+  if (!cmp.hint.empty())
+    out += "<p class=\"callout\" id=\"hint\"><b>Hint:</b> " + html_escape(cmp.hint) + ".</p>\n";
   if (!cmp.unknown_before_origin.empty()) {
     std::vector<std::string> v;
     for (int i : cmp.unknown_before_origin) v.push_back(html_escape(label(cmp.stages[static_cast<std::size_t>(i)])));

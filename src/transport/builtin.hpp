@@ -1,4 +1,5 @@
-// The built-in transports, registered by name in registry.cc. Private.
+// The built-in transports, registered by name in registry.cc. Private. ("mpi" lives in the
+// laggard::mpi component and registers itself: laggard/mpi.hpp.)
 #pragma once
 
 #include <memory>
@@ -8,8 +9,5 @@
 namespace laggard::detail {
 
 std::unique_ptr<Transport> make_local_transport(const TransportSetup& setup);
-#ifdef LAGGARD_HAVE_MPI
-std::unique_ptr<Transport> make_mpi_transport(const TransportSetup& setup);
-#endif
 
 }  // namespace laggard::detail

@@ -40,9 +40,11 @@
 #include <vector>
 
 #include "laggard/log.hpp"
-#include "transport/builtin.hpp"
+#include "laggard/mpi.hpp"
+#include "laggard/transport.hpp"
 
-namespace laggard::detail {
+namespace laggard {
+namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -465,8 +467,12 @@ class MpiTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(const TransportSetup& setup) {
-  return std::make_unique<MpiTransport>(setup);
+}  // namespace detail
+
+void register_mpi_transport() {
+  register_transport("mpi", [](const TransportSetup& setup) -> std::unique_ptr<Transport> {
+    return std::make_unique<detail::MpiTransport>(setup);
+  });
 }
 
-}  // namespace laggard::detail
+}  // namespace laggard

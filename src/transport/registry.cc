@@ -1,4 +1,5 @@
-// Transports by name: "local", "mpi" (when built with MPI), and any the program registers.
+// Transports by name: "local", "mpi" once laggard::use_mpi() registered it (laggard/mpi.hpp),
+// and any the program registers.
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -25,9 +26,6 @@ Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;
     reg->factories.emplace("local", detail::make_local_transport);
-#ifdef LAGGARD_HAVE_MPI
-    reg->factories.emplace("mpi", detail::make_mpi_transport);
-#endif
     return reg;
   }();
   return *r;
@@ -67,7 +65,9 @@ std::unique_ptr<Transport> make_transport(std::string_view name, const Transport
   }
   if (!factory) {
     std::string why = "unknown transport '" + std::string(name) + "' (known: " + known + ")";
-    if (name == "mpi") why += "; laggard was built without MPI";
+    if (name == "mpi")
+      why += "; an MPI program links laggard::mpi and calls laggard::use_mpi() (laggard/mpi.hpp), "
+             "which registers it";
     throw std::invalid_argument(why);
   }
   // Called outside the lock, so that a factory may itself register or create transports.

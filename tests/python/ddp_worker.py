@@ -34,6 +34,7 @@ def parse(argv=None):
     p.add_argument("--raising-sink", action="store_true")
     p.add_argument("--count-calls", action="store_true")
     p.add_argument("--no-instrument", action="store_true")
+    p.add_argument("--analysis-rank", type=int, default=0)
     laggard.add_arguments(p)
     return p.parse_args(argv)
 
@@ -159,7 +160,8 @@ def main(argv=None):
 
     dist.new_group = counting_new_group
     threads_before_analyzer = threading.active_count()
-    an = laggard.Analyzer.from_args(args, sinks=sinks, close_timeout_s=30.0)
+    an = laggard.Analyzer.from_args(args, sinks=sinks, close_timeout_s=30.0,
+                                    analysis_rank=args.analysis_rank)
     threads_started = threading.active_count() - threads_before_analyzer
     dist.new_group = real_new_group
 

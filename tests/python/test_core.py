@@ -161,3 +161,22 @@ def test_metric_values_are_float_or_str():
     assert m and all(isinstance(v, (float, str)) for v in m.values())
     assert all(k.startswith("straggler/") for k in m)
     assert not any(isinstance(v, float) and math.isnan(v) for v in m.values())
+
+
+def test_section_scope_times_and_survives_exceptions():
+    rec = _core.Recorder(interval=1)
+    q = _core.SampleQueue(4)
+    rec.attach_queue(q)
+    scope = rec.section(rec.stage("forward"))
+    rec.begin_step(0)
+    with scope:
+        time.sleep(0.002)
+    with pytest.raises(KeyError):
+        with scope:  # the user's exception passes through; the entry is still ended
+            raise KeyError("boom")
+    rec.end_step()
+    del rec  # the scope keeps the recorder alive
+    with scope:
+        pass
+    s = _core.StepSample.from_json(q.take(0)[1][0][1])
+    assert s.find("forward").calls == 2 and s.find("forward").ms >= 1.8

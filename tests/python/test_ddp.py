@@ -209,3 +209,12 @@ def test_losses_bit_identical_with_and_without_analysis(tmp_path):
     assert not (tmp_path / "off-logs").exists()
     assert sorted(os.listdir(tmp_path / "on-logs")) == ["rank-0.jsonl", "rank-1.jsonl",
                                                          "reports.jsonl"]
+
+
+def test_another_analysis_rank(tmp_path):
+    results = run_ranks(2, ["--straggler-analysis", "--straggler-interval", "2", "--steps", "10",
+                            "--base-ms", "1", "--analysis-rank", "1"], tmp_path)
+    assert results[0]["latest_metrics"] == {} and results[0]["seen"] == []
+    assert [s["step"] for s in results[1]["seen"]] == [0, 2, 4, 6, 8]
+    m = results[1]["latest_metrics"]
+    assert m["straggler/ranks"] == 2.0 and "straggler/forward/local_ms" in m

@@ -65,6 +65,22 @@ std::string interval(double lo, double hi) {
   return fixed(lo, 3) + "-" + fixed(hi, 3);
 }
 
+// "0-4,6,7" (ascending ranks, runs compressed; at most 12 items then "...").
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  int items = 0;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (items++ == 12) return out + ",...";
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 std::string signed_ms(double v) { return (v >= 0 ? "+" : "") + fixed(v, 2) + " ms"; }
 
 const char* role_name(StageComparison::Role role) {
@@ -146,6 +162,7 @@ void print_text(const CompareArgs& args, const Comparison& c) {
     std::cout << (c.origin >= 0 ? "Earlier stages" : "Stages")
               << " without enough evidence (UNKNOWN): " << (v.empty() ? "none" : join(v)) << "\n";
   }
+  if (!c.hint.empty()) std::cout << "Hint: " << c.hint << "\n";
   if (!c.only_in_baseline.empty())
     std::cout << "Only in the baseline (not compared): " << join(c.only_in_baseline) << "\n";
   if (!c.only_in_current.empty())
@@ -159,20 +176,37 @@ void print_text(const CompareArgs& args, const Comparison& c) {
     std::cout << " (" << st.reason << ")";
   std::cout << "\n\nPer rank: " << c.per_rank_note << "\n";
   if (c.per_rank) {
-    std::vector<const RankComparison*> reg;
-    for (const auto& r : c.ranks)
-      if (r.verdict == Verdict::regressed) reg.push_back(&r);
-    if (reg.empty()) std::cout << "  no rank regressed in any stage\n";
-    for (std::size_t i = 0; i < reg.size() && i < kMaxRankLines; ++i) {
-      const auto& r = *reg[i];
+    // First the pairs that say something the stage verdicts do not: the rank regressed while the
+    // stage's median rank did not. The rest are summarized per stage.
+    std::vector<const RankComparison*> own;
+    std::vector<std::pair<std::string, std::vector<int>>> with_median;  // stage label → ranks
+    for (const auto& r : c.ranks) {
+      if (r.verdict != Verdict::regressed) continue;
+      if (r.stage_verdict != Verdict::regressed) {
+        own.push_back(&r);
+        continue;
+      }
+      const std::string l = stage_label(r.stage, r.cohort, nc);
+      if (with_median.empty() || with_median.back().first != l) with_median.push_back({l, {}});
+      with_median.back().second.push_back(r.rank);
+    }
+    if (own.empty() && with_median.empty()) std::cout << "  no rank regressed in any stage\n";
+    if (own.empty() && !with_median.empty())
+      std::cout << "  no rank regressed beyond what its stage's median rank shows\n";
+    for (std::size_t i = 0; i < own.size() && i < kMaxRankLines; ++i) {
+      const auto& r = *own[i];
       std::cout << "  rank " << r.rank << " in " << stage_label(r.stage, r.cohort, nc)
                 << ": REGRESSED " << fixed(r.ratio, 3) << "x (interval "
                 << interval(r.ci_low, r.ci_high) << "), " << fixed(r.baseline_ms, 2) << " -> "
                 << fixed(r.current_ms, 2) << " ms; the stage's median rank: "
                 << to_string(r.stage_verdict) << "\n";
     }
-    if (reg.size() > kMaxRankLines)
-      std::cout << "  ... and " << (reg.size() - kMaxRankLines) << " more (--json lists all)\n";
+    if (own.size() > kMaxRankLines)
+      std::cout << "  ... and " << (own.size() - kMaxRankLines) << " more (--json lists all)\n";
+    for (const auto& [l, ranks] : with_median)
+      std::cout << "  also regressed with the stage's median rank: " << l << " on "
+                << ranks.size() << (ranks.size() == 1 ? " rank (" : " ranks (") << rank_list(ranks)
+                << ")\n";
     if (c.ranks_improved > 0)
       std::cout << "  " << c.ranks_improved << " rank-stage pair(s) improved\n";
   }
@@ -244,6 +278,14 @@ Json to_json(const CompareArgs& args, const Comparison& c, const RunStats& bs, c
   };
   j["victims"] = names(c.victims);
   j["unknown_before_origin"] = names(c.unknown_before_origin);
+  if (c.rank_origin >= 0) {
+    const auto& r = c.ranks[static_cast<std::size_t>(c.rank_origin)];
+    j["rank_origin"] = {{"rank", r.rank}, {"stage", r.stage}, {"cohort", r.cohort},
+                        {"ratio", number_or_null(r.ratio)}};
+  } else {
+    j["rank_origin"] = nullptr;
+  }
+  j["hint"] = c.hint.empty() ? Json(nullptr) : Json(c.hint);
   j["only_in_baseline"] = c.only_in_baseline;
   j["only_in_current"] = c.only_in_current;
   j["step_time"] = stage_json(c.step_time);

@@ -1,0 +1,148 @@
+#include "laggard/html_report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace laggard {
+namespace {
+
+TEST(HtmlEscape, EscapesMarkupQuotesAndControls) {
+  EXPECT_EQ(html_escape("<script>alert(\"x\")</script>"),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;");
+  EXPECT_EQ(html_escape("o'brien & co"), "o&#39;brien &amp; co");
+  EXPECT_EQ(html_escape(std::string("a\x01" "b")), "a&#xfffd;b");
+  EXPECT_EQ(html_escape("plain node-1"), "plain node-1");
+}
+
+TEST(StreamingMedian, ExactForFewValuesCloseForMany) {
+  StreamingMedian m;
+  EXPECT_TRUE(std::isnan(m.value()));
+  m.add(3);
+  m.add(1);
+  EXPECT_EQ(m.value(), 2.0);
+  m.add(2);
+  EXPECT_EQ(m.value(), 2.0);
+  std::mt19937_64 rng(1);
+  std::lognormal_distribution<double> d(0.0, 0.3);
+  StreamingMedian big;
+  std::vector<double> all;
+  for (int i = 0; i < 5000; ++i) {
+    const double x = d(rng);
+    big.add(x);
+    all.push_back(x);
+  }
+  std::nth_element(all.begin(), all.begin() + 2500, all.end());
+  EXPECT_NEAR(big.value(), all[2500], 0.02);
+  EXPECT_EQ(big.count(), 5000);
+}
+
+Window window(std::int64_t step, const std::vector<double>& forward, const std::string& host1) {
+  Window w;
+  w.step = step;
+  double slowest = 0;
+  for (double f : forward) slowest = std::max(slowest, f);
+  for (std::size_t r = 0; r < forward.size(); ++r) {
+    StepSample s;
+    s.rank = static_cast<int>(r);
+    s.world_size = static_cast<int>(forward.size());
+    s.step = step;
+    s.host = r == 1 ? host1 : "node-" + std::to_string(r);
+    s.cohort = "dp";
+    const double comm = 5 + slowest - forward[r];
+    s.stages = {{"forward", StageKind::compute, forward[r], 1},
+                {"communication", StageKind::communication, comm, 1}};
+    s.step_ms = forward[r] + comm;
+    w.samples.push_back(s);
+  }
+  return w;
+}
+
+TEST(RunReportData, HeatmapCellsAndBoundedStepTime) {
+  RunAnalysis analysis;
+  RunReportData data(32);
+  for (int i = 0; i < 200; ++i) {
+    const Window w = window(10 * i, {60, i >= 50 ? 90.0 : 60.0, 60, 60}, "h<1>");
+    data.add(w, analysis.add(w));
+  }
+  ASSERT_EQ(data.stages().size(), 2u);
+  EXPECT_EQ(data.stages()[0].name, "forward");
+  EXPECT_EQ(data.stages()[1].kind, StageKind::communication);
+  EXPECT_EQ(data.cells().size(), 8u);
+  for (const auto& c : data.cells()) {
+    if (c.rank == 1 && c.stage == 0) {
+      EXPECT_NEAR(c.slowdown.value(), 90.0 / 67.5, 0.03);  // P² estimate of the median of t / ref
+      EXPECT_GE(c.flagged, 140);
+    }
+  }
+  EXPECT_LE(data.points().size(), 32u);
+  int windows = 0;
+  for (const auto& p : data.points()) windows += p.windows;
+  EXPECT_EQ(windows, 200);
+  EXPECT_EQ(data.points().front().first_step, 0);
+  EXPECT_EQ(data.points().back().last_step, 1990);
+  EXPECT_EQ(data.host_of(1), "h<1>");
+  EXPECT_EQ(data.host_of(99), "");
+}
+
+TEST(RunReport, SelfContainedEscapedAndComplete) {
+  RunAnalysis analysis;
+  RunReportData data;
+  for (int i = 0; i < 30; ++i) {
+    const Window w = window(10 * i, {60, i >= 10 ? 90.0 : 60.0, 60, 60}, "<script>alert(1)</script>");
+    data.add(w, analysis.add(w));
+  }
+  RunStats stats;
+  stats.files = 4;
+  stats.malformed = 1;
+  stats.errors.push_back({"rank-0.jsonl", 3, "not JSON: <b>"});
+  const std::string html = render_run_report(analysis.summary(), data, {"run<dir>", {}, stats});
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(html.find("<script>alert(1)"), std::string::npos);  // escaped
+  EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+  EXPECT_NE(html.find("run&lt;dir&gt;"), std::string::npos);
+  EXPECT_NE(html.find("not JSON: &lt;b&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("src=\"http"), std::string::npos);  // nothing loaded from the network
+  EXPECT_EQ(html.find("href=\"http"), std::string::npos);
+  EXPECT_NE(html.find("Content-Security-Policy"), std::string::npos);
+  EXPECT_NE(html.find("id=\"stragglers\""), std::string::npos);
+  EXPECT_NE(html.find("class=\"heatmap\""), std::string::npos);
+  EXPECT_NE(html.find("job slower since step 100"), std::string::npos);
+  EXPECT_NE(html.find("data-ready"), std::string::npos);
+}
+
+TEST(CompareReport, HighlightsTheOrigin) {
+  RunProfile base, cur;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(1.0, 0.02);
+  for (int i = 0; i < 20; ++i) {
+    for (int run = 0; run < 2; ++run) {
+      Window w;
+      w.step = 10 * i;
+      for (int r = 0; r < 4; ++r) {
+        StepSample s;
+        s.rank = r;
+        s.world_size = 4;
+        s.step = w.step;
+        s.cohort = "dp";
+        s.stages = {{"forward", StageKind::compute, 60 * noise(rng), 1},
+                    {"back<ward>", StageKind::compute, 40 * noise(rng) * (run ? 1.2 : 1.0), 1}};
+        s.step_ms = s.stages[0].ms + s.stages[1].ms;
+        w.samples.push_back(s);
+      }
+      (run ? cur : base).add(w);
+    }
+  }
+  const Comparison c = compare_runs(base, cur);
+  ASSERT_GE(c.origin, 0);
+  const std::string html = render_compare_report(c, base, cur, "a", "b");
+  EXPECT_NE(html.find("<tr class=\"origin\" data-stage=\"back&lt;ward&gt;\">"), std::string::npos);
+  EXPECT_EQ(html.find("back<ward>"), std::string::npos);
+  EXPECT_NE(html.find("id=\"forest\""), std::string::npos);
+  EXPECT_NE(html.find("REGRESSED"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace laggard
