@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs laggard into a temporary prefix and proves the installed package works: builds the
-# consumer in tests/install/consumer with find_package (laggard::core static, laggard::shared)
-# and with pkg-config (shared and static), runs every build, runs the installed `laggard`, and
-# checks that the shared library exports the API and hides the internals.
+# consumer in tests/install/consumer with find_package (laggard::core static, laggard::shared,
+# and laggard::mpi / laggard::mpi_shared when built with MPI) and with pkg-config (shared and
+# static), runs every build, runs the installed `laggard`, and checks that the shared library
+# exports the API and hides the internals.
 #   LAGGARD_BUILD_DIR=build (default): the build tree to install from (configured if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,12 @@ cmake --build "$tmp/consumer" -j"$(nproc)" >/dev/null
 "$tmp/consumer/consumer_shared"
 ldd "$tmp/consumer/consumer_shared" | grep -q "$libdir/liblaggard.so" \
   || { echo "install-test: consumer_shared does not use the installed liblaggard.so" >&2; exit 1; }
+with_mpi=no
+if [ -f "$libdir/liblaggard_mpi.a" ]; then
+  with_mpi=yes
+  "$tmp/consumer/consumer_mpi"         # an MPI singleton: no mpirun needed
+  "$tmp/consumer/consumer_mpi_shared"
+fi
 
 # pkg-config: shared (the default) and static.
 export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
@@ -48,6 +55,15 @@ static_libs=$(pkg-config --libs --static laggard | sed 's/-llaggard\b/-l:liblagg
 "$tmp/pc_static"
 ! ldd "$tmp/pc_static" | grep -q liblaggard \
   || { echo "install-test: pc_static links liblaggard.so" >&2; exit 1; }
+if [ "$with_mpi" = yes ]; then
+  # shellcheck disable=SC2046
+  "$cxx" -std=c++17 tests/install/consumer/mpi_main.cc $(pkg-config --cflags --libs laggard-mpi) \
+    -Wl,-rpath,"$libdir" -o "$tmp/pc_mpi"
+  "$tmp/pc_mpi"
+fi
+# laggard::core itself never depends on MPI (the Python module links it).
+! ldd "$libdir/liblaggard.so" | grep -q libmpi \
+  || { echo "install-test: liblaggard.so depends on MPI" >&2; exit 1; }
 
 # The installed command-line program.
 "$prefix/bin/laggard" analyze "$root/examples/run-slow-forward" | grep -q "rank 3 .* in forward" \
@@ -64,4 +80,5 @@ for internal in "WindowAssembler" "ErrorCounter" "simdjson"; do
     exit 1
   fi
 done
-echo "install-test: ok (find_package static+shared, pkg-config shared+static, CLI, visibility)"
+echo "install-test: ok (find_package static+shared, pkg-config shared+static, MPI component:" \
+  "$with_mpi, CLI, visibility)"
