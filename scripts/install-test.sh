@@ -12,7 +12,11 @@ build=${LAGGARD_BUILD_DIR:-build}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build "$build" -j"$(nproc)" --target laggard_core laggard_shared laggard_cli
+targets=(laggard_core laggard_shared laggard_cli)
+if cmake --build "$build" --target help | grep -q "laggard_mpi_shared"; then
+  targets+=(laggard_mpi laggard_mpi_shared)
+fi
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix

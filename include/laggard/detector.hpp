@@ -38,6 +38,15 @@ struct LAGGARD_API DetectorOptions {
 
   /// Throws std::invalid_argument naming the offending setting.
   void validate() const;
+
+  /// The RFC's settings (the defaults above): mean, 1.2, 5.0 ms, persistence 2 of 3.
+  static DetectorOptions rfc() { return DetectorOptions{}; }
+  /// The settings the detection benchmark recommends (docs/detection.md): robust reference,
+  /// relative 1.1, no absolute rule, persistence 2 of 3 up to 512 ranks and 3 of 5 above
+  /// (with thousands of ranks, repeated noise in one rank and stage is no longer rare).
+  static DetectorOptions recommended(int world_size);
+  /// "rfc" or "recommended"; throws std::invalid_argument for anything else.
+  static DetectorOptions preset(std::string_view name, int world_size);
 };
 
 /// Per stage and cohort, the RFC figures for one window.

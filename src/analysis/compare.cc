@@ -696,10 +696,14 @@ Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,
     std::vector<double> ps;
     for (const auto& x : rp) ps.push_back(x.p);
     const auto adj = holm_adjust(ps);
-    out.per_rank = true;
+    out.per_rank = !rp.empty();
     out.rank_pairs_tested = static_cast<int>(rp.size());
-    out.per_rank_note = std::to_string(rp.size()) + " rank-stage pairs tested (world size " +
-                        std::to_string(out.baseline.world_size) + "), Holm-corrected over all";
+    if (rp.empty())
+      out.per_rank_note = "no rank-stage pair has enough steps (needs " +
+                          std::to_string(options.min_steps) + " per run after the warm-up)";
+    else
+      out.per_rank_note = std::to_string(rp.size()) + " rank-stage pairs tested (world size " +
+                          std::to_string(out.baseline.world_size) + "), Holm-corrected over all";
     const double level = 1.0 - options.alpha;
     for (std::size_t k = 0; k < rp.size(); ++k) {
       const RankPair& x = rp[k];

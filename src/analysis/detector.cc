@@ -75,6 +75,26 @@ void DetectorOptions::validate() const {
                ("<= confirm_n (" + std::to_string(confirm_n) + ")").c_str());
 }
 
+DetectorOptions DetectorOptions::recommended(int world_size) {
+  DetectorOptions o;
+  o.ref = Reference::robust;
+  o.relative_threshold = 1.1;
+  o.absolute_ms_threshold = std::numeric_limits<double>::infinity();  // off: see docs
+  o.mad_z = 3.5;
+  if (world_size > 512) {
+    o.confirm_k = 3;
+    o.confirm_n = 5;
+  }
+  return o;
+}
+
+DetectorOptions DetectorOptions::preset(std::string_view name, int world_size) {
+  if (name == "rfc") return rfc();
+  if (name == "recommended") return recommended(world_size);
+  throw std::invalid_argument("unknown detector preset '" + std::string(name) +
+                              "': expected rfc or recommended");
+}
+
 // ---------------------------------------------------------------------------------------------
 // One window
 

@@ -150,23 +150,30 @@ enum class Field : std::uint8_t {
   calls  // stage
 };
 
+// `key` (whose size the caller has checked) is `name`: a memcmp of constant size, which the
+// compiler inlines, where string_view's == would call memcmp.
+template <std::size_t N>
+bool is(std::string_view key, const char (&name)[N]) {
+  return std::memcmp(key.data(), name, N - 1) == 0;
+}
+
 Field sample_field(std::string_view key) {
   switch (key.size()) {
     case 4:
-      return key == "rank"   ? Field::rank
-             : key == "step" ? Field::step
-             : key == "host" ? Field::host
-             : key == "work" ? Field::work
-                             : Field::unknown;
-    case 6:
-      return key == "schema"   ? Field::schema
-             : key == "cohort" ? Field::cohort
-             : key == "stages" ? Field::stages
+      return is(key, "rank")   ? Field::rank
+             : is(key, "step") ? Field::step
+             : is(key, "host") ? Field::host
+             : is(key, "work") ? Field::work
                                : Field::unknown;
+    case 6:
+      return is(key, "schema")   ? Field::schema
+             : is(key, "cohort") ? Field::cohort
+             : is(key, "stages") ? Field::stages
+                                 : Field::unknown;
     case 7:
-      return key == "step_ms" ? Field::step_ms : Field::unknown;
+      return is(key, "step_ms") ? Field::step_ms : Field::unknown;
     case 10:
-      return key == "world_size" ? Field::world_size : Field::unknown;
+      return is(key, "world_size") ? Field::world_size : Field::unknown;
     default:
       return Field::unknown;
   }
@@ -175,11 +182,11 @@ Field sample_field(std::string_view key) {
 Field stage_field(std::string_view key) {
   switch (key.size()) {
     case 2:
-      return key == "ms" ? Field::ms : Field::unknown;
+      return is(key, "ms") ? Field::ms : Field::unknown;
     case 4:
-      return key == "name" ? Field::name : key == "kind" ? Field::kind : Field::unknown;
+      return is(key, "name") ? Field::name : is(key, "kind") ? Field::kind : Field::unknown;
     case 5:
-      return key == "calls" ? Field::calls : Field::unknown;
+      return is(key, "calls") ? Field::calls : Field::unknown;
     default:
       return Field::unknown;
   }
@@ -332,8 +339,7 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
   bool has_schema = false, has_rank = false, has_world = false, has_step = false,
        has_step_ms = false, has_stages = false;
   std::int64_t rank = 0, world_size = 0, step = 0;
-  out.host.clear();
-  out.cohort.clear();
+  bool has_host = false, has_cohort = false;
   out.work = std::numeric_limits<double>::quiet_NaN();
 
   for (auto field_result : object) {
@@ -391,9 +397,14 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
       case Field::host:
       case Field::cohort: {
         const bool host = key == Field::host;
+        (host ? has_host : has_cohort) = true;
+        std::string& target = host ? out.host : out.cohort;
         std::string_view text;
-        if (read_string(json_, value, host ? "field 'host'" : "field 'cohort'", text, field_error_))
-          (host ? out.host : out.cohort).assign(text.data(), text.size());
+        // The same host and cohort come on every line: comparing is cheaper than assigning.
+        if (read_string(json_, value, host ? "field 'host'" : "field 'cohort'", text,
+                        field_error_) &&
+            target != text)
+          target.assign(text.data(), text.size());
         break;
       }
       case Field::stages:
@@ -437,6 +448,8 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
             std::to_string(world_size) + ")";
     return false;
   }
+  if (!has_host) out.host.clear();
+  if (!has_cohort) out.cohort.clear();
   out.rank = static_cast<int>(rank);
   out.world_size = static_cast<int>(world_size);
   out.step = step;

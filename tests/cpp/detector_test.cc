@@ -689,3 +689,53 @@ TEST(Persistence, KOfNIsConfigurable) {
 
 }  // namespace
 }  // namespace laggard
+
+namespace laggard {
+namespace {
+
+TEST(DetectorPresets, RfcIsTheDefault) {
+  const DetectorOptions o = DetectorOptions::preset("rfc", 8);
+  EXPECT_EQ(o.ref, Reference::mean);
+  EXPECT_DOUBLE_EQ(o.relative_threshold, 1.2);
+  EXPECT_DOUBLE_EQ(o.absolute_ms_threshold, 5.0);
+  EXPECT_EQ(o.confirm_k, 2);
+  EXPECT_EQ(o.confirm_n, 3);
+}
+
+TEST(DetectorPresets, RecommendedScalesPersistenceWithRanks) {
+  const DetectorOptions small = DetectorOptions::preset("recommended", 64);
+  EXPECT_EQ(small.ref, Reference::robust);
+  EXPECT_DOUBLE_EQ(small.relative_threshold, 1.1);
+  EXPECT_TRUE(std::isinf(small.absolute_ms_threshold));
+  EXPECT_EQ(small.confirm_k, 2);
+  EXPECT_EQ(small.confirm_n, 3);
+  const DetectorOptions large = DetectorOptions::recommended(4096);
+  EXPECT_EQ(large.confirm_k, 3);
+  EXPECT_EQ(large.confirm_n, 5);
+  EXPECT_NO_THROW(large.validate());
+  EXPECT_THROW(DetectorOptions::preset("fast", 8), std::invalid_argument);
+}
+
+TEST(DetectorPresets, RecommendedFindsA1point2xRankTheRfcRuleMisses) {
+  // 8 ranks, forward ~10 ms; rank 5 is 1.2x slower. The mean, pulled up by rank 5, is 10.25 ms,
+  // so the RFC's bar is 12.3 ms, and 2 ms is under its 5 ms absolute rule: the RFC settings miss
+  // it. The recommended ones (median, 1.1x, MAD z) find it.
+  Window w;
+  w.step = 0;
+  const double base[8] = {10.0, 10.1, 9.9, 10.05, 9.95, 12.0, 10.02, 9.98};
+  for (int r = 0; r < 8; ++r) {
+    StepSample s;
+    s.rank = r;
+    s.world_size = 8;
+    s.stages = {{"forward", StageKind::compute, base[r], 1}};
+    w.samples.push_back(s);
+  }
+  const Report rfc = evaluate_window(w, DetectorOptions::rfc());
+  EXPECT_TRUE(rfc.stragglers.empty());
+  const Report rec = evaluate_window(w, DetectorOptions::recommended(8));
+  ASSERT_EQ(rec.stragglers.size(), 1u);
+  EXPECT_EQ(rec.stragglers[0].rank, 5);
+}
+
+}  // namespace
+}  // namespace laggard

@@ -229,6 +229,35 @@ TEST(SampleParser, AppliesDefaultsAndIgnoresUnknownFields) {
   EXPECT_EQ(out.stages[1].ms, 1.0);
 }
 
+TEST(SampleParser, AcceptsWhitespaceBetweenTokens) {
+  // Python's json.dumps writes ", " and ": "; hand-edited files may have more.
+  const std::string line =
+      "{ \"schema\" : \"laggard.sample/1\", \"rank\": 3,\t\"world_size\" :8, \"step\": 120, "
+      "\"host\": \"node-1\", \"cohort\": \"pp0\", \"step_ms\": 105.2, \"stages\": [ "
+      "{\"name\": \"forward\", \"kind\": \"compute\", \"ms\": 31.2, \"calls\": 4}, "
+      "{ \"name\" : \"communication\" , \"kind\" : \"communication\" , \"ms\" : 9.1 , "
+      "\"calls\" : 1 } ] }";
+  SampleParser parser;
+  StepSample out;
+  std::string error;
+  ASSERT_TRUE(parser.parse(line, out, error)) << error;
+  expect_same(example_sample(), out);
+}
+
+TEST(SampleParser, AcceptsKeysWrittenWithEscapes) {
+  // "\u0061" is 'a': legal JSON, and the same keys.
+  const std::string line =
+      R"({"schem\u0061":"laggard.sample/1","r\u0061nk":3,"world_size":8,"step":120,)"
+      R"("host":"node-1","cohort":"pp0","step_ms":105.2,"st\u0061ges":[{"n\u0061me":"forward",)"
+      R"("kind":"compute","ms":31.2,"calls":4},{"name":"communication","kind":"communication",)"
+      R"("ms":9.1,"c\u0061lls":1}]})";
+  SampleParser parser;
+  StepSample out;
+  std::string error;
+  ASSERT_TRUE(parser.parse(line, out, error)) << error;
+  expect_same(example_sample(), out);
+}
+
 TEST(SampleParser, ReusesTheOutputSample) {
   SampleParser parser;
   StepSample out;
