@@ -13,7 +13,8 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
 targets=(laggard_core laggard_shared laggard_cli)
-if cmake --build "$build" --target help | grep -q "laggard_mpi_shared"; then
+build_targets=$(cmake --build "$build" --target help)
+if grep -q "laggard_mpi_shared" <<<"$build_targets"; then
   targets+=(laggard_mpi laggard_mpi_shared)
 fi
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"

@@ -73,6 +73,9 @@ class Analyzer:
       laggard.torch.instrument).
     timing: "auto" (CUDA events when torch has a GPU, else host clock), "host" or "cuda".
     confirm_k / confirm_n: a finding is confirmed when slow in k of the last n windows.
+    preset: None (use the thresholds given), "rfc" (the defaults) or "recommended" (robust
+      reference, 1.1x, no absolute rule, persistence by world size: docs/detection.md); a preset
+      replaces ref, the thresholds, mad_z and confirm_k/n.
     queue_capacity: samples waiting for the background thread before new ones are dropped.
     side_channel_timeout_s: timeout of the side-channel gloo group's collectives.
     close_timeout_s: how long close() waits for outstanding samples and reports.
@@ -85,7 +88,7 @@ class Analyzer:
                  analysis_rank=0, module_stages=False, module_stage_patterns=None,
                  timing="auto", confirm_k=2, confirm_n=3, mad_z=3.5, queue_capacity=64,
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
-                 rank=None, world_size=None):
+                 rank=None, world_size=None, preset=None):
         self._enabled = False
         self._sampled = False
         self._closed = False
@@ -109,7 +112,7 @@ class Analyzer:
                             absolute_ms_threshold=absolute_ms_threshold, ref=ref,
                             log_dir=log_dir, analysis_rank=analysis_rank,
                             module_stages=bool(module_stages), timing=timing,
-                            confirm_k=confirm_k, confirm_n=confirm_n)
+                            confirm_k=confirm_k, confirm_n=confirm_n, preset=preset)
         if not enabled:
             return  # nothing created: no thread, no group, no file
 
@@ -143,6 +146,11 @@ class Analyzer:
         if world_size is not None:
             self.world_size = int(world_size)
         self.analysis_rank = int(analysis_rank)
+        if preset is not None:
+            options = _core.DetectorOptions.preset(str(preset), int(self.world_size))
+            self.options.update(ref=options.ref.name, relative_threshold=options.relative_threshold,
+                                absolute_ms_threshold=options.absolute_ms_threshold,
+                                confirm_k=options.confirm_k, confirm_n=options.confirm_n)
         if not 0 <= self.analysis_rank < self.world_size:
             raise ValueError("analysis_rank must be in [0, %d), got %d" %
                              (self.world_size, self.analysis_rank))

@@ -37,6 +37,8 @@ STAGES = ("dataloader", "forward", "backward", "optimizer")
 # The stand-in of each stage on a healthy rank, in ms (the model's own compute adds a little).
 STAGE_MS = {"dataloader": 5.0, "forward": 10.0, "backward": 10.0, "optimizer": 5.0}
 
+WARMUP_STEPS = 3  # before step 0, not timed
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -224,6 +226,13 @@ def _rank_main(rank, world, port, cfg, shared, queue):
 
     gen = torch.Generator().manual_seed(rank)
     w_true = torch.randn(64, 8, generator=torch.Generator().manual_seed(7))
+    # Warm-up, not timed: DDP's first iterations (bucket set-up) and the first wake-ups of
+    # freshly forked processes are slower on every rank; a trainer's warm-up is no verdict.
+    for _ in range(cfg["warmup"]):
+        x = torch.randn(32, 64, generator=gen)
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(x), x @ w_true).backward()
+        opt.step()
     steps_done = 0
     loss = None
     for step in range(cfg["steps"]):
@@ -428,7 +437,7 @@ def main(argv=None):
                slowdown=args.slowdown, slow_from=args.slow_from, steps=args.steps,
                interval=args.interval, ref=args.ref, relative_threshold=args.relative_threshold,
                absolute_ms_threshold=args.absolute_ms_threshold, confirm_k=args.confirm_k,
-               confirm_n=args.confirm_n, out=out)
+               confirm_n=args.confirm_n, out=out, warmup=WARMUP_STEPS)
     port = free_port()
 
     previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the ranks

@@ -15,6 +15,7 @@ def add_arguments(parser):
     --straggler-ref {mean,median,robust}  default mean
     --straggler-enable-module-stages      attention/moe stages, default off
     --straggler-log-dir DIR               per-rank samples and reports as JSON Lines
+    --straggler-preset {rfc,recommended}  replaces ref and thresholds (docs/detection.md)
     """
     if isinstance(parser, argparse.ArgumentParser):
         group = parser.add_argument_group("straggler analysis (laggard)")
@@ -38,6 +39,10 @@ def add_arguments(parser):
     group.add_argument("--straggler-log-dir", default=None, metavar="DIR",
                        help="write per-rank samples (rank-<r>.jsonl) and reports "
                             "(reports.jsonl) here, for `laggard analyze DIR`")
+    group.add_argument("--straggler-preset", choices=("rfc", "recommended"), default=None,
+                       help="detector settings by name, replacing --straggler-ref and the "
+                            "thresholds: rfc (the defaults above) or recommended (robust "
+                            "reference, 1.1x, no absolute rule; see docs/detection.md)")
     return group
 
 
@@ -52,4 +57,5 @@ def analyzer_kwargs(args):
         ref=str(get("straggler_ref", "mean")),
         log_dir=get("straggler_log_dir", None),
         module_stages=bool(get("straggler_enable_module_stages", False)),
+        preset=get("straggler_preset", None),
     )

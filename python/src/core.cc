@@ -517,6 +517,8 @@ PYBIND11_MODULE(_core, m) {
            }),
            "ref"_a = "mean", "relative_threshold"_a = 1.2, "absolute_ms_threshold"_a = 5.0,
            "mad_z"_a = 3.5, "confirm_k"_a = 2, "confirm_n"_a = 3)
+      .def_static("preset", &DetectorOptions::preset, "name"_a, "world_size"_a,
+                  "The 'rfc' settings (the defaults) or the 'recommended' ones for a world size")
       .def_readwrite("ref", &DetectorOptions::ref)
       .def_readwrite("relative_threshold", &DetectorOptions::relative_threshold)
       .def_readwrite("absolute_ms_threshold", &DetectorOptions::absolute_ms_threshold)

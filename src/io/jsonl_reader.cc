@@ -499,6 +499,14 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
     if ((json_error_ = std::move(field_result).get(field))) return false;
     if ((json_error_ = classify(field, stage_field, key))) return false;
     od::value v = field.value();
+    // A field repeated after a bad value keeps its error: the later copy must not hide it (nor the
+    // unchecked bytes On-Demand skipped past the bad value).
+    const State* seen = key == Field::name    ? &f.name
+                        : key == Field::kind  ? &f.kind
+                        : key == Field::ms    ? &f.ms
+                        : key == Field::calls ? &f.calls
+                                              : nullptr;
+    if (seen && *seen > State::ok) continue;
     if (key == Field::name) {
       f.name = v.get_string().get(f.name_text) ? State::not_string : State::ok;
       if (f.name != State::ok) f.name_token = raw_token(json_, v);

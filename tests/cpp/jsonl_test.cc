@@ -438,6 +438,10 @@ INSTANTIATE_TEST_SUITE_P(
                 edit(R"({"name":"forward","kind":"compute","ms":31.2,)",
                      R"({"kind":"compute","ms":-2,"name":"forward",)"),
                 {"field 'ms' of stage 0 ('forward') is negative (-2)"}},
+        // A repeated field does not hide an earlier bad copy.
+        BadLine{"repeated after bad",
+                edit(R"("calls":4)", R"("calls":"x","calls":4)"),
+                {"field 'calls' of stage 0 ('forward') is not an integer (\"x\")"}},
         BadLine{"calls negative",
                 edit(R"("calls":4)", R"("calls":-2)"),
                 {"field 'calls' of stage 0 ('forward') is negative (-2)"}},

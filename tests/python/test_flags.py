@@ -57,3 +57,24 @@ def test_into_an_argument_group():
     g = p.add_argument_group("mine")
     laggard.add_arguments(g)
     assert p.parse_args(["--straggler-interval", "7"]).straggler_interval == 7
+
+
+def test_preset_flag():
+    parser = argparse.ArgumentParser()
+    laggard.add_arguments(parser)
+    assert parser.parse_args([]).straggler_preset is None
+    args = parser.parse_args(["--straggler-analysis", "--straggler-preset", "recommended"])
+    assert laggard.flags.analyzer_kwargs(args)["preset"] == "recommended"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--straggler-preset", "fastest"])
+
+
+def test_recommended_preset_reaches_the_detector(tmp_path):
+    an = laggard.Analyzer(enabled=True, interval=1, preset="recommended", timing="host")
+    try:
+        assert an.options["ref"] == "robust"
+        assert an.options["relative_threshold"] == 1.1
+        assert an.options["absolute_ms_threshold"] == float("inf")
+        assert (an.options["confirm_k"], an.options["confirm_n"]) == (2, 3)
+    finally:
+        an.close()

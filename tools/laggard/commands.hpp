@@ -54,13 +54,21 @@ struct ReportArgs {
   bool quiet = false;
 };
 
+/// `laggard demo ARGS...`: every argument after `demo`, for `python3 -m laggard.demo`.
+struct DemoArgs {
+  std::vector<std::string> args;
+};
+
 void add_analyze(CLI::App& app, AnalyzeArgs& args);
 void add_compare(CLI::App& app, CompareArgs& args);
 void add_report(CLI::App& app, ReportArgs& args);
+void add_demo(CLI::App& app, DemoArgs& args);
 
 int run_analyze(const AnalyzeArgs& args);
 int run_compare(const CompareArgs& args);
 int run_report(const ReportArgs& args);
+/// Replaces the process with the Python demo (execv); returns only by throwing UsageError.
+int run_demo(const DemoArgs& args);
 
 /// The detector's options (--ref, thresholds, persistence), shared by analyze and report.
 void add_detector_options(CLI::App* cmd, std::string& ref, DetectorOptions& detector);

@@ -15,9 +15,11 @@ int main(int argc, char** argv) {
   AnalyzeArgs analyze;
   CompareArgs compare;
   ReportArgs report;
+  DemoArgs demo;
   add_analyze(app, analyze);
   add_compare(app, compare);
   add_report(app, report);
+  add_demo(app, demo);
 
   try {
     app.parse(argc, argv);
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("analyze")) return run_analyze(analyze);
     if (app.got_subcommand("compare")) return run_compare(compare);
     if (app.got_subcommand("report")) return run_report(report);
+    if (app.got_subcommand("demo")) return run_demo(demo);
   } catch (const UsageError& e) {
     std::cerr << "laggard: " << e.what << "\n";
     return kExitUsage;

@@ -1,0 +1,119 @@
+// `laggard demo [ARGS...]`: runs the Python demo (`python3 -m laggard.demo ARGS...`), which trains
+// a small DDP model on local CPU ranks with one rank made slow and prints what laggard finds.
+//
+// The program replaces itself with the interpreter (execv), so Ctrl-C and other signals reach
+// the demo directly and its exit status is the command's. Every argument after `demo` is passed
+// on unchanged (`laggard demo --help` prints the demo's own help).
+//   interpreter: $LAGGARD_PYTHON, else /usr/bin/python3 (Debian's python3-torch), else python3
+//                on PATH;
+//   package:     $LAGGARD_PYTHONPATH, else <prefix>/lib/laggard/python next to an installed
+//                program, else <source>/python of the build tree (LAGGARD_SOURCE_DIR);
+//   the demo's `laggard analyze` step uses this very program ($LAGGARD_CLI, unless already set).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+#ifndef LAGGARD_SOURCE_DIR
+#define LAGGARD_SOURCE_DIR ""
+#endif
+
+namespace laggard::cli {
+
+void add_demo(CLI::App& app, DemoArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "demo",
+      "Watch laggard find a straggler: N local CPU ranks train a small DDP model (gloo) with "
+      "one rank made slow in one stage; prints live verdicts and the `analyze` summary. "
+      "Options go to the demo: laggard demo --help");
+  cmd->set_help_flag();  // --help reaches the demo (python -m laggard.demo --help)
+  cmd->allow_extras();
+  cmd->prefix_command();  // everything after `demo` is the demo's, unparsed
+  cmd->callback([cmd, &args] { args.args = cmd->remaining(); });
+}
+
+namespace {
+
+bool is_file(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+bool is_executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+/// This program's own path (Linux: /proc/self/exe), or "" when unknown.
+std::string self_path() {
+  std::vector<char> buf(4096);
+  const ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) return {};
+  return std::string(buf.data(), static_cast<std::size_t>(n));
+}
+
+std::string dirname_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+/// The directory holding the `laggard` package (the one with laggard/demo.py), or "".
+std::string package_dir(const std::string& self) {
+  std::vector<std::string> candidates;
+  if (const std::string e = env("LAGGARD_PYTHONPATH"); !e.empty()) candidates.push_back(e);
+  if (!self.empty()) {
+    const std::string prefix = dirname_of(dirname_of(self));  // <prefix>/bin/laggard
+    candidates.push_back(prefix + "/lib/laggard/python");
+    candidates.push_back(prefix + "/lib64/laggard/python");
+  }
+  if (std::strlen(LAGGARD_SOURCE_DIR) > 0)
+    candidates.push_back(std::string(LAGGARD_SOURCE_DIR) + "/python");
+  for (const auto& c : candidates)
+    if (is_file(c + "/laggard/demo.py")) return c;
+  return {};
+}
+
+}  // namespace
+
+int run_demo(const DemoArgs& args) {
+  const std::string self = self_path();
+  const std::string pkg = package_dir(self);
+  if (pkg.empty())
+    throw UsageError{"demo: the Python package `laggard` was not found (looked for "
+                     "laggard/demo.py in $LAGGARD_PYTHONPATH, <prefix>/lib/laggard/python and " +
+                     std::string(LAGGARD_SOURCE_DIR) + "/python); set LAGGARD_PYTHONPATH"};
+
+  std::string python = env("LAGGARD_PYTHON");
+  if (python.empty()) python = is_executable("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+
+  const std::string old_path = env("PYTHONPATH");
+  const std::string new_path = old_path.empty() ? pkg : pkg + ":" + old_path;
+  setenv("PYTHONPATH", new_path.c_str(), 1);
+  if (!self.empty()) setenv("LAGGARD_CLI", self.c_str(), 0);  // analyze with this program
+  setenv("LAGGARD_DEMO_PROG", "laggard demo", 1);             // the demo's usage line
+  setenv("OMP_NUM_THREADS", "1", 0);                          // several ranks share the CPUs
+
+  std::vector<std::string> argv_s = {python, "-m", "laggard.demo"};
+  argv_s.insert(argv_s.end(), args.args.begin(), args.args.end());
+  std::vector<char*> argv;
+  argv.reserve(argv_s.size() + 1);
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::cout.flush();
+  std::cerr.flush();
+  if (python.find('/') != std::string::npos)
+    execv(python.c_str(), argv.data());
+  else
+    execvp(python.c_str(), argv.data());
+  throw UsageError{"demo: cannot run " + python + ": " + std::strerror(errno) +
+                   " (set LAGGARD_PYTHON to a Python 3 with PyTorch)"};
+}
+
+}  // namespace laggard::cli
