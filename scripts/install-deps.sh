@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-pytest python3-torch python3-numpy
   libopenmpi-dev openmpi-bin
+  chromium
 )
 missing=()
 for p in "${packages[@]}"; do

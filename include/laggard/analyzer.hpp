@@ -3,7 +3,7 @@
 //   laggard::AnalyzerOptions opt;
 //   opt.enabled = true;
 //   opt.rank = {rank, world_size, local_rank, host, ""};
-//   opt.transport = "mpi";                     // or laggard::use_mpi(opt, comm) (laggard/mpi.hpp)
+//   laggard::use_mpi(opt, MPI_COMM_WORLD);     // MPI side channel (laggard/mpi.hpp, laggard::mpi)
 //   laggard::Analyzer an(opt);
 //   const auto fwd = an.stage("forward");
 //   for (std::int64_t step = 0; step < steps; ++step) {

@@ -90,7 +90,7 @@ struct RunReportInput {
   RunStats stats;
 };
 
-/// The run report: summary cards, the ranks × stages heatmap (median t / ref; at most 256 ranks
+/// The run report: summary cards, the ranks × stages heatmap (median t / ref; at most 64 ranks
 /// drawn, the slowest first, when the world is larger), the step time over steps with the
 /// detected onsets marked, and the tables of confirmed stragglers (with their evidence), slow
 /// hosts and waiting ranks. Every text from the logs is escaped. Thread-safe (pure).

@@ -1,9 +1,9 @@
 // laggard — side channels: how per-rank samples reach the analysis rank, off the training thread.
 //
 // A Transport is used by one Analyzer's background thread only; the training thread never calls
-// it. Two are built in and chosen by name: "local" (ranks that are threads of one process, or a
-// single process) and "mpi" (a duplicate of the application's communicator; present when laggard
-// was built with MPI). Programs may register their own under another name.
+// it. Transports are chosen by name: "local" (built in: ranks that are threads of one process, or
+// a single process), "mpi" (a duplicate of the application's communicator: the laggard::mpi
+// component, registered by laggard::use_mpi() in laggard/mpi.hpp), and any a program registers.
 #pragma once
 
 #include <cstddef>
@@ -89,7 +89,7 @@ using TransportFactory = std::function<std::unique_ptr<Transport>(const Transpor
 /// std::invalid_argument for an empty name or an empty factory.
 LAGGARD_API void register_transport(const std::string& name, TransportFactory factory);
 
-/// The registered names, sorted: "local", "mpi" when built with MPI, and any registered.
+/// The registered names, sorted: "local", "mpi" once use_mpi() ran, and any registered.
 LAGGARD_API std::vector<std::string> transport_names();
 
 /// Creates the transport called `name`. Throws std::invalid_argument for an unknown name (the

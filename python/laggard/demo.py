@@ -423,8 +423,8 @@ def main(argv=None):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch  # noqa: F401 — imported once here; every forked rank inherits it
 
-    import laggard  # noqa: F401
     import laggard.torch  # noqa: F401
+    from . import _core  # noqa: F401 — loaded before the fork, so every rank shares it
     from .launch import free_port
 
     ctx = multiprocessing.get_context("fork")

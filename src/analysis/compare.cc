@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -78,10 +79,15 @@ double percentile_sorted(const std::vector<double>& v, double q) {
   return v[lo] + frac * (v[hi] - v[lo]);
 }
 
-// Exact two-sided p of U for samples of sizes m, n without ties: P(U <= u) and P(U >= u) from the
-// null distribution, built by the recursion p(i,j,u) = i/(i+j) p(i-1,j,u-j) + j/(i+j) p(i,j-1,u)
-// (only additions of probabilities: no cancellation).
-double exact_u_p(int m, int n, double u) {
+// Null distribution of U for samples of sizes m, n without ties: P(U = u), u in [0, m·n], built
+// by the recursion p(i,j,u) = i/(i+j) p(i-1,j,u-j) + j/(i+j) p(i,j-1,u) (only additions of
+// probabilities: no cancellation). O(m·n·m·n), so it is cached per (m, n): in a comparison every
+// rank-stage pair has the same sizes.
+const std::vector<double>& u_distribution(int m, int n) {
+  thread_local std::map<std::pair<int, int>, std::vector<double>> cache;
+  const auto key = std::make_pair(m, n);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 64) cache.clear();  // bounded: a handful of sizes per comparison
   // prev[j] / cur[j]: distribution of U for sizes (i-1, j) / (i, j), U counting pairs in which the
   // first sample's value is the larger.
   std::vector<std::vector<double>> prev(static_cast<std::size_t>(n) + 1), cur(prev.size());
@@ -100,7 +106,12 @@ double exact_u_p(int m, int n, double u) {
     }
     std::swap(prev, cur);
   }
-  const std::vector<double>& dist = prev[static_cast<std::size_t>(n)];
+  return cache.emplace(key, std::move(prev[static_cast<std::size_t>(n)])).first->second;
+}
+
+// Exact two-sided p of U = u for sizes m, n without ties.
+double exact_u_p(int m, int n, double u) {
+  const std::vector<double>& dist = u_distribution(m, n);
   const auto k = static_cast<std::size_t>(std::llround(u));
   double lower = 0.0, upper = 0.0;
   for (std::size_t x = 0; x < dist.size(); ++x) {

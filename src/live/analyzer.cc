@@ -124,8 +124,6 @@ class LineFile {
   bool torn_ = false;
 };
 
-}  // namespace
-
 // Everything the background thread uses. Shared with that thread, so that a thread left behind
 // by close() (stuck in a user's sink, say) never outlives what it touches.
 struct Background {
@@ -198,7 +196,7 @@ struct Background {
   std::string report_line;
   std::string error_text;
 
-  friend class Analyzer;
+  friend class laggard::Analyzer;
 };
 
 void Background::run() noexcept {
@@ -441,6 +439,8 @@ void Background::finish() noexcept {
   rank_log.close();
   report_log.close();
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 

@@ -138,6 +138,8 @@ svg .cell:hover{stroke:#000;stroke-width:1.5}
 #cell-info{min-height:1.4em;color:var(--muted);font-size:13px}
 #js-errors{color:#fff;background:var(--red);padding:8px;white-space:pre-wrap}
 #js-errors:empty{display:none}
+td.why,th.why{font-size:12px;color:var(--muted);min-width:240px}
+tr.origin td.why{color:var(--fg)}
 footer{margin-top:36px;color:var(--muted);font-size:12px}
 ul.errors{margin:4px 0;padding-left:20px;font-size:12px}
 .legend{display:flex;gap:16px;align-items:center;color:var(--muted);font-size:12px;margin:4px 0}
@@ -376,13 +378,17 @@ struct HeatCell {
   std::string text;      // in-cell text (escaped by caller: numbers only)
   std::string tip;       // hover text (raw; escaped here)
   bool outline = false;  // drawn with a dark border (e.g. REGRESSED)
+  double intensity = 0;  // how saturated `fill` is, in [0, 1] (picks the text colour)
 };
 
 std::string heatmap(const std::vector<std::string>& row_labels,
                     const std::vector<std::string>& col_labels,
                     const std::vector<std::vector<HeatCell>>& cells, const std::string& aria) {
   const std::size_t rows = row_labels.size(), cols = col_labels.size();
-  const double label_w = 190, head_h = 74;
+  std::size_t longest = 0;
+  for (const auto& l : col_labels) longest = std::max(longest, l.size());
+  // Column labels are rotated by 35 degrees: leave room for the longest one above the cells.
+  const double label_w = 190, head_h = 24.0 + 7.0 * 0.574 * static_cast<double>(longest);
   const double cw = std::clamp(720.0 / static_cast<double>(std::max<std::size_t>(cols, 1)), 46.0, 96.0);
   const double ch = rows <= 48 ? 22.0 : (rows <= 128 ? 12.0 : 6.0);
   const bool with_text = rows <= 48;
@@ -414,10 +420,9 @@ std::string heatmap(const std::vector<std::string>& row_labels,
       out += " data-tip=\"" + html_escape(cell.tip) + "\"><title>" + html_escape(cell.tip) +
              "</title></rect>";
       if (with_text && !cell.text.empty()) {
-        const double t = std::clamp(std::fabs(cell.value - 1.0) / 0.5, 0.0, 1.0);
         out += "<text x=\"" + px(x + cw / 2) + "\" y=\"" + px(y + ch * 0.5 + 4) +
                "\" text-anchor=\"middle\" font-size=\"11\" pointer-events=\"none\" fill=\"" +
-               text_on(t) + "\">" + cell.text + "</text>";
+               text_on(cell.intensity) + "\">" + cell.text + "</text>";
       }
     }
     out += "\n";
@@ -734,7 +739,7 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
     std::vector<int> ranks;
     for (const auto& [r, v] : by_rank) ranks.push_back(r);
     const std::size_t total = ranks.size();
-    constexpr std::size_t kMaxRows = 256;
+    constexpr std::size_t kMaxRows = 64;
     if (ranks.size() > kMaxRows) {
       // Keep the confirmed stragglers, then the ranks with the largest median slowdown.
       std::map<int, double> worst;
@@ -765,6 +770,7 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
         const bool waiting = stages[c->stage].kind == StageKind::communication;
         h.value = v;
         h.fill = slowdown_fill(v, waiting);
+        h.intensity = std::clamp((v - 1.0) / 0.5, 0.0, 1.0);
         h.text = num(v, 2);
         h.tip = "rank " + std::to_string(r) +
                 (data.host_of(r).empty() ? "" : " (" + data.host_of(r) + ")") + " · " +
@@ -893,7 +899,10 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
            "</span> · " + std::to_string(r.ranks) + " ranks (world size " +
            std::to_string(r.world_size) + ") · " + std::to_string(r.windows) +
            " sampled steps (" + std::to_string(r.first_step) + "–" + std::to_string(r.last_step) +
-           "), the first " + std::to_string(r.warmup) + " skipped as warm-up</p>";
+           "), " +
+           (r.warmup == 0 ? std::string("no warm-up skipped")
+                          : "the first " + std::to_string(r.warmup) + " skipped as warm-up") +
+           "</p>";
   };
   out += "<header><h1>laggard compare</h1>" + run_line("baseline", baseline_dir, cmp.baseline) +
          run_line("current", current_dir, cmp.current) +
@@ -924,8 +933,14 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
            to_string(cmp.step_time.verdict) + "</span>",
        num(cmp.step_time.baseline_ms, 1) + " → " + num(cmp.step_time.current_ms, 1) + " ms (" +
            num(cmp.step_time.ratio, 3) + "×)");
-  card(out, "Ranks regressed", cmp.per_rank ? std::to_string(cmp.ranks_regressed) : "n/a",
-       cmp.per_rank ? std::to_string(cmp.rank_pairs_tested) + " rank-stage pairs tested"
+  if (cmp.rank_origin >= 0) {
+    const auto& r = cmp.ranks[static_cast<std::size_t>(cmp.rank_origin)];
+    card(out, "First rank regressed in own work",
+         "rank " + std::to_string(r.rank) + " · " + html_escape(stage_label(r.stage, r.cohort, name_cohort)),
+         num(r.ratio, 3) + "×, " + num(r.baseline_ms, 1) + " → " + num(r.current_ms, 1) + " ms");
+  }
+  card(out, "Rank-stage pairs regressed", cmp.per_rank ? std::to_string(cmp.ranks_regressed) : "n/a",
+       cmp.per_rank ? "of " + std::to_string(cmp.rank_pairs_tested) + " tested"
                     : html_escape(cmp.per_rank_note));
   out += "</section>\n";
 
@@ -956,7 +971,7 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
   }
   out += "<table class=\"sortable\" id=\"verdict-table\"><thead><tr><th>stage</th><th>verdict</th>"
          "<th>ratio</th><th>interval</th><th>baseline ms</th><th>current ms</th><th>change</th>"
-         "<th>p (Holm)</th><th>max ms (base → cur)</th><th>steps</th><th>why</th></tr></thead><tbody>\n";
+         "<th>p (Holm)</th><th>max ms (base → cur)</th><th>steps</th><th class=\"why\">why</th></tr></thead><tbody>\n";
   for (const auto& s : cmp.stages) {
     const char* row_class = s.role == StageComparison::Role::origin   ? " class=\"origin\""
                             : s.role == StageComparison::Role::victim ? " class=\"victim\""
@@ -974,7 +989,7 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
            (s.delta_ms >= 0 ? "+" : "") + num(s.delta_ms, 2) + " ms</td><td class=\"n\">" +
            p_text(s.p_adjusted) + "</td><td class=\"n\">" + num(s.baseline_max_ms, 2) + " → " +
            num(s.current_max_ms, 2) + "</td><td class=\"n\">" + std::to_string(s.baseline_steps) +
-           " / " + std::to_string(s.current_steps) + "</td><td>" + html_escape(s.reason) +
+           " / " + std::to_string(s.current_steps) + "</td><td class=\"why\">" + html_escape(s.reason) +
            "</td></tr>\n";
   }
   out += "</tbody></table>\n";
@@ -1087,7 +1102,7 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
     std::vector<int> ranks;
     for (const auto& [r, v] : by_rank) ranks.push_back(r);
     const std::size_t total = ranks.size();
-    constexpr std::size_t kMaxRows = 256;
+    constexpr std::size_t kMaxRows = 64;
     if (ranks.size() > kMaxRows) {
       std::map<int, double> worst;
       for (const auto& [r, v] : by_rank) {
@@ -1113,6 +1128,7 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
         HeatCell& h = row[static_cast<std::size_t>(k - stage_keys.begin())];
         h.value = x->ratio;
         h.fill = ratio_fill(x->ratio);
+        h.intensity = std::isfinite(x->ratio) ? std::clamp(std::fabs(x->ratio - 1.0) / 0.5, 0.0, 1.0) : 0.0;
         h.text = num(x->ratio, 2);
         h.outline = x->verdict == Verdict::regressed;
         h.tip = "rank " + std::to_string(r) + " · " + x->stage + ": " + to_string(x->verdict) + ", " +
@@ -1129,7 +1145,15 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
     std::vector<const RankComparison*> reg;
     for (const auto& r : cmp.ranks)
       if (r.verdict == Verdict::regressed) reg.push_back(&r);
-    std::sort(reg.begin(), reg.end(), [](const auto* a, const auto* b) { return a->ratio > b->ratio; });
+    // Own work first (a wait in communication is evidence about someone else), then the pairs
+    // whose stage did not regress for the median rank, then by ratio.
+    std::stable_sort(reg.begin(), reg.end(), [](const auto* a, const auto* b) {
+      const bool wa = a->kind == StageKind::communication, wb = b->kind == StageKind::communication;
+      if (wa != wb) return wb;
+      const bool ma = a->stage_verdict == Verdict::regressed, mb = b->stage_verdict == Verdict::regressed;
+      if (ma != mb) return mb;
+      return a->ratio > b->ratio;
+    });
     if (!reg.empty()) {
       out += "<table class=\"sortable\" id=\"rank-table\"><thead><tr><th>rank</th><th>stage</th>"
              "<th>ratio</th><th>interval</th><th>baseline ms</th><th>current ms</th><th>change</th>"

@@ -102,7 +102,10 @@ bool names_cohorts(const Comparison& c) {
 void print_run(const char* what, const std::string& dir, const RunOverview& r) {
   std::cout << "  " << what << dir << ": " << r.ranks << " ranks (world size " << r.world_size
             << "), " << r.windows << " sampled steps (" << r.first_step << ".." << r.last_step
-            << "), the first " << r.warmup << " skipped as warm-up\n";
+            << "), "
+            << (r.warmup == 0 ? std::string("no warm-up skipped")
+                              : "the first " + std::to_string(r.warmup) + " skipped as warm-up")
+            << "\n";
 }
 
 void print_text(const CompareArgs& args, const Comparison& c) {
@@ -191,6 +194,7 @@ void print_text(const CompareArgs& args, const Comparison& c) {
       with_median.back().second.push_back(r.rank);
     }
     if (own.empty() && with_median.empty()) std::cout << "  no rank regressed in any stage\n";
+    // (UNKNOWN pairs are listed below.)
     if (own.empty() && !with_median.empty())
       std::cout << "  no rank regressed beyond what its stage's median rank shows\n";
     for (std::size_t i = 0; i < own.size() && i < kMaxRankLines; ++i) {
@@ -207,6 +211,19 @@ void print_text(const CompareArgs& args, const Comparison& c) {
       std::cout << "  also regressed with the stage's median rank: " << l << " on "
                 << ranks.size() << (ranks.size() == 1 ? " rank (" : " ranks (") << rank_list(ranks)
                 << ")\n";
+    // Significant changes whose interval straddles the threshold: worth a look, not a verdict.
+    std::vector<const RankComparison*> unsure;
+    for (const auto& r : c.ranks)
+      if (r.verdict == Verdict::unknown && r.kind != StageKind::communication) unsure.push_back(&r);
+    for (std::size_t i = 0; i < unsure.size() && i < 5; ++i) {
+      const auto& r = *unsure[i];
+      std::cout << "  rank " << r.rank << " in " << stage_label(r.stage, r.cohort, nc)
+                << ": UNKNOWN " << fixed(r.ratio, 3) << "x (interval " << interval(r.ci_low, r.ci_high)
+                << "): changed, but the interval straddles the threshold (a change mid-run? see "
+                   "`laggard analyze` for its onset)\n";
+    }
+    if (unsure.size() > 5)
+      std::cout << "  ... and " << (unsure.size() - 5) << " more UNKNOWN (--json lists all)\n";
     if (c.ranks_improved > 0)
       std::cout << "  " << c.ranks_improved << " rank-stage pair(s) improved\n";
   }
@@ -295,9 +312,10 @@ Json to_json(const CompareArgs& args, const Comparison& c, const RunStats& bs, c
   pr["pairs_tested"] = c.rank_pairs_tested;
   pr["improved"] = c.ranks_improved;
   pr["regressed"] = Json::array();
+  pr["unknown"] = Json::array();
   for (const auto& r : c.ranks) {
-    if (r.verdict != Verdict::regressed) continue;
-    pr["regressed"].push_back({{"rank", r.rank},
+    if (r.verdict != Verdict::regressed && r.verdict != Verdict::unknown) continue;
+    pr[r.verdict == Verdict::regressed ? "regressed" : "unknown"].push_back({{"rank", r.rank},
                                {"cohort", r.cohort},
                                {"stage", r.stage},
                                {"ratio", number_or_null(r.ratio)},
