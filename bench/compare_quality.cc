@@ -7,6 +7,8 @@
 //     REGRESSED?
 //  3. One rank: rank 5's stage s is slower by r; the others wait for it in the all-reduce. Is
 //     (rank 5, s) the first rank-stage pair regressed in own work?
+//  4. Onset (the OnsetDetector that `laggard analyze` runs on the job's step time): false onsets
+//     on noise and on spikes that revert, and where and how fast a real shift is found.
 //
 // Noise: every (rank, stage, step) time is multiplied by a Gaussian factor of mean 1 and standard
 // deviation 5% ("±5% noise"); the first 2 sampled steps of each run are warm-up (1.5x slower).
@@ -17,6 +19,7 @@
 //   --quick   fewer trials (the ctest); --check: exit 1 when a target is missed.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "laggard/compare.hpp"
+#include "laggard/onset.hpp"
 
 namespace {
 
@@ -247,6 +251,71 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+  // 4. Onset detection.
+  std::printf("\n4. Onset (OnsetDetector with analyze's defaults) on series of 300 sampled steps with\n"
+              "   Gaussian noise of the given sd. 'noise': series with a (false) onset %%; 'spikes': the\n"
+              "   same with 6 isolated spikes of +100%% (1 or 2 steps each) %%; '+E from 150': onset at step\n"
+              "   150 (+-1) %% / elsewhere %% (of which 1-10 steps early %%) / missed %%, and the mean steps\n"
+              "   after 150 until it was confirmed\n\n");
+  std::printf("  %-8s  %-7s  %-7s  %-32s  %-32s  %-32s\n", "noise sd", "noise", "spikes",
+              "+10% from 150", "+20% from 150", "+50% from 150");
+  for (double sd : {0.01, 0.02, 0.05}) {
+    std::normal_distribution<double> jitter(1.0, sd);
+    const auto series = [&](double shift, bool spikes) {
+      std::vector<double> v(300);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = 100.0 * std::max(0.05, jitter(rng)) * (i >= 150 ? 1.0 + shift : 1.0);
+      if (spikes)
+        for (int k = 0; k < 6; ++k) {
+          const std::size_t at = 20 + static_cast<std::size_t>(k) * 45;
+          v[at] *= 2.0;
+          if (k % 2) v[at + 1] *= 2.0;
+        }
+      return v;
+    };
+    const int n = trials;
+    int false_noise = 0, false_spikes = 0;
+    for (int t = 0; t < n; ++t) {
+      for (int spikes = 0; spikes < 2; ++spikes) {
+        laggard::OnsetDetector d(laggard::OnsetOptions{});
+        const std::vector<double> v = series(0.0, spikes != 0);
+        for (std::size_t i = 0; i < v.size(); ++i) d.add(static_cast<std::int64_t>(i), std::log(v[i]));
+        (spikes ? false_spikes : false_noise) += d.onset().has_value();
+      }
+    }
+    std::printf("  %-8s  %6.2f%%  %6.2f%%", (std::to_string(static_cast<int>(100 * sd)) + "%").c_str(),
+                100.0 * false_noise / n, 100.0 * false_spikes / n);
+    for (double shift : {0.10, 0.20, 0.50}) {
+      int exact = 0, elsewhere = 0, missed = 0, early = 0;
+      double latency = 0.0;
+      for (int t = 0; t < n; ++t) {
+        laggard::OnsetDetector d(laggard::OnsetOptions{});
+        int found_at = -1;
+        std::size_t i = 0;
+        for (const double x : series(shift, false)) {
+          d.add(static_cast<std::int64_t>(i), std::log(x));
+          if (found_at < 0 && i >= 150 && d.onset()) found_at = static_cast<int>(i);
+          ++i;
+        }
+        if (!d.onset()) {
+          ++missed;
+        } else if (*d.onset() >= 149 && *d.onset() <= 151) {
+          ++exact;
+          latency += found_at - 150;
+        } else {
+          ++elsewhere;
+          if (*d.onset() >= 140 && *d.onset() < 149) ++early;
+        }
+      }
+      char cell[64];
+      std::snprintf(cell, sizeof cell, "%5.1f / %4.1f (%4.1f) / %4.1f, %3.1f", 100.0 * exact / n,
+                    100.0 * elsewhere / n, 100.0 * early / n, 100.0 * missed / n,
+                    exact ? latency / exact : 0.0);
+      std::printf("  %-32s", cell);
+    }
+    std::printf("\n");
+  }
+
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\n(%.1f s)\n", secs);

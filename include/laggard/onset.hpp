@@ -26,8 +26,8 @@ struct LAGGARD_API OnsetOptions {
 /// least min_shift/4 so that noise-free data does not make every wiggle significant) and runs
 ///   S = max(0, S + min(z - k, h/m)),  z = (x - mu)/sigma,  k = max(1, shift/(2 sigma)),
 /// with shift = log(1 + min_shift), h = threshold and m = persist_windows. Each value adds at most
-/// h/m, so S reaches h only after at least m high values: one or two spikes that revert never
-/// confirm. While S is 0 (in control) mu and sigma keep learning from the values, winsorized at
+/// h/m, so S reaches h only after at least m high values, and a confirmation also needs the last m
+/// values to be high (z > k): one or two spikes that revert never confirm. While S is 0 (in control) mu and sigma keep learning from the values, winsorized at
 /// 3 sigma (a few baseline values alone misjudge the noise). The onset is the first value of the
 /// excursion that reached h; only the first confirmed onset is kept.
 /// Without a baseline cap, an excursion that begins at the series' very first value is warm-up,
@@ -86,6 +86,7 @@ class LAGGARD_API OnsetDetector {
   double excursion_sum_ = 0.0;
   int excursion_count_ = 0;
   bool first_value_ = true;  // the next CUSUM value is the series' first
+  std::uint8_t high_run_ = 0;  // consecutive values with z > k, up to persist_
   bool excursion_from_first_ = false;
   bool found_ = false;
   std::int64_t onset_ = 0;

@@ -35,7 +35,7 @@ import time
 
 STAGES = ("dataloader", "forward", "backward", "optimizer")
 # The stand-in of each stage on a healthy rank, in ms (the model's own compute adds a little).
-STAGE_MS = {"dataloader": 5.0, "forward": 10.0, "backward": 10.0, "optimizer": 5.0}
+STAGE_MS = {"dataloader": 10.0, "forward": 20.0, "backward": 20.0, "optimizer": 10.0}
 
 WARMUP_STEPS = 3  # before step 0, not timed
 
@@ -62,7 +62,7 @@ def parse_args(argv=None):
                    help="the step from which the slow rank is slow (default 50)")
     p.add_argument("--stage-ms", type=float, default=None, metavar="MS",
                    help="stand-in of the forward and backward stages in ms (dataloader and "
-                        "optimizer: half) (default 10)")
+                        "optimizer: half) (default 20)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="run directory for the rank logs (default: a new "
                         "/tmp/laggard-demo-<time> directory); must be empty or new")

@@ -111,6 +111,7 @@ void OnsetDetector::step_cusum(std::int64_t step, double x, bool learn) noexcept
     excursion_from_first_ = first;
   }
   s_ = std::max(0.0, s_ + inc);
+  high_run_ = inc > 0.0 ? static_cast<std::uint8_t>(std::min<int>(high_run_ + 1, persist_)) : 0;
   if (learn && in_control) {
     const double d = std::clamp(x - mu, -3.0 * sigma, 3.0 * sigma);
     learn_n_ += 1.0f;
@@ -124,6 +125,12 @@ void OnsetDetector::step_cusum(std::int64_t step, double x, bool learn) noexcept
   ++excursion_count_;
   // Tolerance: m values at the cap add up to h exactly, up to rounding.
   if (s_ >= static_cast<double>(threshold_) * (1.0 - 1e-6)) {
+    if (high_run_ < persist_) {
+      // Enough evidence in sum, but the shift has not persisted m values in a row (spikes and
+      // noise after them): hold S at h until it does, or until the values settle back.
+      s_ = static_cast<double>(threshold_);
+      return;
+    }
     if (excursion_from_first_ && cap_ >= 3.0e38f) {
       // Warm-up: with no earlier level to shift from, this excursion is no onset. Hold S at h
       // until the series settles back to its baseline and the excursion ends.

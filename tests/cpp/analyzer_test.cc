@@ -369,12 +369,13 @@ TEST(Analyzer, SideChannelFailureDrillLetsEveryRankFinish) {
       for (int step = 0; step < kSteps; ++step) {
         if (r != 0 && step == kSteps / 2) {  // wait until rank 0's side channel is dead
           while (failed.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         simulated_step(*ranks[r], r, step, -1, 0.0);
         if (r == 0 && step == 5) {
           ranks[0]->debug_fail_transport();
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it take effect
+          // The background thread applies it and counts it as a failure: wait for that.
+          while (ranks[0]->counters().errors == 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
           failed = 1;
         }
       }
@@ -405,7 +406,7 @@ TEST(Analyzer, MissingRankWindowsAreAnalysedAfterTheirTimeout) {
   o.max_pending_windows = 3;
   Analyzer an(o);
   for (int step = 0; step < 10; ++step) simulated_step(an, 0, step, -1, 0.0);
-  an.close(0.3);
+  an.close(1.0);  // waits 0.8 s for rank 1's last samples, then analyses without them
   const auto c = an.counters();
   EXPECT_EQ(c.windows, 10u);
   EXPECT_EQ(c.incomplete_windows, 10u);
@@ -550,6 +551,7 @@ TEST(Analyzer, TransportsAreChosenByNameFromTheRegistry) {
   EXPECT_THROW(register_transport("x", nullptr), std::invalid_argument);
   EXPECT_THROW(make_transport("nope", TransportSetup{}), std::invalid_argument);
 
+  RefusingTransport::finals() = 0;
   register_transport("refusing", [](const TransportSetup& s) {
     return std::make_unique<RefusingTransport>(s);
   });
