@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's first command: install what is missing, build, and run the main job.
+# The README's first command: install what is missing, build, and run the main job: `laggard demo`
+# (4 local ranks train a small DDP model on the CPU, one is made slow, laggard finds it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 echo
-./build/tools/laggard analyze examples/run-slow-forward
+./build/tools/laggard demo

@@ -21,22 +21,30 @@ struct LAGGARD_API OnsetOptions {
 };
 
 /// One series' onset detector. Feed it log(time) values in step order; it reports the step at
-/// which a persistent upward shift began. Before `baseline_windows` values have arrived it only
-/// buffers them; then it sets the baseline level mu (median) and scale sigma (1.4826 × MAD, at
-/// least min_shift/4 so that noise-free data does not make every wiggle significant) and runs
-///   S = max(0, S + min(z - k, h/m)),  z = (x - mu)/sigma,  k = max(1, shift/(2 sigma)),
-/// with shift = log(1 + min_shift), h = threshold and m = persist_windows. Each value adds at most
-/// h/m, so S reaches h only after at least m high values, and a confirmation also needs the last m
-/// values to be high (z > k): one or two spikes that revert never confirm. While S is 0 (in control) mu and sigma keep learning from the values, winsorized at
-/// 3 sigma (a few baseline values alone misjudge the noise). The onset is the first value of the
-/// excursion that reached h; only the first confirmed onset is kept.
-/// Without a baseline cap, an excursion that begins at the series' very first value is warm-up,
-/// not an onset (no earlier level was seen to shift from); with a cap it is an onset.
+/// which a persistent upward shift began.
+///  - Values first pass a running median of 5, dated at the middle value: an impulse of one or two
+///    values vanishes, a lasting shift keeps its edge and its first step (confirmation comes two
+///    values later than without it).
+///  - The first `baseline_windows` medians set the baseline level mu (their median); the noise
+///    scale sigma is 1.4826 × the median absolute successive difference of the raw values that
+///    came with them, over sqrt(2) (a shift among them is one large difference and does not
+///    inflate it; at least min_shift/4, so noise-free data does not make every wiggle significant). While the CUSUM is at 0 (in
+///    control), mu and sigma keep learning from the values, winsorized at 3 sigma: a few baseline
+///    values alone misjudge the noise too often.
+///  - S = max(0, S + min(z - k, h/m)) with z = (median - mu)/sigma, k = max(1, shift/(2 sigma)),
+///    shift = log(1 + min_shift), h = threshold, m = persist_windows. The median's noise is smaller
+///    than sigma, a shift passes in full: fewer false alarms at the same power. One value adds at
+///    most h/m, so S reaches h only after m high values, and a confirmation also needs the last m
+///    values to be high (z > k).
+/// The onset is the first value of the run of high values that confirmed the shift (sharper
+/// than the start of the CUSUM excursion, which noise often opens a few values early); only the
+/// first confirmed onset is kept. Without a baseline cap, an excursion that begins at the series' very first value is
+/// warm-up, not an onset (no earlier level was seen to shift from); with a cap it is an onset.
 ///
 /// Memory: a fixed-size object (no allocation). Cost: O(1) per value. Not thread-safe.
 class LAGGARD_API OnsetDetector {
  public:
-  static constexpr int kMaxBaseline = 16;
+  static constexpr int kMaxBaseline = 8;
 
   OnsetDetector() = default;
   /// `baseline_cap`: the baseline level is min(median, cap). For a rank's time relative to its
@@ -62,7 +70,8 @@ class LAGGARD_API OnsetDetector {
 
  private:
   void start_baseline() noexcept;
-  void step_cusum(std::int64_t step, double x, bool learn) noexcept;
+  void step_cusum(std::int64_t step, double x, double raw, bool learn) noexcept;
+  void add_filtered(std::int64_t step, double x, double raw) noexcept;
 
   // Settings (floats: these objects exist per rank and stage, keep them small).
   std::uint8_t baseline_n_ = 6;
@@ -70,8 +79,13 @@ class LAGGARD_API OnsetDetector {
   float threshold_ = 5.0f;
   float shift_ = 0.0953102f;  // log(1.10)
   float cap_ = 3.0e38f;
+  // The running median's window: the last 5 raw values and their steps (ring).
+  std::array<float, 5> ring_{};
+  std::array<std::int64_t, 5> ring_steps_{};
+  std::uint32_t raw_ = 0;  // raw values seen
   // Baseline buffer.
-  std::array<float, kMaxBaseline> buffer_{};
+  std::array<float, kMaxBaseline> buffer_{};      // running medians
+  std::array<float, kMaxBaseline> raw_buffer_{};  // the raw values that arrived with them
   std::array<std::int32_t, kMaxBaseline> buffer_offsets_{};  // step - first_step_
   std::int64_t first_step_ = 0;
   int values_ = 0;
@@ -87,6 +101,7 @@ class LAGGARD_API OnsetDetector {
   int excursion_count_ = 0;
   bool first_value_ = true;  // the next CUSUM value is the series' first
   std::uint8_t high_run_ = 0;  // consecutive values with z > k, up to persist_
+  std::int64_t run_start_ = 0;  // step of the first value of the current run of high values
   bool excursion_from_first_ = false;
   bool found_ = false;
   std::int64_t onset_ = 0;

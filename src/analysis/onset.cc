@@ -37,9 +37,30 @@ OnsetDetector::OnsetDetector(const OnsetOptions& options, double baseline_cap) {
 
 void OnsetDetector::add(std::int64_t step, double log_value) noexcept {
   if (!std::isfinite(log_value)) return;
+  // Running median of 5, dated at the middle value: spikes of 1-2 values are removed before the
+  // CUSUM sees them, while a lasting shift keeps its first step. The first values use what there
+  // is (median of 1..4, dated at their middle).
+  const std::size_t slot = raw_ % 5;
+  ring_[slot] = static_cast<float>(log_value);
+  ring_steps_[slot] = step;
+  ++raw_;
+  const std::uint32_t n = std::min<std::uint32_t>(raw_, 5);
+  std::array<float, 5> w{};
+  for (std::uint32_t i = 0; i < n; ++i) w[i] = ring_[(raw_ - n + i) % 5];
+  for (std::uint32_t i = 1; i < n; ++i)
+    for (std::uint32_t j = i; j > 0 && w[j - 1] > w[j]; --j) std::swap(w[j - 1], w[j]);
+  const double median = n % 2 ? w[n / 2] : 0.5 * (static_cast<double>(w[n / 2 - 1]) + w[n / 2]);
+  // The window's middle value (the older of the two middles for an even count).
+  const std::int64_t middle_step = ring_steps_[(raw_ - n + (n - 1) / 2) % 5];
+  // Up to n = 4 the window only grows: emit once it spans 1, 3 or 5 values (odd, a true middle).
+  if (n % 2 == 0) return;
+  add_filtered(middle_step, median, log_value);
+}
+
+void OnsetDetector::add_filtered(std::int64_t step, double log_value, double raw) noexcept {
   if (ready_) {
     ++values_;
-    step_cusum(step, log_value, /*learn=*/true);
+    step_cusum(step, log_value, raw, /*learn=*/true);
     return;
   }
   if (values_ == 0) first_step_ = step;
@@ -49,10 +70,11 @@ void OnsetDetector::add(std::int64_t step, double log_value) noexcept {
   if (offset < 0 || offset > INT32_MAX) {
     start_baseline();
     ++values_;
-    step_cusum(step, log_value, true);
+    step_cusum(step, log_value, raw, true);
     return;
   }
   buffer_[static_cast<std::size_t>(values_)] = static_cast<float>(log_value);
+  raw_buffer_[static_cast<std::size_t>(values_)] = static_cast<float>(raw);
   buffer_offsets_[static_cast<std::size_t>(values_)] = static_cast<std::int32_t>(offset);
   ++values_;
   if (values_ >= baseline_n_) start_baseline();
@@ -68,10 +90,17 @@ void OnsetDetector::start_baseline() noexcept {
   };
   float mu = 0.0f, mad = 0.0f;
   if (n > 0) {
-    mu = median(v.data(), n);
-    for (int i = 0; i < n; ++i)
-      v[static_cast<std::size_t>(i)] = std::fabs(buffer_[static_cast<std::size_t>(i)] - mu);
-    mad = median(v.data(), n);
+    mu = median(v.data(), n);  // level: of the running medians
+    // Scale: of the raw values (the running median's own spread is smaller than the noise's),
+    // from successive differences: a shift inside the baseline values is one large difference
+    // and leaves their median alone. |a - b| of two noise values has the spread of sqrt(2) x one.
+    if (n >= 3) {
+      std::array<float, kMaxBaseline> d{};
+      for (int i = 1; i < n; ++i)
+        d[static_cast<std::size_t>(i - 1)] = std::fabs(raw_buffer_[static_cast<std::size_t>(i)] -
+                                                       raw_buffer_[static_cast<std::size_t>(i - 1)]);
+      mad = median(d.data(), n - 1) / 1.41421356f;
+    }
   }
   mu_ = std::min(mu, cap_);
   // A floor on the scale: on noise-free data (MAD 0) any wiggle would otherwise be "significant";
@@ -85,10 +114,11 @@ void OnsetDetector::start_baseline() noexcept {
   ready_ = true;
   for (int i = 0; i < n; ++i)
     step_cusum(first_step_ + buffer_offsets_[static_cast<std::size_t>(i)],
-               buffer_[static_cast<std::size_t>(i)], /*learn=*/false);
+               buffer_[static_cast<std::size_t>(i)], raw_buffer_[static_cast<std::size_t>(i)],
+               /*learn=*/false);
 }
 
-void OnsetDetector::step_cusum(std::int64_t step, double x, bool learn) noexcept {
+void OnsetDetector::step_cusum(std::int64_t step, double x, double raw, bool learn) noexcept {
   const bool first = first_value_;
   first_value_ = false;
   if (found_) {
@@ -111,12 +141,19 @@ void OnsetDetector::step_cusum(std::int64_t step, double x, bool learn) noexcept
     excursion_from_first_ = first;
   }
   s_ = std::max(0.0, s_ + inc);
-  high_run_ = inc > 0.0 ? static_cast<std::uint8_t>(std::min<int>(high_run_ + 1, persist_)) : 0;
+  if (inc > 0.0) {
+    if (high_run_ == 0) run_start_ = step;
+    high_run_ = static_cast<std::uint8_t>(std::min<int>(high_run_ + 1, persist_));
+  } else {
+    high_run_ = 0;
+  }
   if (learn && in_control) {
+    // The level learns from the running median, the scale from the raw value's deviation.
     const double d = std::clamp(x - mu, -3.0 * sigma, 3.0 * sigma);
+    const double e = std::clamp(raw - mu, -3.0 * sigma, 3.0 * sigma);
     learn_n_ += 1.0f;
     learn_sum_ += mu + d;
-    learn_abs_ += std::fabs(d);
+    learn_abs_ += std::fabs(e);
     mu_ = std::min(static_cast<float>(learn_sum_ / learn_n_), cap_);
     sigma_ = std::max(static_cast<float>(1.2533 * learn_abs_ / learn_n_), shift_ / 4.0f);
   }
@@ -138,7 +175,7 @@ void OnsetDetector::step_cusum(std::int64_t step, double x, bool learn) noexcept
       return;
     }
     found_ = true;
-    onset_ = start_;
+    onset_ = run_start_;
     sum_since_ = excursion_sum_;
     count_since_ = excursion_count_;
   }

@@ -33,7 +33,8 @@ void add_compare(CLI::App& app, CompareArgs& args) {
   cmd->add_option("--current-vector", args.current_vector,
                   "Per-stage current times, same stages and order");
   cmd->add_option("--relative-threshold", args.relative_threshold,
-                  "Regressed if after > before x (1 + this); absolute when before is 0")
+                  "Smallest change that counts. Runs: REGRESSED when the ratio's interval lies "
+                  "above 1 + this; vectors: after > before x (1 + this), absolute when before is 0")
       ->capture_default_str();
   cmd->add_option("--stages", args.stages,
                   "Vector mode: stage names, comma-separated (default stage0,...)");
