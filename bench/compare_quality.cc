@@ -32,8 +32,8 @@
 
 namespace {
 
-using laggard::Comparison;
 using laggard::CompareOptions;
+using laggard::Comparison;
 using laggard::RunProfile;
 using laggard::StageKind;
 using laggard::StepSample;
@@ -145,15 +145,20 @@ int main(int argc, char** argv) {
             : std::vector<Config>{{8, 20}, {8, 50}, {64, 20}, {1, 20}, {1, 50}};
   const double effects[] = {0.10, 0.15, 0.20, 0.30};
 
-  std::printf("laggard compare quality: %d trials per cell, noise sd %.0f%% per (rank, stage, step), "
-              "threshold %.0f%%, alpha %.2f, warm-up auto\n\n",
-              trials, 100 * noise, 100 * stage_only.relative_threshold, stage_only.alpha);
+  std::printf(
+      "laggard compare quality: %d trials per cell, noise sd %.0f%% per (rank, stage, step), "
+      "threshold %.0f%%, alpha %.2f, warm-up auto\n\n",
+      trials, 100 * noise, 100 * stage_only.relative_threshold, stage_only.alpha);
 
   // 1. Origin naming.
-  std::printf("1. Origin named (every rank's stage s slower by the effect; half the trials also a later\n"
-              "   victim stage by half the effect). Cells: correct origin %% / wrong origin %% / none %%\n\n");
+  std::printf(
+      "1. Origin named (every rank's stage s slower by the effect; half the trials also a later\n"
+      "   victim stage by half the effect). Cells: correct origin %% / wrong origin %% / none "
+      "%%\n\n");
   std::printf("  %-22s", "ranks x steps per run");
-  for (double e : effects) std::printf("  %-20s", (std::string("+") + std::to_string(static_cast<int>(100 * e)) + "%").c_str());
+  for (double e : effects)
+    std::printf("  %-20s",
+                (std::string("+") + std::to_string(static_cast<int>(100 * e)) + "%").c_str());
   std::printf("\n");
   for (const Config& c : configs) {
     std::printf("  %-22s", (std::to_string(c.ranks) + " x " + std::to_string(c.steps)).c_str());
@@ -183,16 +188,19 @@ int main(int argc, char** argv) {
       std::snprintf(cell, sizeof cell, "%5.1f / %4.1f / %4.1f", 100.0 * right / trials,
                     100.0 * wrong / trials, 100.0 * none / trials);
       std::printf("  %-20s", cell);
-      if (c.ranks == 8 && c.steps == 20 && check) target(right >= 0.95 * trials, "origin named >= 95% (8 x 20)");
+      if (c.ranks == 8 && c.steps == 20 && check)
+        target(right >= 0.95 * trials, "origin named >= 95% (8 x 20)");
     }
     std::printf("\n");
   }
 
   // 2. Same distribution.
-  std::printf("\n2. Same distribution (nothing changed): trials with any stage REGRESSED %%, with any stage\n"
-              "   IMPROVED %%, and (per-rank comparison on) with any rank-stage pair REGRESSED %%\n\n");
-  std::printf("  %-22s  %-12s  %-12s  %-14s\n", "ranks x steps per run", "stage REGR.", "stage IMPR.",
-              "rank-stage REGR.");
+  std::printf(
+      "\n2. Same distribution (nothing changed): trials with any stage REGRESSED %%, with any "
+      "stage\n"
+      "   IMPROVED %%, and (per-rank comparison on) with any rank-stage pair REGRESSED %%\n\n");
+  std::printf("  %-22s  %-12s  %-12s  %-14s\n", "ranks x steps per run", "stage REGR.",
+              "stage IMPR.", "rank-stage REGR.");
   for (const Config& c : configs) {
     int regressed = 0, improved = 0, rank_regressed = 0;
     const int n = trials * 2;
@@ -212,16 +220,23 @@ int main(int argc, char** argv) {
     std::printf("  %-22s  %10.2f%%  %10.2f%%  %12.2f%%\n",
                 (std::to_string(c.ranks) + " x " + std::to_string(c.steps)).c_str(),
                 100.0 * regressed / n, 100.0 * improved / n, 100.0 * rank_regressed / n);
-    if (check) target(regressed <= 0.01 * n, "no stage REGRESSED in >= 99% of same-distribution trials");
+    if (check)
+      target(regressed <= 0.01 * n, "no stage REGRESSED in >= 99% of same-distribution trials");
   }
 
   // 3. One rank regressed, the others wait for it.
-  std::printf("\n3. One rank (rank 5 of 8) slower in a random own-work stage; the others wait for it in the\n"
-              "   all-reduce. Cells: (rank 5, stage) named first rank regressed in own work %% / other %% / none %%\n\n");
+  std::printf(
+      "\n3. One rank (rank 5 of 8) slower in a random own-work stage; the others wait for it in "
+      "the\n"
+      "   all-reduce. Cells: (rank 5, stage) named first rank regressed in own work %% / other %% "
+      "/ none %%\n\n");
   std::printf("  %-22s", "ranks x steps per run");
-  for (double e : effects) std::printf("  %-20s", (std::string("+") + std::to_string(static_cast<int>(100 * e)) + "%").c_str());
+  for (double e : effects)
+    std::printf("  %-20s",
+                (std::string("+") + std::to_string(static_cast<int>(100 * e)) + "%").c_str());
   std::printf("\n");
-  for (const Config& c : quick ? std::vector<Config>{{8, 20}} : std::vector<Config>{{8, 20}, {8, 50}}) {
+  for (const Config& c :
+       quick ? std::vector<Config>{{8, 20}} : std::vector<Config>{{8, 20}, {8, 50}}) {
     std::printf("  %-22s", (std::to_string(c.ranks) + " x " + std::to_string(c.steps)).c_str());
     for (double e : effects) {
       int right = 0, wrong = 0, none = 0;
@@ -252,11 +267,14 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   // 4. Onset detection.
-  std::printf("\n4. Onset (OnsetDetector with analyze's defaults) on series of 300 sampled steps with\n"
-              "   Gaussian noise of the given sd. 'noise': series with a (false) onset %%; 'spikes': the\n"
-              "   same with 6 isolated spikes of +100%% (1 or 2 steps each) %%; '+E from 150': onset at step\n"
-              "   150 (+-2) %% / elsewhere %% (of which 3-10 steps early %%) / missed %%, and the mean steps\n"
-              "   after 150 until it was confirmed\n\n");
+  std::printf(
+      "\n4. Onset (OnsetDetector with analyze's defaults) on series of 300 sampled steps with\n"
+      "   Gaussian noise of the given sd. 'noise': series with a (false) onset %%; 'spikes': the\n"
+      "   same with 6 isolated spikes of +100%% (1 or 2 steps each) %%; '+E from 150': onset at "
+      "step\n"
+      "   150 (+-2) %% / elsewhere %% (of which 3-10 steps early %%) / missed %%, and the mean "
+      "steps\n"
+      "   after 150 until it was confirmed\n\n");
   std::printf("  %-8s  %-7s  %-7s  %-32s  %-32s  %-32s\n", "noise sd", "noise", "spikes",
               "+10% from 150", "+20% from 150", "+50% from 150");
   for (double sd : {0.01, 0.02, 0.05}) {
@@ -279,12 +297,14 @@ int main(int argc, char** argv) {
       for (int spikes = 0; spikes < 2; ++spikes) {
         laggard::OnsetDetector d(laggard::OnsetOptions{});
         const std::vector<double> v = series(0.0, spikes != 0);
-        for (std::size_t i = 0; i < v.size(); ++i) d.add(static_cast<std::int64_t>(i), std::log(v[i]));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          d.add(static_cast<std::int64_t>(i), std::log(v[i]));
         (spikes ? false_spikes : false_noise) += d.onset().has_value();
       }
     }
-    std::printf("  %-8s  %6.2f%%  %6.2f%%", (std::to_string(static_cast<int>(100 * sd)) + "%").c_str(),
-                100.0 * false_noise / n, 100.0 * false_spikes / n);
+    std::printf("  %-8s  %6.2f%%  %6.2f%%",
+                (std::to_string(static_cast<int>(100 * sd)) + "%").c_str(), 100.0 * false_noise / n,
+                100.0 * false_spikes / n);
     for (double shift : {0.10, 0.20, 0.50}) {
       int exact = 0, elsewhere = 0, missed = 0, early = 0;
       double latency = 0.0;
@@ -316,8 +336,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
 
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\n(%.1f s)\n", secs);
   if (check && g_failures > 0) {
     std::printf("%d target(s) missed\n", g_failures);

@@ -29,12 +29,12 @@ LAGGARD_API const char* to_string(Verdict verdict) noexcept;
 /// Settings of a comparison.
 struct LAGGARD_API CompareOptions {
   double relative_threshold = 0.05;  ///< smallest change that counts: ratio > 1 + this
-  double alpha = 0.05;    ///< family-wise error rate (Holm), stages and rank-stage pairs apart
-  int warmup = -1;        ///< sampled steps skipped at the start of each run; -1: max(2, 10%)
-  int min_steps = 5;      ///< per run, after the warm-up; fewer gives UNKNOWN
-  int resamples = 1000;   ///< bootstrap resamples for each interval
+  double alpha = 0.05;   ///< family-wise error rate (Holm), stages and rank-stage pairs apart
+  int warmup = -1;       ///< sampled steps skipped at the start of each run; -1: max(2, 10%)
+  int min_steps = 5;     ///< per run, after the warm-up; fewer gives UNKNOWN
+  int resamples = 1000;  ///< bootstrap resamples for each interval
   std::uint64_t seed = 0x6c616767;  ///< fixed: the same inputs give the same intervals
-  bool per_rank = true;   ///< also test each (rank, stage) when the world sizes match
+  bool per_rank = true;             ///< also test each (rank, stage) when the world sizes match
 
   /// Throws std::invalid_argument naming the offending setting.
   void validate() const;
@@ -112,15 +112,15 @@ struct StageComparison {
   StageKind kind = StageKind::compute;
   Verdict verdict = Verdict::unknown;
   Role role = Role::none;
-  std::string reason;       ///< one line: why this verdict
-  int baseline_steps = 0;   ///< steps used, after the warm-up
+  std::string reason;      ///< one line: why this verdict
+  int baseline_steps = 0;  ///< steps used, after the warm-up
   int current_steps = 0;
-  int steps_needed = 0;     ///< when UNKNOWN for lack of steps: steps needed per run, else 0
+  int steps_needed = 0;  ///< when UNKNOWN for lack of steps: steps needed per run, else 0
   double baseline_ms = 0.0;
   double current_ms = 0.0;
-  double delta_ms = 0.0;    ///< current_ms - baseline_ms
-  double ratio = 1.0;       ///< current_ms / baseline_ms (NaN when the baseline is 0)
-  double ci_low = 0.0;      ///< bootstrap interval of the ratio (NaN when not computed)
+  double delta_ms = 0.0;  ///< current_ms - baseline_ms
+  double ratio = 1.0;     ///< current_ms / baseline_ms (NaN when the baseline is 0)
+  double ci_low = 0.0;    ///< bootstrap interval of the ratio (NaN when not computed)
   double ci_high = 0.0;
   double p_value = 1.0;     ///< two-sided Mann-Whitney U (NaN when not tested)
   double p_adjusted = 1.0;  ///< Holm-adjusted over the tested stages
@@ -143,7 +143,7 @@ struct RankComparison {
   double ratio = 1.0;
   double ci_low = 0.0;  ///< NaN unless significant (the interval is computed only then)
   double ci_high = 0.0;
-  double p_adjusted = 1.0;  ///< Holm over all tested pairs
+  double p_adjusted = 1.0;                   ///< Holm over all tested pairs
   Verdict stage_verdict = Verdict::unknown;  ///< the verdict of the stage's median rank
 };
 
@@ -163,11 +163,11 @@ struct Comparison {
   CompareOptions options;
   RunOverview baseline;
   RunOverview current;
-  int stages_tested = 0;  ///< size of the Holm family over stages
-  std::vector<StageComparison> stages;  ///< stages present in both runs, pipeline order
+  int stages_tested = 0;                      ///< size of the Holm family over stages
+  std::vector<StageComparison> stages;        ///< stages present in both runs, pipeline order
   std::vector<std::string> only_in_baseline;  ///< "stage" or "stage [cohort]"
   std::vector<std::string> only_in_current;
-  int origin = -1;  ///< index into stages of the first REGRESSED stage, or -1
+  int origin = -1;           ///< index into stages of the first REGRESSED stage, or -1
   std::vector<int> victims;  ///< later REGRESSED stages
   std::vector<int> unknown_before_origin;  ///< UNKNOWN stages before the origin (or all, if none)
   StageComparison step_time;  ///< the job's step time (slowest rank), tested on its own
@@ -214,8 +214,8 @@ struct Interval {
   double high = 0.0;
 };
 LAGGARD_API Interval bootstrap_ratio_of_medians(const std::vector<double>& baseline,
-                                                const std::vector<double>& current,
-                                                int resamples, double level, std::uint64_t seed);
+                                                const std::vector<double>& current, int resamples,
+                                                double level, std::uint64_t seed);
 
 /// Holm step-down adjusted p-values, in the input's order (monotone, at most 1).
 LAGGARD_API std::vector<double> holm_adjust(const std::vector<double>& p);

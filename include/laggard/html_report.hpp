@@ -44,7 +44,7 @@ class LAGGARD_API RunReportData {
 
   struct Cell {
     int rank = 0;
-    std::uint32_t stage = 0;  ///< into stages()
+    std::uint32_t stage = 0;   ///< into stages()
     StreamingMedian slowdown;  ///< t / ref per window
     float max_slowdown = 0.0f;
     std::int32_t flagged = 0;  ///< windows it was flagged in (straggler or waiting)
@@ -100,8 +100,7 @@ LAGGARD_API std::string render_run_report(const RunSummary& summary, const RunRe
 /// The comparison report: per-stage verdicts with the origin highlighted, a forest plot of the
 /// ratios and their intervals, the step time of both runs, and the per-rank comparison.
 LAGGARD_API std::string render_compare_report(const Comparison& comparison,
-                                              const RunProfile& baseline,
-                                              const RunProfile& current,
+                                              const RunProfile& baseline, const RunProfile& current,
                                               const std::string& baseline_dir,
                                               const std::string& current_dir);
 

@@ -28,9 +28,9 @@ struct LAGGARD_API OnsetOptions {
 ///  - The first `baseline_windows` medians set the baseline level mu (their median); the noise
 ///    scale sigma is 1.4826 × the median absolute successive difference of the raw values that
 ///    came with them, over sqrt(2) (a shift among them is one large difference and does not
-///    inflate it; at least min_shift/4, so noise-free data does not make every wiggle significant). While the CUSUM is at 0 (in
-///    control), mu and sigma keep learning from the values, winsorized at 3 sigma: a few baseline
-///    values alone misjudge the noise too often.
+///    inflate it; at least min_shift/4, so noise-free data does not make every wiggle significant).
+///    While the CUSUM is at 0 (in control), mu and sigma keep learning from the values, winsorized
+///    at 3 sigma: a few baseline values alone misjudge the noise too often.
 ///  - S = max(0, S + min(z - k, h/m)) with z = (median - mu)/sigma, k = max(1, shift/(2 sigma)),
 ///    shift = log(1 + min_shift), h = threshold, m = persist_windows. The median's noise is smaller
 ///    than sigma, a shift passes in full: fewer false alarms at the same power. One value adds at
@@ -38,8 +38,9 @@ struct LAGGARD_API OnsetOptions {
 ///    values to be high (z > k).
 /// The onset is the first value of the run of high values that confirmed the shift (sharper
 /// than the start of the CUSUM excursion, which noise often opens a few values early); only the
-/// first confirmed onset is kept. Without a baseline cap, an excursion that begins at the series' very first value is
-/// warm-up, not an onset (no earlier level was seen to shift from); with a cap it is an onset.
+/// first confirmed onset is kept. Without a baseline cap, an excursion that begins at the series'
+/// very first value is warm-up, not an onset (no earlier level was seen to shift from); with a cap
+/// it is an onset.
 ///
 /// Memory: a fixed-size object (no allocation). Cost: O(1) per value. Not thread-safe.
 class LAGGARD_API OnsetDetector {
@@ -99,8 +100,8 @@ class LAGGARD_API OnsetDetector {
   std::int64_t start_ = 0;  // first value of the current excursion
   double excursion_sum_ = 0.0;
   int excursion_count_ = 0;
-  bool first_value_ = true;  // the next CUSUM value is the series' first
-  std::uint8_t high_run_ = 0;  // consecutive values with z > k, up to persist_
+  bool first_value_ = true;     // the next CUSUM value is the series' first
+  std::uint8_t high_run_ = 0;   // consecutive values with z > k, up to persist_
   std::int64_t run_start_ = 0;  // step of the first value of the current run of high values
   bool excursion_from_first_ = false;
   bool found_ = false;

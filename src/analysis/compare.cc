@@ -125,10 +125,14 @@ double exact_u_p(int m, int n, double u) {
 
 const char* to_string(Verdict verdict) noexcept {
   switch (verdict) {
-    case Verdict::same: return "SAME";
-    case Verdict::regressed: return "REGRESSED";
-    case Verdict::improved: return "IMPROVED";
-    case Verdict::unknown: return "UNKNOWN";
+    case Verdict::same:
+      return "SAME";
+    case Verdict::regressed:
+      return "REGRESSED";
+    case Verdict::improved:
+      return "IMPROVED";
+    case Verdict::unknown:
+      return "UNKNOWN";
   }
   return "UNKNOWN";
 }
@@ -139,8 +143,9 @@ void CompareOptions::validate() const {
                                 std::to_string(relative_threshold));
   if (!(alpha > 0.0 && alpha < 1.0))
     throw std::invalid_argument("alpha must be in (0, 1), got " + std::to_string(alpha));
-  if (warmup < -1) throw std::invalid_argument("warmup must be >= 0 (or -1 for auto), got " +
-                                               std::to_string(warmup));
+  if (warmup < -1)
+    throw std::invalid_argument("warmup must be >= 0 (or -1 for auto), got " +
+                                std::to_string(warmup));
   if (min_steps < 2)
     throw std::invalid_argument("min_steps must be >= 2, got " + std::to_string(min_steps));
   if (resamples < 100)
@@ -157,7 +162,9 @@ int CompareOptions::warmup_for(std::int64_t windows) const noexcept {
 // ---------------------------------------------------------------------------------------------
 // The statistics
 
-double median_of(std::vector<double> values) { return median_inplace(values.data(), values.size()); }
+double median_of(std::vector<double> values) {
+  return median_inplace(values.data(), values.size());
+}
 
 double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b) {
   const std::size_t m = a.size(), n = b.size();
@@ -190,14 +197,14 @@ double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b
   if (!ties && m * n <= 2500) return exact_u_p(static_cast<int>(m), static_cast<int>(n), u);
   const double nn = md + nd;
   const double var = md * nd / 12.0 * ((nn + 1.0) - tie_term / (nn * (nn - 1.0)));
-  if (!(var > 0.0)) return 1.0;  // every value tied
+  if (!(var > 0.0)) return 1.0;                                          // every value tied
   const double dev = std::max(0.0, std::fabs(u - md * nd / 2.0) - 0.5);  // continuity
   return std::min(1.0, std::erfc(dev / std::sqrt(var) / std::sqrt(2.0)));
 }
 
 Interval bootstrap_ratio_of_medians(const std::vector<double>& baseline,
-                                    const std::vector<double>& current, int resamples,
-                                    double level, std::uint64_t seed) {
+                                    const std::vector<double>& current, int resamples, double level,
+                                    std::uint64_t seed) {
   if (baseline.empty() || current.empty() || resamples <= 0) return {kNaN, kNaN};
   SplitMix64 rng{seed};
   std::vector<double> buf_b(baseline.size()), buf_c(current.size()), ratios;
@@ -223,7 +230,8 @@ std::vector<double> holm_adjust(const std::vector<double>& p) {
   const std::size_t m = p.size();
   std::vector<std::size_t> order(m);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return p[x] < p[y]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return p[x] < p[y]; });
   std::vector<double> out(m);
   double running = 0.0;
   for (std::size_t i = 0; i < m; ++i) {
@@ -303,7 +311,8 @@ struct RunProfile::Impl {
   void add_rank_value(std::size_t s, int rank, std::uint32_t w, double ms) {
     if (rank < 0 || rank >= (1 << 22)) return;
     auto& index = rank_index[s];
-    if (static_cast<std::size_t>(rank) >= index.size()) index.resize(static_cast<std::size_t>(rank) + 1, -1);
+    if (static_cast<std::size_t>(rank) >= index.size())
+      index.resize(static_cast<std::size_t>(rank) + 1, -1);
     std::int32_t& i = index[static_cast<std::size_t>(rank)];
     if (i < 0) {
       i = static_cast<std::int32_t>(rank_series.size());
@@ -680,7 +689,8 @@ Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,
       std::unordered_map<const RunProfile::Series*, std::vector<const RunProfile::RankSeries*>> m;
       for (const auto& r : prof.rank_series()) m[&prof.series()[r.series]].push_back(&r);
       for (auto& [k, v] : m)
-        std::sort(v.begin(), v.end(), [](const auto* x, const auto* y) { return x->rank < y->rank; });
+        std::sort(v.begin(), v.end(),
+                  [](const auto* x, const auto* y) { return x->rank < y->rank; });
       return m;
     };
     const auto b_ranks = index_ranks(baseline);
@@ -695,8 +705,12 @@ Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,
       for (const auto* br : bi->second) {
         const auto found = c_of.find(br->rank);
         if (found == c_of.end()) continue;
-        RankPair x{i, br, found->second, after_warmup(br->window, br->ms, wb),
-                   after_warmup(found->second->window, found->second->ms, wc), 1.0};
+        RankPair x{i,
+                   br,
+                   found->second,
+                   after_warmup(br->window, br->ms, wb),
+                   after_warmup(found->second->window, found->second->ms, wc),
+                   1.0};
         if (static_cast<int>(x.bv.size()) < options.min_steps ||
             static_cast<int>(x.cv.size()) < options.min_steps)
           continue;
@@ -730,8 +744,8 @@ Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,
       if (c.p_adjusted < options.alpha && c.baseline_ms > 0.0) {
         const Interval ci = bootstrap_ratio_of_medians(
             x.bv, x.cv, options.resamples, level,
-            options.seed ^ fnv1a(st.cohort + '\x1f' + st.stage, 0x9e3779b97f4a7c15ull +
-                                                                    static_cast<std::uint64_t>(x.b->rank)));
+            options.seed ^ fnv1a(st.cohort + '\x1f' + st.stage,
+                                 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(x.b->rank)));
         c.ci_low = ci.low;
         c.ci_high = ci.high;
         decide(c, options, level);
@@ -777,13 +791,15 @@ Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,
     for (const RankComparison& x : out.ranks)
       if (&x != &r && x.verdict == Verdict::regressed && x.kind != StageKind::communication)
         ++others;
-    if (others > 0) own += " (and " + std::to_string(others) + " more rank-stage pair(s) of own work)";
+    if (others > 0)
+      own += " (and " + std::to_string(others) + " more rank-stage pair(s) of own work)";
     if (out.origin >= 0 &&
         out.stages[static_cast<std::size_t>(out.origin)].kind == StageKind::communication) {
       const StageComparison& o = out.stages[static_cast<std::size_t>(out.origin)];
       out.hint = stage_label(o.stage, o.cohort, name_cohort) +
                  " is where ranks wait for each other, so its regression is evidence about "
-                 "someone else; " + own + ": the other ranks likely wait for it";
+                 "someone else; " +
+                 own + ": the other ranks likely wait for it";
     } else if (out.origin < 0) {
       out.hint = "no stage regressed for the median rank, but " + own;
     }

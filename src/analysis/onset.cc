@@ -2,8 +2,8 @@
 #include "laggard/onset.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -97,8 +97,9 @@ void OnsetDetector::start_baseline() noexcept {
     if (n >= 3) {
       std::array<float, kMaxBaseline> d{};
       for (int i = 1; i < n; ++i)
-        d[static_cast<std::size_t>(i - 1)] = std::fabs(raw_buffer_[static_cast<std::size_t>(i)] -
-                                                       raw_buffer_[static_cast<std::size_t>(i - 1)]);
+        d[static_cast<std::size_t>(i - 1)] =
+            std::fabs(raw_buffer_[static_cast<std::size_t>(i)] -
+                      raw_buffer_[static_cast<std::size_t>(i - 1)]);
       mad = median(d.data(), n - 1) / 1.41421356f;
     }
   }

@@ -84,20 +84,28 @@ std::string text_on(double t) { return t > 0.55 ? "#ffffff" : "#222222"; }
 
 const char* verdict_class(Verdict v) {
   switch (v) {
-    case Verdict::regressed: return "v-regressed";
-    case Verdict::improved: return "v-improved";
-    case Verdict::same: return "v-same";
-    case Verdict::unknown: return "v-unknown";
+    case Verdict::regressed:
+      return "v-regressed";
+    case Verdict::improved:
+      return "v-improved";
+    case Verdict::same:
+      return "v-same";
+    case Verdict::unknown:
+      return "v-unknown";
   }
   return "v-unknown";
 }
 
 const char* verdict_colour(Verdict v) {
   switch (v) {
-    case Verdict::regressed: return "#b2182b";
-    case Verdict::improved: return "#2166ac";
-    case Verdict::same: return "#4d9221";
-    case Verdict::unknown: return "#888888";
+    case Verdict::regressed:
+      return "#b2182b";
+    case Verdict::improved:
+      return "#2166ac";
+    case Verdict::same:
+      return "#4d9221";
+    case Verdict::unknown:
+      return "#888888";
   }
   return "#888888";
 }
@@ -200,8 +208,9 @@ const char* kMainJs = R"js(
 void page_begin(std::string& out, const std::string& title) {
   out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   // No network: nothing but the page's own inline style, script and data: images.
-  out += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-         "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n";
+  out +=
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+      "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   out += "<title>" + html_escape(title) + "</title>\n<style>" + kCss + "</style>\n";
   out += "<script>" + std::string(kErrorCapture) + "</script>\n</head>\n<body>\n";
@@ -253,7 +262,7 @@ struct Line {
   std::string name;
   std::string colour;
   bool dashed = false;
-  std::vector<std::pair<double, double>> points;  // (step, ms)
+  std::vector<std::pair<double, double>> points;                   // (step, ms)
   std::vector<std::pair<double, std::pair<double, double>>> band;  // (step, (lo, hi))
 };
 
@@ -337,8 +346,8 @@ std::string line_chart(const std::vector<Line>& lines, const std::vector<Marker>
            "\" fill=\"none\" stroke=\"" + l.colour + "\" stroke-width=\"" +
            (l.dashed ? "1.3\" stroke-dasharray=\"5 4\"" : "2\"") + "/>\n";
     if (l.points.size() == 1)
-      out += "<circle cx=\"" + px(sx(l.points[0].first)) + "\" cy=\"" +
-             px(sy(l.points[0].second)) + "\" r=\"3\" fill=\"" + l.colour + "\"/>\n";
+      out += "<circle cx=\"" + px(sx(l.points[0].first)) + "\" cy=\"" + px(sy(l.points[0].second)) +
+             "\" r=\"3\" fill=\"" + l.colour + "\"/>\n";
   }
   int minor_index = 0;
   for (const auto& m : markers) {
@@ -389,15 +398,17 @@ std::string heatmap(const std::vector<std::string>& row_labels,
   for (const auto& l : col_labels) longest = std::max(longest, l.size());
   // Column labels are rotated by 35 degrees: leave room for the longest one above the cells.
   const double label_w = 190, head_h = 24.0 + 7.0 * 0.574 * static_cast<double>(longest);
-  const double cw = std::clamp(720.0 / static_cast<double>(std::max<std::size_t>(cols, 1)), 46.0, 96.0);
+  const double cw =
+      std::clamp(720.0 / static_cast<double>(std::max<std::size_t>(cols, 1)), 46.0, 96.0);
   const double ch = rows <= 48 ? 22.0 : (rows <= 128 ? 12.0 : 6.0);
   const bool with_text = rows <= 48;
   const double W = label_w + cw * static_cast<double>(cols) + 10;
   const double H = head_h + ch * static_cast<double>(rows) + 6;
   std::string out;
-  out += "<div class=\"chart\"><svg xmlns=\"http://www.w3.org/2000/svg\" class=\"heatmap\" width=\"" +
-         px(W) + "\" height=\"" + px(H) + "\" viewBox=\"0 0 " + px(W) + " " + px(H) +
-         "\" role=\"img\" aria-label=\"" + html_escape(aria) + "\">\n";
+  out +=
+      "<div class=\"chart\"><svg xmlns=\"http://www.w3.org/2000/svg\" class=\"heatmap\" width=\"" +
+      px(W) + "\" height=\"" + px(H) + "\" viewBox=\"0 0 " + px(W) + " " + px(H) +
+      "\" role=\"img\" aria-label=\"" + html_escape(aria) + "\">\n";
   for (std::size_t c = 0; c < cols; ++c) {
     const double x = label_w + cw * (static_cast<double>(c) + 0.5);
     out += "<text class=\"col\" transform=\"translate(" + px(x) + " " + px(head_h - 8) +
@@ -460,11 +471,21 @@ std::string html_escape(std::string_view text) {
   out.reserve(text.size() + 8);
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         // Control characters other than tab and newline have no business in a page.
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
@@ -509,10 +530,9 @@ void StreamingMedian::add(double x) noexcept {
       const int s = d > 0 ? 1 : -1;
       const double np = n_[i + 1], nm = n_[i - 1], ni = n_[i];
       // Piecewise-parabolic prediction of the marker height; linear if it would leave order.
-      const double parabolic =
-          q_[i] + s / (np - nm) *
-                      ((ni - nm + s) * (q_[i + 1] - q_[i]) / (np - ni) +
-                       (np - ni - s) * (q_[i] - q_[i - 1]) / (ni - nm));
+      const double parabolic = q_[i] + s / (np - nm) *
+                                           ((ni - nm + s) * (q_[i + 1] - q_[i]) / (np - ni) +
+                                            (np - ni - s) * (q_[i] - q_[i - 1]) / (ni - nm));
       if (q_[i - 1] < parabolic && parabolic < q_[i + 1])
         q_[i] = parabolic;
       else
@@ -530,16 +550,21 @@ double StreamingMedian::value() const noexcept {
 
 // ---- RunReportData ---------------------------------------------------------------------------
 
-RunReportData::RunReportData(std::size_t max_points) : max_points_(std::max<std::size_t>(max_points, 16)) {}
+RunReportData::RunReportData(std::size_t max_points)
+    : max_points_(std::max<std::size_t>(max_points, 16)) {}
 
 const std::string& RunReportData::host_of(int rank) const noexcept {
   static const std::string kEmpty;
-  return rank >= 0 && static_cast<std::size_t>(rank) < host_.size() ? host_[static_cast<std::size_t>(rank)] : kEmpty;
+  return rank >= 0 && static_cast<std::size_t>(rank) < host_.size()
+             ? host_[static_cast<std::size_t>(rank)]
+             : kEmpty;
 }
 
 const std::string& RunReportData::cohort_of(int rank) const noexcept {
   static const std::string kEmpty;
-  return rank >= 0 && static_cast<std::size_t>(rank) < cohort_.size() ? cohort_[static_cast<std::size_t>(rank)] : kEmpty;
+  return rank >= 0 && static_cast<std::size_t>(rank) < cohort_.size()
+             ? cohort_[static_cast<std::size_t>(rank)]
+             : kEmpty;
 }
 
 std::size_t RunReportData::stage_index(const std::string& name, StageKind kind,
@@ -561,7 +586,8 @@ std::size_t RunReportData::stage_index(const std::string& name, StageKind kind,
 RunReportData::Cell* RunReportData::cell(std::size_t stage, int rank) {
   if (rank < 0 || rank >= (1 << 22)) return nullptr;
   auto& slots = slot_[stage];
-  if (static_cast<std::size_t>(rank) >= slots.size()) slots.resize(static_cast<std::size_t>(rank) + 1, -1);
+  if (static_cast<std::size_t>(rank) >= slots.size())
+    slots.resize(static_cast<std::size_t>(rank) + 1, -1);
   std::int32_t& s = slots[static_cast<std::size_t>(rank)];
   if (s < 0) {
     s = static_cast<std::int32_t>(cells_.size());
@@ -663,8 +689,8 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
   out += "<header><h1>laggard report</h1><p class=\"sub\"><span class=\"mono\">" +
          html_escape(input.run_dir) + "</span> · " + std::to_string(sum.ranks) +
          " ranks (world size " + std::to_string(sum.world_size) + ") · " +
-         std::to_string(sum.windows) + " sampled steps (" + std::to_string(sum.first_step) +
-         "–" + std::to_string(sum.last_step) + ") · " + std::to_string(sum.samples) +
+         std::to_string(sum.windows) + " sampled steps (" + std::to_string(sum.first_step) + "–" +
+         std::to_string(sum.last_step) + ") · " + std::to_string(sum.samples) +
          " samples</p><p class=\"sub\">rule: reference " + to_string(opt.ref) +
          ", slow if t ≥ ref × " + num(opt.relative_threshold, 2) + " or t − ref ≥ " +
          num(opt.absolute_ms_threshold, 1) + " ms; confirmed when slow in " +
@@ -690,10 +716,9 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
            : std::to_string(sum.bottleneck_windows.at(sum.likely_bottleneck)) + " of " +
                  std::to_string(sum.windows) + " windows");
   card(out, "What-if saving", num(sum.mean_whatif_saving_ms, 1) + " ms/step",
-       sum.mean_step_ms > 0
-           ? num(100.0 * sum.mean_whatif_saving_ms / sum.mean_step_ms, 1) + "% of the " +
-                 num(sum.mean_step_ms, 1) + " ms step"
-           : std::string());
+       sum.mean_step_ms > 0 ? num(100.0 * sum.mean_whatif_saving_ms / sum.mean_step_ms, 1) +
+                                  "% of the " + num(sum.mean_step_ms, 1) + " ms step"
+                            : std::string());
   if (sum.step_time_onset)
     card(out, "Step time slower since", "step " + std::to_string(*sum.step_time_onset),
          num(sum.step_time_before_ms, 1) + " ms before, " + num(sum.step_time_since_ms, 1) +
@@ -709,24 +734,27 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
            std::to_string(opt.confirm_k) + " of " + std::to_string(opt.confirm_n) +
            " consecutive windows.</p>\n";
   } else {
-    out += "<table class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>cohort</th>"
-           "<th>stage</th><th>slow in windows</th><th>typical slowdown</th><th>last ms vs ref</th>"
-           "<th>first flagged</th><th>confirmed</th><th>since step (onset)</th></tr></thead><tbody>\n";
+    out +=
+        "<table class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>cohort</th>"
+        "<th>stage</th><th>slow in windows</th><th>typical slowdown</th><th>last ms vs ref</th>"
+        "<th>first flagged</th><th>confirmed</th><th>since step (onset)</th></tr></thead><tbody>\n";
     for (const auto& s : sum.stragglers) {
       out += "<tr><td class=\"n\">" + std::to_string(s.rank) + "</td><td>" + html_escape(s.host) +
              "</td><td>" + html_escape(s.cohort) + "</td><td>" + html_escape(s.stage) +
              "</td><td class=\"n\" data-v=\"" + std::to_string(s.windows_flagged) + "\">" +
              std::to_string(s.windows_flagged) + " of " + std::to_string(s.windows_seen) +
-             "</td><td class=\"n\">" + num(s.typical_slowdown, 2) + "×</td><td class=\"n\" data-v=\"" +
-             num(s.last_ms, 3) + "\">" + num(s.last_ms, 1) + " vs " + num(s.last_ref_ms, 1) +
-             "</td><td class=\"n\">" + std::to_string(s.first_flagged_step) +
-             "</td><td class=\"n\">" + std::to_string(s.confirmed_step) + "</td><td class=\"n\">" +
+             "</td><td class=\"n\">" + num(s.typical_slowdown, 2) +
+             "×</td><td class=\"n\" data-v=\"" + num(s.last_ms, 3) + "\">" + num(s.last_ms, 1) +
+             " vs " + num(s.last_ref_ms, 1) + "</td><td class=\"n\">" +
+             std::to_string(s.first_flagged_step) + "</td><td class=\"n\">" +
+             std::to_string(s.confirmed_step) + "</td><td class=\"n\">" +
              (s.onset_step ? std::to_string(*s.onset_step) : std::string("–")) + "</td></tr>\n";
     }
-    out += "</tbody></table>\n<p class=\"note\">Evidence: slow in <i>k</i> of <i>n</i> "
-           "windows is the detector's count of windows in which the rank's own time met the rule; "
-           "the slowdown is the median of t / ref over those windows; the onset is where a CUSUM "
-           "on log(t / ref) found the shift to begin.</p>\n";
+    out +=
+        "</tbody></table>\n<p class=\"note\">Evidence: slow in <i>k</i> of <i>n</i> "
+        "windows is the detector's count of windows in which the rank's own time met the rule; "
+        "the slowdown is the median of t / ref over those windows; the onset is where a CUSUM "
+        "on log(t / ref) found the shift to begin.</p>\n";
   }
   out += "</section>\n";
 
@@ -751,9 +779,8 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
         worst[r] = w;
       }
       for (const auto& s : sum.stragglers) worst[s.rank] = 1e9;
-      std::sort(ranks.begin(), ranks.end(), [&](int a, int b) {
-        return worst[a] != worst[b] ? worst[a] > worst[b] : a < b;
-      });
+      std::sort(ranks.begin(), ranks.end(),
+                [&](int a, int b) { return worst[a] != worst[b] ? worst[a] > worst[b] : a < b; });
       ranks.resize(kMaxRows);
       std::sort(ranks.begin(), ranks.end());
     }
@@ -790,12 +817,17 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
                " ranks: the confirmed stragglers and the ranks with the largest slowdown.</p>\n";
       out += heatmap(rows, cols, cells, "slowdown of each rank in each stage");
       out += "<div class=\"legend\"><span><span class=\"swatch\" style=\"background:" +
-             slowdown_fill(1.0, false) + "\"></span>1× reference</span><span><span class=\"swatch\" style=\"background:" +
-             slowdown_fill(1.25, false) + "\"></span>1.25×</span><span><span class=\"swatch\" style=\"background:" +
-             slowdown_fill(1.5, false) + "\"></span>≥ 1.5× (own work)</span><span><span class=\"swatch\" style=\"background:" +
-             slowdown_fill(1.5, true) + "\"></span>≥ 1.5× in communication: waiting for someone else</span></div>\n";
-      out += "<div id=\"cell-info\">Median over the sampled steps of t / ref, ref being the "
-             "cohort's reference in that step. Point at a cell for details.</div>\n";
+             slowdown_fill(1.0, false) +
+             "\"></span>1× reference</span><span><span class=\"swatch\" style=\"background:" +
+             slowdown_fill(1.25, false) +
+             "\"></span>1.25×</span><span><span class=\"swatch\" style=\"background:" +
+             slowdown_fill(1.5, false) +
+             "\"></span>≥ 1.5× (own work)</span><span><span class=\"swatch\" style=\"background:" +
+             slowdown_fill(1.5, true) +
+             "\"></span>≥ 1.5× in communication: waiting for someone else</span></div>\n";
+      out +=
+          "<div id=\"cell-info\">Median over the sampled steps of t / ref, ref being the "
+          "cohort's reference in that step. Point at a cell for details.</div>\n";
     }
   }
   out += "</section>\n";
@@ -814,8 +846,8 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
     std::vector<Marker> markers;
     if (sum.step_time_onset)
       markers.push_back({static_cast<double>(*sum.step_time_onset),
-                         "job slower since step " + std::to_string(*sum.step_time_onset),
-                         "#b2182b", true});
+                         "job slower since step " + std::to_string(*sum.step_time_onset), "#b2182b",
+                         true});
     for (const auto& s : sum.stragglers)
       if (s.onset_step)
         markers.push_back({static_cast<double>(*s.onset_step),
@@ -831,10 +863,12 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
   out += "</section>\n";
 
   if (!sum.slow_hosts.empty()) {
-    out += "<section id=\"hosts\"><h2>Slow hosts</h2><p class=\"note\">Every rank of the host was "
-           "slow in the same stage: look at the host (thermals, power, a noisy neighbour, the "
-           "NIC), not one GPU.</p><table class=\"sortable\"><thead><tr><th>host</th><th>cohort</th>"
-           "<th>stage</th><th>ranks</th><th>windows</th><th>typical slowdown</th></tr></thead><tbody>\n";
+    out +=
+        "<section id=\"hosts\"><h2>Slow hosts</h2><p class=\"note\">Every rank of the host was "
+        "slow in the same stage: look at the host (thermals, power, a noisy neighbour, the "
+        "NIC), not one GPU.</p><table class=\"sortable\"><thead><tr><th>host</th><th>cohort</th>"
+        "<th>stage</th><th>ranks</th><th>windows</th><th>typical "
+        "slowdown</th></tr></thead><tbody>\n";
     for (const auto& h : sum.slow_hosts) {
       std::string ranks;
       for (int r : h.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
@@ -846,14 +880,16 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
     out += "</tbody></table></section>\n";
   }
 
-  out += "<section id=\"waiting\"><h2>Waiting only</h2><p class=\"note\">Excess time spent "
-         "waiting in communication: evidence that these ranks wait for someone else, not a verdict "
-         "on them.</p>\n";
+  out +=
+      "<section id=\"waiting\"><h2>Waiting only</h2><p class=\"note\">Excess time spent "
+      "waiting in communication: evidence that these ranks wait for someone else, not a verdict "
+      "on them.</p>\n";
   if (sum.waiting.empty()) {
     out += "<p>none</p>\n";
   } else {
-    out += "<table class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>cohort</th>"
-           "<th>stage</th><th>windows</th><th>typical excess</th></tr></thead><tbody>\n";
+    out +=
+        "<table class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>cohort</th>"
+        "<th>stage</th><th>windows</th><th>typical excess</th></tr></thead><tbody>\n";
     for (const auto& w : sum.waiting)
       out += "<tr><td class=\"n\">" + std::to_string(w.rank) + "</td><td>" + html_escape(w.host) +
              "</td><td>" + html_escape(w.cohort) + "</td><td>" + html_escape(w.stage) +
@@ -889,7 +925,9 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
   bool name_cohort = false;
   for (const auto& s : cmp.stages)
     if (s.cohort != cmp.stages.front().cohort) name_cohort = true;
-  const auto label = [&](const StageComparison& s) { return stage_label(s.stage, s.cohort, name_cohort); };
+  const auto label = [&](const StageComparison& s) {
+    return stage_label(s.stage, s.cohort, name_cohort);
+  };
 
   std::string out;
   out.reserve(64 << 10);
@@ -897,9 +935,8 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
   const auto run_line = [](const char* what, const std::string& dir, const RunOverview& r) {
     return std::string("<p class=\"sub\">") + what + ": <span class=\"mono\">" + html_escape(dir) +
            "</span> · " + std::to_string(r.ranks) + " ranks (world size " +
-           std::to_string(r.world_size) + ") · " + std::to_string(r.windows) +
-           " sampled steps (" + std::to_string(r.first_step) + "–" + std::to_string(r.last_step) +
-           "), " +
+           std::to_string(r.world_size) + ") · " + std::to_string(r.windows) + " sampled steps (" +
+           std::to_string(r.first_step) + "–" + std::to_string(r.last_step) + "), " +
            (r.warmup == 0 ? std::string("no warm-up skipped")
                           : "the first " + std::to_string(r.warmup) + " skipped as warm-up") +
            "</p>";
@@ -936,10 +973,12 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
   if (cmp.rank_origin >= 0) {
     const auto& r = cmp.ranks[static_cast<std::size_t>(cmp.rank_origin)];
     card(out, "First rank regressed in own work",
-         "rank " + std::to_string(r.rank) + " · " + html_escape(stage_label(r.stage, r.cohort, name_cohort)),
+         "rank " + std::to_string(r.rank) + " · " +
+             html_escape(stage_label(r.stage, r.cohort, name_cohort)),
          num(r.ratio, 3) + "×, " + num(r.baseline_ms, 1) + " → " + num(r.current_ms, 1) + " ms");
   }
-  card(out, "Rank-stage pairs regressed", cmp.per_rank ? std::to_string(cmp.ranks_regressed) : "n/a",
+  card(out, "Rank-stage pairs regressed",
+       cmp.per_rank ? std::to_string(cmp.ranks_regressed) : "n/a",
        cmp.per_rank ? "of " + std::to_string(cmp.rank_pairs_tested) + " tested"
                     : html_escape(cmp.per_rank_note));
   out += "</section>\n";
@@ -953,7 +992,8 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
            num(s.delta_ms, 2) + " ms per step for the median rank. Start there.";
     if (!cmp.victims.empty()) {
       std::vector<std::string> v;
-      for (int i : cmp.victims) v.push_back(html_escape(label(cmp.stages[static_cast<std::size_t>(i)])));
+      for (int i : cmp.victims)
+        v.push_back(html_escape(label(cmp.stages[static_cast<std::size_t>(i)])));
       out += " Later regressed stages, possible victims: " + join(v) + ".";
     }
     out += "</p>\n";
@@ -965,32 +1005,36 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
     out += "<p class=\"callout\" id=\"hint\"><b>Hint:</b> " + html_escape(cmp.hint) + ".</p>\n";
   if (!cmp.unknown_before_origin.empty()) {
     std::vector<std::string> v;
-    for (int i : cmp.unknown_before_origin) v.push_back(html_escape(label(cmp.stages[static_cast<std::size_t>(i)])));
+    for (int i : cmp.unknown_before_origin)
+      v.push_back(html_escape(label(cmp.stages[static_cast<std::size_t>(i)])));
     out += "<p class=\"note\">" + std::string(cmp.origin >= 0 ? "Earlier stages" : "Stages") +
            " without enough evidence (UNKNOWN): " + join(v) + ".</p>\n";
   }
-  out += "<table class=\"sortable\" id=\"verdict-table\"><thead><tr><th>stage</th><th>verdict</th>"
-         "<th>ratio</th><th>interval</th><th>baseline ms</th><th>current ms</th><th>change</th>"
-         "<th>p (Holm)</th><th>max ms (base → cur)</th><th>steps</th><th class=\"why\">why</th></tr></thead><tbody>\n";
+  out +=
+      "<table class=\"sortable\" id=\"verdict-table\"><thead><tr><th>stage</th><th>verdict</th>"
+      "<th>ratio</th><th>interval</th><th>baseline ms</th><th>current ms</th><th>change</th>"
+      "<th>p (Holm)</th><th>max ms (base → cur)</th><th>steps</th><th "
+      "class=\"why\">why</th></tr></thead><tbody>\n";
   for (const auto& s : cmp.stages) {
     const char* row_class = s.role == StageComparison::Role::origin   ? " class=\"origin\""
                             : s.role == StageComparison::Role::victim ? " class=\"victim\""
                                                                       : "";
     std::string role;
     if (s.role == StageComparison::Role::origin) role = "<span class=\"role origin\">ORIGIN</span>";
-    if (s.role == StageComparison::Role::victim) role = "<span class=\"role victim\">possible victim</span>";
+    if (s.role == StageComparison::Role::victim)
+      role = "<span class=\"role victim\">possible victim</span>";
     out += std::string("<tr") + row_class + " data-stage=\"" + html_escape(s.stage) + "\"><td>" +
-           html_escape(label(s)) + role + "</td><td><span class=\"badge " + verdict_class(s.verdict) +
-           "\">" + to_string(s.verdict) + "</span></td><td class=\"n\">" + num(s.ratio, 3) +
-           "</td><td class=\"n\">" +
+           html_escape(label(s)) + role + "</td><td><span class=\"badge " +
+           verdict_class(s.verdict) + "\">" + to_string(s.verdict) +
+           "</span></td><td class=\"n\">" + num(s.ratio, 3) + "</td><td class=\"n\">" +
            (std::isfinite(s.ci_low) ? num(s.ci_low, 3) + "–" + num(s.ci_high, 3) : "–") +
            "</td><td class=\"n\">" + num(s.baseline_ms, 2) + "</td><td class=\"n\">" +
            num(s.current_ms, 2) + "</td><td class=\"n\" data-v=\"" + num(s.delta_ms, 4) + "\">" +
            (s.delta_ms >= 0 ? "+" : "") + num(s.delta_ms, 2) + " ms</td><td class=\"n\">" +
            p_text(s.p_adjusted) + "</td><td class=\"n\">" + num(s.baseline_max_ms, 2) + " → " +
            num(s.current_max_ms, 2) + "</td><td class=\"n\">" + std::to_string(s.baseline_steps) +
-           " / " + std::to_string(s.current_steps) + "</td><td class=\"why\">" + html_escape(s.reason) +
-           "</td></tr>\n";
+           " / " + std::to_string(s.current_steps) + "</td><td class=\"why\">" +
+           html_escape(s.reason) + "</td></tr>\n";
   }
   out += "</tbody></table>\n";
   if (!cmp.only_in_baseline.empty() || !cmp.only_in_current.empty()) {
@@ -998,8 +1042,8 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
     for (const auto& s : cmp.only_in_baseline) b.push_back(html_escape(s));
     for (const auto& s : cmp.only_in_current) c.push_back(html_escape(s));
     out += "<p class=\"note\">Not compared: only in the baseline: " +
-           (b.empty() ? std::string("none") : join(b)) + "; only in the current run: " +
-           (c.empty() ? std::string("none") : join(c)) + ".</p>\n";
+           (b.empty() ? std::string("none") : join(b)) +
+           "; only in the current run: " + (c.empty() ? std::string("none") : join(c)) + ".</p>\n";
   }
 
   // Forest plot of the ratios.
@@ -1016,7 +1060,9 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
     hi = std::min(hi + 0.02, 5.0);
     const double W = 960, L = 200, R = 30, row = 26, T = 26;
     const double H = T + row * static_cast<double>(cmp.stages.size()) + 36;
-    const auto sx = [&](double v) { return L + (std::clamp(v, lo, hi) - lo) / (hi - lo) * (W - L - R); };
+    const auto sx = [&](double v) {
+      return L + (std::clamp(v, lo, hi) - lo) / (hi - lo) * (W - L - R);
+    };
     out += "<div class=\"chart\"><svg xmlns=\"http://www.w3.org/2000/svg\" id=\"forest\" width=\"" +
            px(W) + "\" height=\"" + px(H) + "\" viewBox=\"0 0 " + px(W) + " " + px(H) +
            "\" role=\"img\" aria-label=\"ratio current/baseline per stage\">\n";
@@ -1027,7 +1073,8 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
            "\" y2=\"" + px(H - 30) + "\" stroke=\"#5f6368\"/>\n";
     for (double t : nice_ticks(lo, hi, 6)) {
       out += "<text x=\"" + px(sx(t)) + "\" y=\"" + px(H - 14) +
-             "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#5f6368\">" + num(t, 2) + "×</text>";
+             "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#5f6368\">" + num(t, 2) +
+             "×</text>";
     }
     out += "<text x=\"" + px(sx(1 + o.relative_threshold)) + "\" y=\"" + px(T - 12) +
            "\" font-size=\"11\" fill=\"#4d9221\" text-anchor=\"middle\">±" +
@@ -1036,21 +1083,26 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
       const auto& s = cmp.stages[i];
       const double y = T + row * (static_cast<double>(i) + 0.5);
       const std::string colour = verdict_colour(s.verdict);
-      out += "<g class=\"forest-row\"><title>" + html_escape(label(s)) + ": " + to_string(s.verdict) +
-             ", " + html_escape(s.reason) + "</title>";
-      out += "<text x=\"" + px(L - 10) + "\" y=\"" + px(y + 4) + "\" text-anchor=\"end\" font-size=\"12\"" +
-             (s.role == StageComparison::Role::origin ? " font-weight=\"700\" fill=\"#8a5a00\">" : " fill=\"#1d1d1f\">") +
-             html_escape(label(s)) + (s.role == StageComparison::Role::origin ? " (origin)" : "") + "</text>";
+      out += "<g class=\"forest-row\"><title>" + html_escape(label(s)) + ": " +
+             to_string(s.verdict) + ", " + html_escape(s.reason) + "</title>";
+      out += "<text x=\"" + px(L - 10) + "\" y=\"" + px(y + 4) +
+             "\" text-anchor=\"end\" font-size=\"12\"" +
+             (s.role == StageComparison::Role::origin ? " font-weight=\"700\" fill=\"#8a5a00\">"
+                                                      : " fill=\"#1d1d1f\">") +
+             html_escape(label(s)) + (s.role == StageComparison::Role::origin ? " (origin)" : "") +
+             "</text>";
       if (std::isfinite(s.ci_low) && std::isfinite(s.ci_high))
         out += "<line x1=\"" + px(sx(s.ci_low)) + "\" x2=\"" + px(sx(s.ci_high)) + "\" y1=\"" +
                px(y) + "\" y2=\"" + px(y) + "\" stroke=\"" + colour + "\" stroke-width=\"3\"/>";
       if (std::isfinite(s.ratio))
-        out += "<circle cx=\"" + px(sx(s.ratio)) + "\" cy=\"" + px(y) + "\" r=\"5\" fill=\"" + colour + "\"/>";
+        out += "<circle cx=\"" + px(sx(s.ratio)) + "\" cy=\"" + px(y) + "\" r=\"5\" fill=\"" +
+               colour + "\"/>";
       out += "</g>\n";
     }
-    out += "</svg></div>\n<p class=\"note\">Ratio current/baseline of the per-step median over "
-           "ranks, with its interval; the green band is the ±" +
-           num(100 * o.relative_threshold, 0) + "% within which a change does not count.</p>\n";
+    out +=
+        "</svg></div>\n<p class=\"note\">Ratio current/baseline of the per-step median over "
+        "ranks, with its interval; the green band is the ±" +
+        num(100 * o.relative_threshold, 0) + "% within which a change does not count.</p>\n";
   }
   out += "</section>\n";
 
@@ -1107,13 +1159,16 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
       std::map<int, double> worst;
       for (const auto& [r, v] : by_rank) {
         double w = 0;
-        for (const auto* x : v) w = std::max(w, (x->verdict == Verdict::regressed ? 100.0 : 0.0) + x->ratio);
+        for (const auto* x : v)
+          w = std::max(w, (x->verdict == Verdict::regressed ? 100.0 : 0.0) + x->ratio);
         worst[r] = w;
       }
-      std::sort(ranks.begin(), ranks.end(), [&](int a, int b) { return worst[a] != worst[b] ? worst[a] > worst[b] : a < b; });
+      std::sort(ranks.begin(), ranks.end(),
+                [&](int a, int b) { return worst[a] != worst[b] ? worst[a] > worst[b] : a < b; });
       ranks.resize(kMaxRows);
       std::sort(ranks.begin(), ranks.end());
-      out += "<p class=\"note\">Showing " + std::to_string(kMaxRows) + " of " + std::to_string(total) +
+      out += "<p class=\"note\">Showing " + std::to_string(kMaxRows) + " of " +
+             std::to_string(total) +
              " ranks: the regressed ones first, then the largest ratios.</p>\n";
     }
     std::vector<std::string> cols, rows;
@@ -1123,17 +1178,20 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
       rows.push_back("rank " + std::to_string(r));
       std::vector<HeatCell> row(cmp.stages.size());
       for (const auto* x : by_rank[r]) {
-        const auto k = std::find(stage_keys.begin(), stage_keys.end(), x->cohort + '\x1f' + x->stage);
+        const auto k =
+            std::find(stage_keys.begin(), stage_keys.end(), x->cohort + '\x1f' + x->stage);
         if (k == stage_keys.end()) continue;
         HeatCell& h = row[static_cast<std::size_t>(k - stage_keys.begin())];
         h.value = x->ratio;
         h.fill = ratio_fill(x->ratio);
-        h.intensity = std::isfinite(x->ratio) ? std::clamp(std::fabs(x->ratio - 1.0) / 0.5, 0.0, 1.0) : 0.0;
+        h.intensity =
+            std::isfinite(x->ratio) ? std::clamp(std::fabs(x->ratio - 1.0) / 0.5, 0.0, 1.0) : 0.0;
         h.text = num(x->ratio, 2);
         h.outline = x->verdict == Verdict::regressed;
-        h.tip = "rank " + std::to_string(r) + " · " + x->stage + ": " + to_string(x->verdict) + ", " +
-                num(x->baseline_ms, 2) + " → " + num(x->current_ms, 2) + " ms (" + num(x->ratio, 3) +
-                "×), p " + (std::isfinite(x->p_adjusted) ? num(x->p_adjusted, 4) : "n/a") +
+        h.tip = "rank " + std::to_string(r) + " · " + x->stage + ": " + to_string(x->verdict) +
+                ", " + num(x->baseline_ms, 2) + " → " + num(x->current_ms, 2) + " ms (" +
+                num(x->ratio, 3) + "×), p " +
+                (std::isfinite(x->p_adjusted) ? num(x->p_adjusted, 4) : "n/a") +
                 " (Holm); the stage's median rank: " + to_string(x->stage_verdict);
       }
       cells.push_back(std::move(row));
@@ -1150,24 +1208,27 @@ std::string render_compare_report(const Comparison& cmp, const RunProfile& basel
     std::stable_sort(reg.begin(), reg.end(), [](const auto* a, const auto* b) {
       const bool wa = a->kind == StageKind::communication, wb = b->kind == StageKind::communication;
       if (wa != wb) return wb;
-      const bool ma = a->stage_verdict == Verdict::regressed, mb = b->stage_verdict == Verdict::regressed;
+      const bool ma = a->stage_verdict == Verdict::regressed,
+                 mb = b->stage_verdict == Verdict::regressed;
       if (ma != mb) return mb;
       return a->ratio > b->ratio;
     });
     if (!reg.empty()) {
-      out += "<table class=\"sortable\" id=\"rank-table\"><thead><tr><th>rank</th><th>stage</th>"
-             "<th>ratio</th><th>interval</th><th>baseline ms</th><th>current ms</th><th>change</th>"
-             "<th>p (Holm)</th><th>stage median rank</th></tr></thead><tbody>\n";
+      out +=
+          "<table class=\"sortable\" id=\"rank-table\"><thead><tr><th>rank</th><th>stage</th>"
+          "<th>ratio</th><th>interval</th><th>baseline ms</th><th>current ms</th><th>change</th>"
+          "<th>p (Holm)</th><th>stage median rank</th></tr></thead><tbody>\n";
       for (std::size_t i = 0; i < reg.size() && i < 100; ++i) {
         const auto* x = reg[i];
         out += "<tr><td class=\"n\">" + std::to_string(x->rank) + "</td><td>" +
-               html_escape(stage_label(x->stage, x->cohort, name_cohort)) + "</td><td class=\"n\">" +
-               num(x->ratio, 3) + "</td><td class=\"n\">" + num(x->ci_low, 3) + "–" +
-               num(x->ci_high, 3) + "</td><td class=\"n\">" + num(x->baseline_ms, 2) +
-               "</td><td class=\"n\">" + num(x->current_ms, 2) + "</td><td class=\"n\">+" +
-               num(x->delta_ms, 2) + " ms</td><td class=\"n\">" + p_text(x->p_adjusted) +
-               "</td><td><span class=\"badge " + verdict_class(x->stage_verdict) + "\">" +
-               to_string(x->stage_verdict) + "</span></td></tr>\n";
+               html_escape(stage_label(x->stage, x->cohort, name_cohort)) +
+               "</td><td class=\"n\">" + num(x->ratio, 3) + "</td><td class=\"n\">" +
+               num(x->ci_low, 3) + "–" + num(x->ci_high, 3) + "</td><td class=\"n\">" +
+               num(x->baseline_ms, 2) + "</td><td class=\"n\">" + num(x->current_ms, 2) +
+               "</td><td class=\"n\">+" + num(x->delta_ms, 2) + " ms</td><td class=\"n\">" +
+               p_text(x->p_adjusted) + "</td><td><span class=\"badge " +
+               verdict_class(x->stage_verdict) + "\">" + to_string(x->stage_verdict) +
+               "</span></td></tr>\n";
       }
       out += "</tbody></table>\n";
       if (reg.size() > 100)

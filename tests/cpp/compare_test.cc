@@ -341,7 +341,8 @@ TEST(Compare, CohortsAreComparedApartAndNamed) {
   const auto pp = [](int r) { return r < 4 ? std::string("pp0") : std::string("pp1"); };
   b.cohort_of = c.cohort_of = pp;
   c.seed = 2;
-  c.rank = {{{4, "forward"}, 1.2}, {{5, "forward"}, 1.2}, {{6, "forward"}, 1.2}, {{7, "forward"}, 1.2}};
+  c.rank = {
+      {{4, "forward"}, 1.2}, {{5, "forward"}, 1.2}, {{6, "forward"}, 1.2}, {{7, "forward"}, 1.2}};
   const Comparison cmp = compare_runs(make_run(b), make_run(c));
   EXPECT_EQ(cmp.stages.size(), 10u);
   ASSERT_GE(cmp.origin, 0);

@@ -13,7 +13,9 @@ TEST(HtmlEscape, EscapesMarkupQuotesAndControls) {
   EXPECT_EQ(html_escape("<script>alert(\"x\")</script>"),
             "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;");
   EXPECT_EQ(html_escape("o'brien & co"), "o&#39;brien &amp; co");
-  EXPECT_EQ(html_escape(std::string("a\x01" "b")), "a&#xfffd;b");
+  EXPECT_EQ(html_escape(std::string("a\x01"
+                                    "b")),
+            "a&#xfffd;b");
   EXPECT_EQ(html_escape("plain node-1"), "plain node-1");
 }
 
@@ -91,7 +93,8 @@ TEST(RunReport, SelfContainedEscapedAndComplete) {
   RunAnalysis analysis;
   RunReportData data;
   for (int i = 0; i < 30; ++i) {
-    const Window w = window(10 * i, {60, i >= 10 ? 90.0 : 60.0, 60, 60}, "<script>alert(1)</script>");
+    const Window w =
+        window(10 * i, {60, i >= 10 ? 90.0 : 60.0, 60, 60}, "<script>alert(1)</script>");
     data.add(w, analysis.add(w));
   }
   RunStats stats;

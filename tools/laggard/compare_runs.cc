@@ -85,10 +85,14 @@ std::string signed_ms(double v) { return (v >= 0 ? "+" : "") + fixed(v, 2) + " m
 
 const char* role_name(StageComparison::Role role) {
   switch (role) {
-    case StageComparison::Role::origin: return "origin";
-    case StageComparison::Role::victim: return "possible_victim";
-    case StageComparison::Role::unknown_before_origin: return "unknown_before_origin";
-    case StageComparison::Role::none: return nullptr;
+    case StageComparison::Role::origin:
+      return "origin";
+    case StageComparison::Role::victim:
+      return "possible_victim";
+    case StageComparison::Role::unknown_before_origin:
+      return "unknown_before_origin";
+    case StageComparison::Role::none:
+      return nullptr;
   }
   return nullptr;
 }
@@ -118,8 +122,8 @@ void print_text(const CompareArgs& args, const Comparison& c) {
   std::cout << "  test: per step the median over ranks; ratio of medians with a "
             << fixed(100 * (1 - o.alpha), 0) << "% bootstrap interval (" << o.resamples
             << " resamples) and a Mann-Whitney U test, Holm-corrected over " << c.stages_tested
-            << " stages; REGRESSED when the interval lies above " << fixed(1 + o.relative_threshold, 3)
-            << " and p < " << fixed(o.alpha, 2) << "\n\n";
+            << " stages; REGRESSED when the interval lies above "
+            << fixed(1 + o.relative_threshold, 3) << " and p < " << fixed(o.alpha, 2) << "\n\n";
 
   std::size_t w = 14;
   for (const auto& s : c.stages) w = std::max(w, label(s).size() + 2);
@@ -202,15 +206,14 @@ void print_text(const CompareArgs& args, const Comparison& c) {
       std::cout << "  rank " << r.rank << " in " << stage_label(r.stage, r.cohort, nc)
                 << ": REGRESSED " << fixed(r.ratio, 3) << "x (interval "
                 << interval(r.ci_low, r.ci_high) << "), " << fixed(r.baseline_ms, 2) << " -> "
-                << fixed(r.current_ms, 2) << " ms; the stage's median rank: "
-                << to_string(r.stage_verdict) << "\n";
+                << fixed(r.current_ms, 2)
+                << " ms; the stage's median rank: " << to_string(r.stage_verdict) << "\n";
     }
     if (own.size() > kMaxRankLines)
       std::cout << "  ... and " << (own.size() - kMaxRankLines) << " more (--json lists all)\n";
     for (const auto& [l, ranks] : with_median)
-      std::cout << "  also regressed with the stage's median rank: " << l << " on "
-                << ranks.size() << (ranks.size() == 1 ? " rank (" : " ranks (") << rank_list(ranks)
-                << ")\n";
+      std::cout << "  also regressed with the stage's median rank: " << l << " on " << ranks.size()
+                << (ranks.size() == 1 ? " rank (" : " ranks (") << rank_list(ranks) << ")\n";
     // Significant changes whose interval straddles the threshold: worth a look, not a verdict.
     std::vector<const RankComparison*> unsure;
     for (const auto& r : c.ranks)
@@ -218,7 +221,8 @@ void print_text(const CompareArgs& args, const Comparison& c) {
     for (std::size_t i = 0; i < unsure.size() && i < 5; ++i) {
       const auto& r = *unsure[i];
       std::cout << "  rank " << r.rank << " in " << stage_label(r.stage, r.cohort, nc)
-                << ": UNKNOWN " << fixed(r.ratio, 3) << "x (interval " << interval(r.ci_low, r.ci_high)
+                << ": UNKNOWN " << fixed(r.ratio, 3) << "x (interval "
+                << interval(r.ci_low, r.ci_high)
                 << "): changed, but the interval straddles the threshold (a change mid-run? see "
                    "`laggard analyze` for its onset)\n";
     }
@@ -263,8 +267,11 @@ Json run_json(const std::string& dir, const RunOverview& r, const RunStats& st) 
           {"samples", r.samples},
           {"first_step", r.first_step},
           {"last_step", r.last_step},
-          {"input", {{"files", st.files}, {"malformed", st.malformed},
-                     {"duplicates", st.duplicates}, {"out_of_order", st.out_of_order}}}};
+          {"input",
+           {{"files", st.files},
+            {"malformed", st.malformed},
+            {"duplicates", st.duplicates},
+            {"out_of_order", st.out_of_order}}}};
 }
 
 Json to_json(const CompareArgs& args, const Comparison& c, const RunStats& bs, const RunStats& cs) {
@@ -297,7 +304,9 @@ Json to_json(const CompareArgs& args, const Comparison& c, const RunStats& bs, c
   j["unknown_before_origin"] = names(c.unknown_before_origin);
   if (c.rank_origin >= 0) {
     const auto& r = c.ranks[static_cast<std::size_t>(c.rank_origin)];
-    j["rank_origin"] = {{"rank", r.rank}, {"stage", r.stage}, {"cohort", r.cohort},
+    j["rank_origin"] = {{"rank", r.rank},
+                        {"stage", r.stage},
+                        {"cohort", r.cohort},
                         {"ratio", number_or_null(r.ratio)}};
   } else {
     j["rank_origin"] = nullptr;
@@ -315,17 +324,18 @@ Json to_json(const CompareArgs& args, const Comparison& c, const RunStats& bs, c
   pr["unknown"] = Json::array();
   for (const auto& r : c.ranks) {
     if (r.verdict != Verdict::regressed && r.verdict != Verdict::unknown) continue;
-    pr[r.verdict == Verdict::regressed ? "regressed" : "unknown"].push_back({{"rank", r.rank},
-                               {"cohort", r.cohort},
-                               {"stage", r.stage},
-                               {"ratio", number_or_null(r.ratio)},
-                               {"ci_low", number_or_null(r.ci_low)},
-                               {"ci_high", number_or_null(r.ci_high)},
-                               {"baseline_ms", r.baseline_ms},
-                               {"current_ms", r.current_ms},
-                               {"delta_ms", r.delta_ms},
-                               {"p_adjusted", number_or_null(r.p_adjusted)},
-                               {"stage_verdict", to_string(r.stage_verdict)}});
+    pr[r.verdict == Verdict::regressed ? "regressed" : "unknown"].push_back(
+        {{"rank", r.rank},
+         {"cohort", r.cohort},
+         {"stage", r.stage},
+         {"ratio", number_or_null(r.ratio)},
+         {"ci_low", number_or_null(r.ci_low)},
+         {"ci_high", number_or_null(r.ci_high)},
+         {"baseline_ms", r.baseline_ms},
+         {"current_ms", r.current_ms},
+         {"delta_ms", r.delta_ms},
+         {"p_adjusted", number_or_null(r.p_adjusted)},
+         {"stage_verdict", to_string(r.stage_verdict)}});
   }
   j["per_rank"] = pr;
   return j;

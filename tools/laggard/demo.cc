@@ -64,9 +64,14 @@ std::string dirname_of(const std::string& path) {
 }
 
 /// The directory holding the `laggard` package (the one with laggard/demo.py), or "".
+/// Throws UsageError when $LAGGARD_PYTHONPATH is set but does not hold it.
 std::string package_dir(const std::string& self) {
+  if (const std::string e = env("LAGGARD_PYTHONPATH"); !e.empty()) {
+    if (!is_file(e + "/laggard/demo.py"))
+      throw UsageError{"demo: LAGGARD_PYTHONPATH=" + e + " holds no laggard/demo.py"};
+    return e;
+  }
   std::vector<std::string> candidates;
-  if (const std::string e = env("LAGGARD_PYTHONPATH"); !e.empty()) candidates.push_back(e);
   if (!self.empty()) {
     const std::string prefix = dirname_of(dirname_of(self));  // <prefix>/bin/laggard
     candidates.push_back(prefix + "/lib/laggard/python");
@@ -86,7 +91,7 @@ int run_demo(const DemoArgs& args) {
   const std::string pkg = package_dir(self);
   if (pkg.empty())
     throw UsageError{"demo: the Python package `laggard` was not found (looked for "
-                     "laggard/demo.py in $LAGGARD_PYTHONPATH, <prefix>/lib/laggard/python and " +
+                     "laggard/demo.py in <prefix>/lib/laggard/python and " +
                      std::string(LAGGARD_SOURCE_DIR) + "/python); set LAGGARD_PYTHONPATH"};
 
   std::string python = env("LAGGARD_PYTHON");

@@ -11,8 +11,9 @@ namespace laggard::cli {
 
 void add_report(CLI::App& app, ReportArgs& args) {
   auto* cmd = app.add_subcommand(
-      "report", "Write a self-contained HTML report of a run: ranks x stages heatmap, step time "
-                "with onsets, confirmed stragglers");
+      "report",
+      "Write a self-contained HTML report of a run: ranks x stages heatmap, step time "
+      "with onsets, confirmed stragglers");
   cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
       ->required();
   cmd->add_option("-o,--output", args.output, "HTML file to write")->required();
@@ -52,8 +53,8 @@ int run_report(const ReportArgs& in) {
                                     : std::string("none"))
             << "\n";
   if (stats.malformed > 0 && !args.quiet)
-    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in "
-              << args.run_dir << "\n";
+    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in " << args.run_dir
+              << "\n";
   return kExitOk;
 }
 
