@@ -33,16 +33,25 @@ def _env():
 
 
 def _cli():
-    """The built `laggard` program, or None."""
+    """The built `laggard` program with the demo subcommand: $LAGGARD_CLI, else build/, else the
+    newest build*/ tree that has one; None when there is none."""
     env = os.environ.get("LAGGARD_CLI")
     if env:
         return env if os.access(env, os.X_OK) else None
     found = [p for p in glob.glob(os.path.join(ROOT, "build*", "tools", "laggard"))
              if os.access(p, os.X_OK)]
     preferred = os.path.join(ROOT, "build", "tools", "laggard")
-    if preferred in found:
-        return preferred
-    return max(found, key=os.path.getmtime) if found else None
+    found.sort(key=lambda p: (p != preferred, -os.path.getmtime(p)))
+    for p in found:
+        try:
+            help_text = subprocess.run([p, "--help"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, universal_newlines=True,
+                                       timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if "\n  demo " in help_text:
+            return p
+    return None
 
 
 def _run(cmd, timeout=120):
