@@ -1,5 +1,6 @@
 // `laggard analyze RUN_DIR`: the detector over every sampled step of a recorded run.
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -13,23 +14,51 @@
 
 namespace laggard::cli {
 
-void add_detector_options(CLI::App* cmd, std::string& ref, DetectorOptions& detector) {
-  cmd->add_option("--ref", ref, "Reference over ranks: mean (RFC default), median, robust")
-      ->check(CLI::IsMember({"mean", "median", "robust"}))
-      ->capture_default_str();
-  cmd->add_option("--relative-threshold", detector.relative_threshold,
-                  "Slow if t >= ref * this")
-      ->capture_default_str();
-  cmd->add_option("--absolute-ms-threshold", detector.absolute_ms_threshold,
-                  "... or t - ref >= this many ms")
-      ->capture_default_str();
-  cmd->add_option("--mad-z", detector.mad_z, "robust reference: MAD z-score also required")
-      ->capture_default_str();
-  cmd->add_option("--confirm-k", detector.confirm_k,
-                  "Confirmed when slow in k ... (persistence)")
-      ->capture_default_str();
-  cmd->add_option("--confirm-n", detector.confirm_n, "... of the last n windows")
-      ->capture_default_str();
+void add_detector_options(CLI::App* cmd, DetectorArgs& args) {
+  DetectorOptions& detector = args.detector;
+  args.options = {
+      cmd->add_option("--ref", args.ref, "Reference over ranks: mean (RFC default), median, robust")
+          ->check(CLI::IsMember({"mean", "median", "robust"}))
+          ->capture_default_str(),
+      cmd->add_option("--relative-threshold", detector.relative_threshold,
+                      "Slow if t >= ref * this")
+          ->capture_default_str(),
+      cmd->add_option("--absolute-ms-threshold", detector.absolute_ms_threshold,
+                      "... or t - ref >= this many ms (inf: off)")
+          ->capture_default_str(),
+      cmd->add_option("--mad-z", detector.mad_z, "robust reference: MAD z-score also required")
+          ->capture_default_str(),
+      cmd->add_option("--confirm-k", detector.confirm_k,
+                      "Confirmed when slow in k ... (persistence)")
+          ->capture_default_str(),
+      cmd->add_option("--confirm-n", detector.confirm_n, "... of the last n windows")
+          ->capture_default_str()};
+  cmd->add_option("--preset", args.preset,
+                  "Settings by name, under any flag given: rfc (the defaults) or recommended "
+                  "(robust, 1.1x, no absolute rule; docs/detection.md)")
+      ->check(CLI::IsMember({"rfc", "recommended"}));
+}
+
+DetectorOptions DetectorArgs::resolve(std::size_t world_size) const {
+  DetectorOptions o = detector;
+  o.ref = parse_reference(ref);
+  if (!preset.empty()) {
+    // A flag given on the command line wins over the preset's value.
+    const auto given = [this](const char* flag) {
+      for (const CLI::Option* opt : options)
+        if (opt->check_name(flag)) return opt->count() > 0;
+      return false;
+    };
+    const DetectorOptions p = DetectorOptions::preset(preset, static_cast<int>(world_size));
+    if (!given("--ref")) o.ref = p.ref;
+    if (!given("--relative-threshold")) o.relative_threshold = p.relative_threshold;
+    if (!given("--absolute-ms-threshold")) o.absolute_ms_threshold = p.absolute_ms_threshold;
+    if (!given("--mad-z")) o.mad_z = p.mad_z;
+    if (!given("--confirm-k")) o.confirm_k = p.confirm_k;
+    if (!given("--confirm-n")) o.confirm_n = p.confirm_n;
+  }
+  o.validate();
+  return o;
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -45,7 +74,7 @@ void add_analyze(CLI::App& app, AnalyzeArgs& args) {
                  "directory of rank-*.jsonl sample logs");
   cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
       ->required();
-  add_detector_options(cmd, args.ref, args.detector);
+  add_detector_options(cmd, args.det);
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
   cmd->add_flag("-q,--quiet", args.quiet, "No progress on stderr");
 }
@@ -68,9 +97,15 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
             << sum.windows << " sampled steps (" << sum.first_step << ".." << sum.last_step
             << "), " << sum.samples << " samples\n";
   std::cout << "  rule: ref " << to_string(opt.ref) << ", slow if t >= ref x "
-            << fixed(opt.relative_threshold, 2) << " or t - ref >= "
-            << fixed(opt.absolute_ms_threshold, 1) << " ms; confirmed when slow in "
-            << opt.confirm_k << " of the last " << opt.confirm_n << " windows\n\n";
+            << fixed(opt.relative_threshold, 2);
+  if (std::isfinite(opt.absolute_ms_threshold))
+    std::cout << " or t - ref >= " << fixed(opt.absolute_ms_threshold, 1) << " ms";
+  else
+    std::cout << " (no absolute rule)";
+  if (opt.ref == Reference::robust)
+    std::cout << ", and MAD z >= " << fixed(opt.mad_z, 1);
+  std::cout << "; confirmed when slow in " << opt.confirm_k << " of the last " << opt.confirm_n
+            << " windows\n\n";
 
   std::cout << "Confirmed stragglers\n";
   if (sum.stragglers.empty()) std::cout << "  none\n";
@@ -188,13 +223,18 @@ Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& sta
 
 }  // namespace
 
-int run_analyze(const AnalyzeArgs& in) {
-  AnalyzeArgs args = in;
-  args.detector.ref = parse_reference(args.ref);
-  args.detector.validate();
+void require_samples(const std::string& run_dir, const RunSummary& sum, const RunStats& stats) {
+  if (sum.windows > 0) return;
+  std::string why = "no well-formed samples in " + run_dir + " (" + std::to_string(stats.files) +
+                    " rank files, " + std::to_string(stats.malformed) + " malformed lines)";
+  if (!stats.errors.empty()) why += "; first: " + stats.errors.front().message();
+  throw UsageError{why};
+}
 
+int run_analyze(const AnalyzeArgs& args) {
   RunReader reader(args.run_dir);
-  RunAnalysis analysis(args.detector);
+  const DetectorOptions opt = args.det.resolve(reader.files().size());
+  RunAnalysis analysis(opt);
   Progress progress("reading " + args.run_dir, !args.quiet);
   Window window;
   while (reader.next(window)) {
@@ -204,17 +244,11 @@ int run_analyze(const AnalyzeArgs& in) {
   progress.finish();
   const RunStats& stats = reader.stats();
   const RunSummary sum = analysis.summary();
-  if (sum.windows == 0) {
-    std::string why = "no well-formed samples in " + args.run_dir + " (" +
-                      std::to_string(stats.files) + " rank files, " +
-                      std::to_string(stats.malformed) + " malformed lines)";
-    if (!stats.errors.empty()) why += "; first: " + stats.errors.front().message();
-    throw UsageError{why};
-  }
+  require_samples(args.run_dir, sum, stats);
   if (args.json)
-    std::cout << to_json(args, sum, stats, args.detector).dump(2) << "\n";
+    std::cout << to_json(args, sum, stats, opt).dump(2) << "\n";
   else
-    print_text(args, sum, stats, args.detector);
+    print_text(args, sum, stats, opt);
   if (stats.malformed > 0 && !args.quiet)
     std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in "
               << args.run_dir << "\n";

@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 
 #include "laggard/detector.hpp"
+#include "laggard/jsonl.hpp"
+#include "laggard/summary.hpp"
 
 namespace laggard::cli {
 
@@ -19,10 +21,19 @@ struct UsageError {
   std::string what;
 };
 
+/// Detector flags shared by analyze and report: a preset, then the flags given on top of it.
+struct DetectorArgs {
+  std::string ref = "mean";
+  std::string preset;  ///< "", "rfc" or "recommended"
+  DetectorOptions detector;
+  std::vector<CLI::Option*> options;  ///< the flags, to tell given from default
+  /// The options to run with; throws std::invalid_argument for invalid ones.
+  DetectorOptions resolve(std::size_t world_size) const;
+};
+
 struct AnalyzeArgs {
   std::string run_dir;
-  std::string ref = "mean";
-  DetectorOptions detector;
+  DetectorArgs det;
   bool json = false;
   bool quiet = false;
 };
@@ -48,8 +59,7 @@ struct CompareArgs {
 
 struct ReportArgs {
   std::string run_dir;
-  std::string ref = "mean";
-  DetectorOptions detector;
+  DetectorArgs det;
   std::string output;
   bool quiet = false;
 };
@@ -71,7 +81,9 @@ int run_report(const ReportArgs& args);
 int run_demo(const DemoArgs& args);
 
 /// The detector's options (--ref, thresholds, persistence), shared by analyze and report.
-void add_detector_options(CLI::App* cmd, std::string& ref, DetectorOptions& detector);
+void add_detector_options(CLI::App* cmd, DetectorArgs& args);
+/// Throws UsageError (exit 2) naming the run and its first bad line when no window was read.
+void require_samples(const std::string& run_dir, const RunSummary& sum, const RunStats& stats);
 /// Writes `text` to `path`; throws UsageError naming the file when it cannot.
 void write_file(const std::string& path, const std::string& text);
 

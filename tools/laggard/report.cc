@@ -17,17 +17,14 @@ void add_report(CLI::App& app, ReportArgs& args) {
   cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
       ->required();
   cmd->add_option("-o,--output", args.output, "HTML file to write")->required();
-  add_detector_options(cmd, args.ref, args.detector);
+  add_detector_options(cmd, args.det);
   cmd->add_flag("-q,--quiet", args.quiet, "No progress on stderr");
 }
 
-int run_report(const ReportArgs& in) {
-  ReportArgs args = in;
-  args.detector.ref = parse_reference(args.ref);
-  args.detector.validate();
-
+int run_report(const ReportArgs& args) {
   RunReader reader(args.run_dir);
-  RunAnalysis analysis(args.detector);
+  const DetectorOptions opt = args.det.resolve(reader.files().size());
+  RunAnalysis analysis(opt);
   RunReportData data;
   Progress progress("reading " + args.run_dir, !args.quiet);
   Window window;
@@ -38,14 +35,8 @@ int run_report(const ReportArgs& in) {
   progress.finish();
   const RunStats& stats = reader.stats();
   const RunSummary sum = analysis.summary();
-  if (sum.windows == 0) {
-    std::string why = "no well-formed samples in " + args.run_dir + " (" +
-                      std::to_string(stats.files) + " rank files, " +
-                      std::to_string(stats.malformed) + " malformed lines)";
-    if (!stats.errors.empty()) why += "; first: " + stats.errors.front().message();
-    throw UsageError{why};
-  }
-  write_file(args.output, render_run_report(sum, data, {args.run_dir, args.detector, stats}));
+  require_samples(args.run_dir, sum, stats);
+  write_file(args.output, render_run_report(sum, data, {args.run_dir, opt, stats}));
   std::cout << "wrote " << args.output << ": " << sum.ranks << " ranks, " << sum.windows
             << " sampled steps, " << sum.stragglers.size() << " confirmed straggler"
             << (sum.stragglers.size() == 1 ? "" : "s") << ", step time onset "
