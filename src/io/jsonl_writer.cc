@@ -7,16 +7,20 @@
 #include <string_view>
 #include <system_error>
 
+#include "io/json_text.hpp"
 #include "laggard/jsonl.hpp"
 
 namespace laggard {
+namespace detail {
 namespace {
 
 // Big enough for any int64 and for the longest shortest-round-trip double
 // ("-2.2250738585072014e-308").
 constexpr std::size_t kNumberChars = 32;
 
-void append_int(std::int64_t value, std::string& out) {
+}  // namespace
+
+void append_json_int(std::int64_t value, std::string& out) {
   char buf[kNumberChars];
   auto result = std::to_chars(buf, buf + sizeof buf, value);
   out.append(buf, static_cast<std::size_t>(result.ptr - buf));
@@ -25,7 +29,7 @@ void append_int(std::int64_t value, std::string& out) {
 // JSON has no NaN or infinity. A non-finite figure is written as null so that the line stays valid
 // JSON and the reader rejects it with an error that names the field, instead of the whole line
 // failing to parse or a made-up number entering the analysis.
-void append_double(double value, std::string& out) {
+void append_json_number(double value, std::string& out) {
   if (LAGGARD_UNLIKELY(!std::isfinite(value))) {
     out += "null";
     return;
@@ -35,6 +39,8 @@ void append_double(double value, std::string& out) {
   auto result = std::to_chars(buf, buf + sizeof buf, value);
   out.append(buf, static_cast<std::size_t>(result.ptr - buf));
 }
+
+namespace {
 
 // Length of the well-formed UTF-8 sequence starting at s[i], or 0 if it is malformed
 // (overlong forms, surrogates and code points above U+10FFFF are malformed, as in RFC 3629).
@@ -63,9 +69,9 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
   return n;
 }
 
-// Appends `s` as a JSON string. Bytes that are not valid UTF-8 become U+FFFD: a reader must be
-// able to parse every line laggard writes, and simdjson rejects invalid UTF-8.
-void append_string(std::string_view s, std::string& out) {
+}  // namespace
+
+void append_json_string(std::string_view s, std::string& out) {
   static constexpr char kHex[] = "0123456789abcdef";
   out += '"';
   std::size_t run = 0;  // start of the pending stretch that needs no escaping
@@ -121,39 +127,43 @@ void append_string(std::string_view s, std::string& out) {
   out += '"';
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::append_json_int;
+using detail::append_json_number;
+using detail::append_json_string;
 
 void append_sample_json(const StepSample& sample, std::string& out) {
   out += "{\"schema\":\"";
   out.append(kSampleSchema.data(), kSampleSchema.size());
   out += "\",\"rank\":";
-  append_int(sample.rank, out);
+  append_json_int(sample.rank, out);
   out += ",\"world_size\":";
-  append_int(sample.world_size, out);
+  append_json_int(sample.world_size, out);
   out += ",\"step\":";
-  append_int(sample.step, out);
+  append_json_int(sample.step, out);
   out += ",\"host\":";
-  append_string(sample.host, out);
+  append_json_string(sample.host, out);
   out += ",\"cohort\":";
-  append_string(sample.cohort, out);
+  append_json_string(sample.cohort, out);
   out += ",\"step_ms\":";
-  append_double(sample.step_ms, out);
+  append_json_number(sample.step_ms, out);
   if (std::isfinite(sample.work)) {  // NaN means "not recorded": the field is left out
     out += ",\"work\":";
-    append_double(sample.work, out);
+    append_json_number(sample.work, out);
   }
   out += ",\"stages\":[";
   bool first = true;
   for (const StageTime& stage : sample.stages) {
     out += first ? "{\"name\":" : ",{\"name\":";
     first = false;
-    append_string(stage.name, out);
+    append_json_string(stage.name, out);
     out += ",\"kind\":\"";
     out += to_string(stage.kind);
     out += "\",\"ms\":";
-    append_double(stage.ms, out);
+    append_json_number(stage.ms, out);
     out += ",\"calls\":";
-    append_int(stage.calls, out);
+    append_json_int(stage.calls, out);
     out += '}';
   }
   out += "]}\n";

@@ -1,0 +1,18 @@
+// JSON text pieces shared by laggard's writers (sample lines, live report lines).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace laggard::detail {
+
+/// Shortest text that reads back to the same double; JSON has no NaN or infinity, so a
+/// non-finite value becomes null (a reader then names the field instead of guessing a number).
+void append_json_number(double value, std::string& out);
+void append_json_int(std::int64_t value, std::string& out);
+/// `s` as a JSON string. Bytes that are not valid UTF-8 become U+FFFD: every line laggard writes
+/// must parse, and simdjson rejects invalid UTF-8.
+void append_json_string(std::string_view s, std::string& out);
+
+}  // namespace laggard::detail
