@@ -3,6 +3,8 @@
 // across rank-stage pairs). docs/compare.md explains the choices.
 #include "laggard/compare.hpp"
 
+#include "analysis/median.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -59,14 +61,7 @@ struct SplitMix64 {
   }
 };
 
-// Median of buf[0, n), reordering it.
-double median_inplace(double* buf, std::size_t n) {
-  if (n == 0) return 0.0;
-  double* mid = buf + n / 2;
-  std::nth_element(buf, mid, buf + n);
-  if (n % 2 == 1) return *mid;
-  return 0.5 * (*mid + *std::max_element(buf, mid));
-}
+using detail::median_inplace;
 
 // Percentile with linear interpolation between order statistics of sorted `v`.
 double percentile_sorted(const std::vector<double>& v, double q) {

@@ -2,6 +2,8 @@
 // names (Report::metrics), and persistence over windows (Detector).
 #include "laggard/detector.hpp"
 
+#include "analysis/median.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -171,63 +173,6 @@ std::string ranks_phrase(const std::vector<int>& sorted) {
   return out;
 }
 
-// Places the k-th smallest of a[0, n) at a[k], no larger ones before it, no smaller ones after.
-// Quickselect with random pivots and a branch-free partition. std::nth_element branches on
-// every comparison, and on 16k timings (half above the pivot, at random) those branches
-// mispredict: with it, a robust-mode window of 16k ranks x 16 stages took 1.4x the CPU time
-// (bench/detector_bench.cc), and some input orders slowed it further.
-void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
-  std::uint64_t rng = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n);
-  auto random_below = [&rng](std::ptrdiff_t bound) {  // xorshift64: enough for pivots
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return static_cast<std::ptrdiff_t>(rng % static_cast<std::uint64_t>(bound));
-  };
-  std::ptrdiff_t lo = 0, hi = n;  // the k-th smallest is in a[lo, hi)
-  while (hi - lo > 24) {
-    const std::ptrdiff_t len = hi - lo;
-    const double x = a[lo + random_below(len)];
-    const double y = a[lo + random_below(len)];
-    const double z = a[lo + random_below(len)];
-    const double pivot = std::max(std::min(x, y), std::min(std::max(x, y), z));  // median of 3
-    // Lomuto without branches: every element is swapped, the boundary moves by the comparison.
-    std::ptrdiff_t less_end = lo;
-    for (std::ptrdiff_t i = lo; i < hi; ++i) {
-      const double v = a[i];
-      a[i] = a[less_end];
-      a[less_end] = v;
-      less_end += v < pivot;
-    }
-    if (k < less_end) {
-      hi = less_end;
-      continue;
-    }
-    // Split the rest into == pivot and > pivot, so that many equal times cannot stall it.
-    std::ptrdiff_t equal_end = less_end;
-    for (std::ptrdiff_t i = less_end; i < hi; ++i) {
-      const double v = a[i];
-      a[i] = a[equal_end];
-      a[equal_end] = v;
-      equal_end += v <= pivot;
-    }
-    if (k < equal_end) return;  // a[k] == pivot
-    lo = equal_end;
-  }
-  std::sort(a + lo, a + hi);
-}
-
-// Median of `v`, reordering it. `v` must not be empty.
-double median_inplace(std::vector<double>& v) {
-  const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(v.size());
-  const std::ptrdiff_t mid = n / 2;
-  select_kth(v.data(), n, mid);
-  const double hi = v[static_cast<std::size_t>(mid)];
-  if (n % 2 == 1) return hi;
-  const double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return 0.5 * (lo + hi);
-}
-
 // Stage names are short: compare them inline, eight bytes at a time, instead of calling memcmp.
 inline bool same_name(std::string_view a, std::string_view b) {
   const std::size_t n = a.size();
@@ -374,7 +319,7 @@ class WindowEvaluator {
     r.max = hi;
     r.top = top;
     scratch_.assign(ms.begin(), ms.end());
-    r.median = median_inplace(scratch_);
+    r.median = detail::median_inplace(scratch_.data(), scratch_.size());
     const double ref = options_.ref == Reference::mean ? r.mean : r.median;
     r.ref = ref;
 
@@ -382,7 +327,7 @@ class WindowEvaluator {
     double mad_margin = -std::numeric_limits<double>::infinity();
     if (options_.ref == Reference::robust) {
       for (std::size_t i = 0; i < n; ++i) scratch_[i] = std::fabs(ms[i] - r.median);
-      const double mad = median_inplace(scratch_);
+      const double mad = detail::median_inplace(scratch_.data(), scratch_.size());
       if (mad > 0.0) mad_margin = options_.mad_z * kMadToSigma * mad;
     }
     if (n > 1) {
@@ -486,7 +431,7 @@ class WindowEvaluator {
         slowdowns.push_back(r.ref > 0.0 ? col.ms[p] / r.ref : 1.0);
       }
       std::sort(hf.ranks.begin(), hf.ranks.end());
-      hf.slowdown = median_inplace(slowdowns);
+      hf.slowdown = detail::median_inplace(slowdowns.data(), slowdowns.size());
       report_.hints.push_back("measured: all " + std::to_string(hf.ranks.size()) +
                               " ranks of host '" + hf.host + "' (" + ranks_phrase(hf.ranks) + ")" +
                               cohort_suffix(cohort.name) + " are slow in stage '" + hf.stage +

@@ -1,5 +1,7 @@
 #include "laggard/summary.hpp"
 
+#include "laggard/compare.hpp"  // median_of
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,16 +10,6 @@
 namespace laggard {
 
 namespace {
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (v.size() % 2 == 1) return *mid;
-  const double upper = *mid;
-  const double lower = *std::max_element(v.begin(), mid);
-  return 0.5 * (lower + upper);
-}
-
 std::string key_of(const std::string& cohort, const std::string& stage, const std::string& who) {
   std::string k;
   k.reserve(cohort.size() + stage.size() + who.size() + 2);
