@@ -2,6 +2,8 @@
 #include "laggard/jsonl.hpp"
 
 #include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
 #include <unistd.h>
 
 #include <atomic>
@@ -20,28 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("laggard-jsonl-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name, const std::string& content) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary) << content;
-    return p.string();
-  }
-
- private:
-  fs::path path_;
+// A fresh directory per use (tests/cpp/temp_dir.hpp).
+struct TempDir : laggard::testing::TempDir {
+  TempDir() : laggard::testing::TempDir("laggard-jsonl-test") {}
 };
 
 StepSample example_sample() {

@@ -1,5 +1,7 @@
 // Tests for RunReader (src/io/run_reader.cc): merging RUN_DIR/rank-*.jsonl into per-step windows.
 #include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -19,29 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("laggard-run-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_.string(); }
-  std::string write(const std::string& name, const std::string& content) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary) << content;
-    return p.string();
-  }
-
- private:
-  fs::path path_;
+// A fresh directory per use (tests/cpp/temp_dir.hpp).
+struct TempDir : laggard::testing::TempDir {
+  TempDir() : laggard::testing::TempDir("laggard-run-test") {}
 };
 
 // step_ms encodes (rank, step) so a test can tell which copy of a sample it got.
@@ -82,9 +64,9 @@ using Windows = std::vector<std::pair<std::int64_t, std::vector<int>>>;
 
 TEST(RunReader, MergesFilesWithDifferentStepsIntoWindows) {
   TempDir dir;
-  dir.write("rank-0.jsonl", lines({sample(0, 0), sample(0, 10), sample(0, 20), sample(0, 30)}));
-  dir.write("rank-1.jsonl", lines({sample(1, 10), sample(1, 20), sample(1, 40)}));
-  dir.write("rank-2.jsonl", lines({sample(2, 0), sample(2, 20), sample(2, 30), sample(2, 40)}));
+  dir.file("rank-0.jsonl", lines({sample(0, 0), sample(0, 10), sample(0, 20), sample(0, 30)}));
+  dir.file("rank-1.jsonl", lines({sample(1, 10), sample(1, 20), sample(1, 40)}));
+  dir.file("rank-2.jsonl", lines({sample(2, 0), sample(2, 20), sample(2, 30), sample(2, 40)}));
   RunReader reader(dir.path());
   EXPECT_EQ(reader.stats().files, 3u);
 
@@ -118,11 +100,11 @@ TEST(RunReader, MergesFilesWithDifferentStepsIntoWindows) {
 TEST(RunReader, OrdersFilesNumericallyAndIgnoresOtherNames) {
   TempDir dir;
   for (int r : {10, 2, 1, 0})
-    dir.write("rank-" + std::to_string(r) + ".jsonl", lines({sample(r, 5)}));
-  dir.write("notes.txt", "not a rank file\n");
-  dir.write("rank-x.jsonl", "garbage\n");
-  dir.write("rank-3.jsonl.bak", "garbage\n");
-  dir.write("rank-.jsonl", "garbage\n");
+    dir.file("rank-" + std::to_string(r) + ".jsonl", lines({sample(r, 5)}));
+  dir.file("notes.txt", "not a rank file\n");
+  dir.file("rank-x.jsonl", "garbage\n");
+  dir.file("rank-3.jsonl.bak", "garbage\n");
+  dir.file("rank-.jsonl", "garbage\n");
   fs::create_directory(fs::path(dir.path()) / "rank-4.jsonl");  // a directory, not a file
   RunReader reader(dir.path());
   std::vector<std::string> names;
@@ -136,8 +118,8 @@ TEST(RunReader, OrdersFilesNumericallyAndIgnoresOtherNames) {
 TEST(RunReader, SortsSamplesByRankEvenWhenFilesDisagreeWithTheirNames) {
   TempDir dir;
   // rank-0.jsonl holds rank 7's samples and rank-1.jsonl rank 3's.
-  dir.write("rank-0.jsonl", lines({sample(7, 1), sample(7, 2)}));
-  dir.write("rank-1.jsonl", lines({sample(3, 1), sample(3, 2)}));
+  dir.file("rank-0.jsonl", lines({sample(7, 1), sample(7, 2)}));
+  dir.file("rank-1.jsonl", lines({sample(3, 1), sample(3, 2)}));
   RunReader reader(dir.path());
   EXPECT_EQ(read_windows(reader), (Windows{{1, {3, 7}}, {2, {3, 7}}}));
 }
@@ -145,10 +127,10 @@ TEST(RunReader, SortsSamplesByRankEvenWhenFilesDisagreeWithTheirNames) {
 TEST(RunReader, KeepsTheFirstOfDuplicateSamples) {
   TempDir dir;
   // The same (rank 0, step 10) in two files: rank-0.jsonl's copy is first.
-  dir.write("rank-0.jsonl", lines({sample(0, 10), sample(0, 20)}));
-  dir.write("rank-1.jsonl", lines({sample(1, 10), sample(0, 20, 0.5), sample(1, 30)}));
+  dir.file("rank-0.jsonl", lines({sample(0, 10), sample(0, 20)}));
+  dir.file("rank-1.jsonl", lines({sample(1, 10), sample(0, 20, 0.5), sample(1, 30)}));
   // A line repeated within one file.
-  dir.write("rank-2.jsonl",
+  dir.file("rank-2.jsonl",
             lines({sample(2, 10), sample(2, 20), sample(2, 20, 0.5), sample(2, 30)}));
   RunReader reader(dir.path());
   Window w;
@@ -169,9 +151,9 @@ TEST(RunReader, KeepsTheFirstOfDuplicateSamples) {
 
 TEST(RunReader, SkipsStepsThatGoBackwardsWithinAFile) {
   TempDir dir;
-  dir.write("rank-0.jsonl",
+  dir.file("rank-0.jsonl",
             lines({sample(0, 10), sample(0, 20), sample(0, 15), sample(0, 5), sample(0, 30)}));
-  dir.write("rank-1.jsonl", lines({sample(1, 15), sample(1, 30)}));
+  dir.file("rank-1.jsonl", lines({sample(1, 15), sample(1, 30)}));
   RunReader reader(dir.path());
   EXPECT_EQ(read_windows(reader), (Windows{{10, {0}}, {15, {1}}, {20, {0}}, {30, {0, 1}}}));
   EXPECT_EQ(reader.stats().out_of_order, 2u);
@@ -180,15 +162,15 @@ TEST(RunReader, SkipsStepsThatGoBackwardsWithinAFile) {
 
 TEST(RunReader, CountsMalformedLinesWithFileAndLine) {
   TempDir dir;
-  dir.write("rank-0.jsonl", lines({sample(0, 1), sample(0, 2), sample(0, 3)}));
+  dir.file("rank-0.jsonl", lines({sample(0, 1), sample(0, 2), sample(0, 3)}));
   std::string bad = lines({sample(1, 1), sample(1, 2)});
   bad += "this is not json\n";
   bad += lines({sample(1, 3)});
   bad +=
       R"({"schema":"laggard.sample/1","rank":1,"world_size":16,"step":4,"step_ms":-3,"stages":[]})";
   bad += "\n";
-  const std::string bad_path = dir.write("rank-1.jsonl", bad);
-  dir.write("rank-2.jsonl", "");  // an empty rank file contributes nothing, and is no error
+  const std::string bad_path = dir.file("rank-1.jsonl", bad);
+  dir.file("rank-2.jsonl", "");  // an empty rank file contributes nothing, and is no error
   RunReader reader(dir.path());
   EXPECT_EQ(read_windows(reader), (Windows{{1, {0, 1}}, {2, {0, 1}}, {3, {0, 1}}}));
   const RunStats& st = reader.stats();
@@ -207,7 +189,7 @@ TEST(RunReader, KeepsTheFirst20ErrorsOfAllFiles) {
   for (int r = 0; r < 3; ++r) {
     std::string content = lines({sample(r, 1)});
     for (int i = 0; i < 10; ++i) content += "{oops\n";
-    dir.write("rank-" + std::to_string(r) + ".jsonl", content);
+    dir.file("rank-" + std::to_string(r) + ".jsonl", content);
   }
   RunReader reader(dir.path());
   EXPECT_EQ(read_windows(reader), (Windows{{1, {0, 1, 2}}}));
@@ -217,8 +199,8 @@ TEST(RunReader, KeepsTheFirst20ErrorsOfAllFiles) {
 
 TEST(RunReader, YieldsNothingForEmptyRankFiles) {
   TempDir dir;
-  dir.write("rank-0.jsonl", "");
-  dir.write("rank-1.jsonl", "\n\n");
+  dir.file("rank-0.jsonl", "");
+  dir.file("rank-1.jsonl", "\n\n");
   RunReader reader(dir.path());
   Window w;
   EXPECT_FALSE(reader.next(w));
@@ -233,8 +215,8 @@ TEST(RunReader, ReusesTheWindowAcrossCallsOfDifferentSizes) {
     rank0.push_back(sample(0, step));
     if (step % 3 == 0) rank1.push_back(sample(1, step));
   }
-  dir.write("rank-0.jsonl", lines(rank0));
-  dir.write("rank-1.jsonl", lines(rank1));
+  dir.file("rank-0.jsonl", lines(rank0));
+  dir.file("rank-1.jsonl", lines(rank1));
   RunReader reader(dir.path());
   Window w;
   std::int64_t expected_step = 0;
@@ -261,7 +243,7 @@ TEST(RunReader, ThrowsForAMissingDirectory) {
 
 TEST(RunReader, ThrowsForAFileInsteadOfADirectory) {
   TempDir dir;
-  const std::string file = dir.write("rank-0.jsonl", lines({sample(0, 1)}));
+  const std::string file = dir.file("rank-0.jsonl", lines({sample(0, 1)}));
   try {
     RunReader reader(file);
     FAIL() << "no exception";
@@ -272,7 +254,7 @@ TEST(RunReader, ThrowsForAFileInsteadOfADirectory) {
 
 TEST(RunReader, ThrowsForADirectoryWithoutRankFiles) {
   TempDir dir;
-  dir.write("rank0.jsonl", lines({sample(0, 1)}));  // wrong name
+  dir.file("rank0.jsonl", lines({sample(0, 1)}));  // wrong name
   try {
     RunReader reader(dir.path());
     FAIL() << "no exception";
@@ -284,7 +266,7 @@ TEST(RunReader, ThrowsForADirectoryWithoutRankFiles) {
 // Writes `files` one-line rank files.
 void write_rank_files(const TempDir& dir, int files) {
   for (int r = 0; r < files; ++r)
-    dir.write("rank-" + std::to_string(r) + ".jsonl", lines({sample(r % 16, 1)}));
+    dir.file("rank-" + std::to_string(r) + ".jsonl", lines({sample(r % 16, 1)}));
 }
 
 TEST(RunReader, RaisesTheSoftOpenFileLimitWhenTheRunNeedsIt) {
