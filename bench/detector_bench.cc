@@ -1,8 +1,11 @@
 // Cost of the analysis per window at scale: 16,384 ranks x 16 stages.
-//   BM_Evaluate/<ref>/<scenario>: evaluate_window; ref 0 mean, 1 median, 2 robust;
+//   BM_Evaluate/<ref>/<scenario>: evaluate_window into a reused Report; ref 0 mean, 1 median,
+//     2 robust;
 //     scenario 0 one slow rank (the others' extra wait hides in the mean), 1 half the ranks
 //     waiting (8,192 waiting findings: the allocation-heavy case).
-//   BM_Observe/<scenario>: Detector::observe (evaluate + persistence), default options.
+//   BM_EvaluateFresh/<scenario>: evaluate_window returning a new Report each time (mean).
+//   BM_Observe/<scenario>: Detector::observe (evaluate + persistence) into a reused Report,
+//     default options.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -76,8 +79,9 @@ void BM_Evaluate(benchmark::State& state) {
   options.ref = static_cast<laggard::Reference>(state.range(0));
   const laggard::Window& w = window(static_cast<int>(state.range(1)));
   std::size_t findings = 0;
+  laggard::Report r;  // reused window after window, as analyze and the live analyzer do
   for (auto _ : state) {
-    laggard::Report r = laggard::evaluate_window(w, options);
+    laggard::evaluate_window(w, options, r);
     findings = r.stragglers.size() + r.waiting.size();
     benchmark::DoNotOptimize(r);
   }
@@ -87,12 +91,25 @@ void BM_Evaluate(benchmark::State& state) {
 }
 BENCHMARK(BM_Evaluate)->ArgsProduct({{0, 1, 2}, {0, 1}})->Unit(benchmark::kMillisecond);
 
+// The returning form: a fresh Report (megabytes of per-rank times) allocated for every window.
+void BM_EvaluateFresh(benchmark::State& state) {
+  laggard::DetectorOptions options;
+  const laggard::Window& w = window(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    laggard::Report r = laggard::evaluate_window(w, options);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations() * kRanks * kStages);
+}
+BENCHMARK(BM_EvaluateFresh)->Arg(0)->Unit(benchmark::kMillisecond);
+
 void BM_Observe(benchmark::State& state) {
   laggard::Detector detector;
   const laggard::Window& w = window(static_cast<int>(state.range(0)));
-  detector.observe(w);  // first window sizes the histories
+  laggard::Report r;
+  detector.observe(w, r);  // first window sizes the histories
   for (auto _ : state) {
-    laggard::Report r = detector.observe(w);
+    detector.observe(w, r);
     benchmark::DoNotOptimize(r);
   }
   state.counters["confirmed"] = static_cast<double>(detector.confirmed().size());

@@ -122,9 +122,17 @@ struct LAGGARD_API Report {
 };
 
 /// The RFC rule for one window, stateless. Samples of a window are grouped by cohort; stages are
-/// matched by name. Cost: O(ranks × stages) plus a partial sort for median modes; not thread-safe
-/// per instance, but separate instances may run concurrently.
+/// matched by name. Cost: O(ranks × stages) expected (the medians are selections, not sorts);
+/// 16,384 ranks × 16 stages take a few milliseconds on one core. Thread-safe.
 LAGGARD_API Report evaluate_window(const Window& window, const DetectorOptions& options);
+
+/// The same, written into `out`, whose storage (per-rank times of every stage, findings) is
+/// reused: at thousands of ranks a window's report holds megabytes, and allocating them afresh
+/// for every window costs more than the rule itself (docs/performance.md). Each thread also
+/// keeps a scratch of about ranks × stages × 12 bytes between calls. If it throws, `out` is
+/// valid but unspecified.
+LAGGARD_API void evaluate_window(const Window& window, const DetectorOptions& options,
+                                 Report& out);
 
 /// The analysis over a run: evaluates each window and tracks persistence per (cohort, stage,
 /// rank), so a finding is `confirmed` once slow in k of the last n windows. Not thread-safe.
@@ -136,6 +144,9 @@ class LAGGARD_API Detector {
   /// Evaluates `window`, updates persistence, and returns the report with windows_flagged /
   /// confirmed filled in.
   Report observe(const Window& window);
+  /// The same, written into `out` and reusing its storage (see evaluate_window): the form to
+  /// call once per window in a loop.
+  void observe(const Window& window, Report& out);
 
   /// Findings confirmed at any point so far, the latest figures of each (rank, stage).
   struct Confirmed {
@@ -154,15 +165,31 @@ class LAGGARD_API Detector {
     std::uint32_t bits = 0;  ///< last confirm_n windows, newest in bit 0
     int seen = 0;
     int flagged = 0;
-    std::int64_t first_flagged_step = -1;
     int confirmed_index = -1;  ///< into confirmed_, once confirmed as a straggler
+    std::int64_t first_flagged_step = -1;
+    std::int64_t synced = 0;  ///< bits and seen account for the track's windows before this
+    bool in_set = false;      ///< in Track::ranks: took part in every window since `synced`
   };
+  /// Persistence of one (cohort, stage). A window in which the same ranks take part as in the
+  /// one before costs nothing per rank: those windows stay pending in `windows - synced` and
+  /// are settled when a rank is flagged, confirmed, or leaves the set.
+  struct Track {
+    std::vector<History> history;  ///< indexed by rank
+    std::vector<int> ranks;        ///< the ranks of the latest window, as in StageFigures
+    std::int64_t windows = 0;      ///< windows this (cohort, stage) took part in
+  };
+  struct ConfirmedAt {
+    std::string key;  ///< into tracks_
+    int rank;
+  };
+  static void catch_up(const Track& track, History& h);
   /// Ranks at or above this are not tracked (histories are indexed by rank).
   static constexpr int kMaxTrackedRank = 1 << 22;
   DetectorOptions options_;
-  /// key: cohort \x1f stage; histories indexed by rank, so a window costs one lookup per stage.
-  std::unordered_map<std::string, std::vector<History>> history_;
+  /// key: cohort \x1f stage.
+  std::unordered_map<std::string, Track> tracks_;
   std::vector<Confirmed> confirmed_;
+  std::vector<ConfirmedAt> confirmed_at_;  ///< parallel to confirmed_
   std::int64_t windows_ = 0;
 };
 

@@ -2,6 +2,7 @@
 // names (Report::metrics), and persistence over windows (Detector).
 #include "laggard/detector.hpp"
 
+#include "analysis/column_kernels.hpp"
 #include "analysis/median.hpp"
 
 #include <algorithm>
@@ -105,20 +106,28 @@ namespace {
 // MAD × 1.4826 estimates the standard deviation of normally distributed times.
 constexpr double kMadToSigma = 1.4826;
 
-// One stage of one cohort: the times of the ranks that reported it, in sample order.
+// One stage of one cohort: the times of the ranks that reported it, in sample order. While every
+// member so far reported the stage the column is dense (entry i is member i) and keeps no member
+// list; the first member that skips it makes it sparse.
 struct Column {
   std::string_view name;
   StageKind kind = StageKind::compute;
-  std::size_t count = 0;    // entries in use; member and ms are sized for every possible one
-  std::vector<int> member;  // position in Cohort::members
+  std::size_t count = 0;    // entries in use; ms (and member, once sparse) hold every member
+  bool dense = true;
+  std::vector<int> member;  // sparse only: position in Cohort::members of entry i
   std::vector<double> ms;
+
+  int member_at(std::size_t i) const {
+    return dense ? static_cast<int>(i) : member[i];
+  }
 };
 
 struct Cohort {
   std::string_view name;
   std::vector<int> members;  // indices into Window::samples, in sample order
   std::vector<int> ranks;    // ranks[m] = samples[members[m]].rank
-  std::vector<Column> stages;
+  std::vector<Column> stages;  // the first `used` are this window's; the rest keep capacity
+  std::size_t used = 0;
 };
 
 // What the rule found in one column, before it becomes StageFigures.
@@ -126,6 +135,19 @@ struct ColumnResult {
   double ref = 0.0, mean = 0.0, median = 0.0, min = 0.0, max = 0.0;
   int top = -1;              // position in the column of the largest time
   std::vector<int> flagged;  // positions in the column, ordered by rank
+};
+
+// Everything an evaluation needs besides its output, kept per thread between windows. A window
+// of 16,384 ranks x 16 stages needs ~3 MB of it; allocating (and page-faulting) that afresh for
+// every window cost a fifth of the evaluation (bench/detector_bench.cc).
+struct Workspace {
+  std::vector<Cohort> cohorts;  // the first `cohorts_used` are this window's
+  std::size_t cohorts_used = 0;
+  std::vector<double> scratch;
+  std::vector<double> own_work, capped_work;
+  std::vector<int> host_of_member;
+  std::vector<std::string_view> host_names;
+  std::vector<ColumnResult> results;
 };
 
 std::string cohort_label(std::string_view cohort) {
@@ -195,30 +217,67 @@ inline bool same_name(std::string_view a, std::string_view b) {
   return true;
 }
 
-int find_stage(const std::vector<Column>& stages, std::size_t pos, std::string_view name) {
+
+int find_stage(const Cohort& cohort, std::size_t pos, std::string_view name) {
   // Fast path: most ranks report the same stages in the same order.
-  if (pos < stages.size() && same_name(stages[pos].name, name)) return static_cast<int>(pos);
-  for (std::size_t i = 0; i < stages.size(); ++i)
-    if (same_name(stages[i].name, name)) return static_cast<int>(i);
+  if (pos < cohort.used && same_name(cohort.stages[pos].name, name)) return static_cast<int>(pos);
+  for (std::size_t i = 0; i < cohort.used; ++i)
+    if (same_name(cohort.stages[i].name, name)) return static_cast<int>(i);
   return -1;
+}
+
+Workspace& thread_workspace() {
+  thread_local Workspace workspace;
+  return workspace;
 }
 
 class WindowEvaluator {
  public:
-  WindowEvaluator(const Window& window, const DetectorOptions& options, Report& report)
-      : samples_(window.samples), options_(options), report_(report) {}
+  WindowEvaluator(const Window& window, const DetectorOptions& options, Report& report,
+                  Workspace& ws)
+      : samples_(window.samples), options_(options), report_(report), ws_(ws) {}
 
   void run() {
+    reset_report();
     group_by_cohort();
     double best_gap = 0.0;
-    for (Cohort& cohort : cohorts_) {
+    for (std::size_t c = 0; c < ws_.cohorts_used; ++c) {
+      Cohort& cohort = ws_.cohorts[c];
       build_columns(cohort);
       evaluate_cohort(cohort, best_gap);
     }
+    report_.stages.resize(figures_used_);
   }
 
  private:
+  // Empties the report, keeping the storage of its stage figures and findings for this window.
+  void reset_report() {
+    const std::int64_t step = report_.step;
+    std::vector<StageFigures> stages = std::move(report_.stages);
+    std::vector<RankFinding> stragglers = std::move(report_.stragglers);
+    std::vector<RankFinding> waiting = std::move(report_.waiting);
+    stragglers.clear();
+    waiting.clear();
+    report_ = Report{};
+    report_.step = step;
+    report_.stages = std::move(stages);
+    report_.stragglers = std::move(stragglers);
+    report_.waiting = std::move(waiting);
+    figures_used_ = 0;
+  }
+
+  Cohort& add_cohort(std::string_view name) {
+    if (ws_.cohorts_used == ws_.cohorts.size()) ws_.cohorts.emplace_back();
+    Cohort& c = ws_.cohorts[ws_.cohorts_used++];
+    c.name = name;
+    c.members.clear();
+    c.ranks.clear();
+    c.used = 0;
+    return c;
+  }
+
   void group_by_cohort() {
+    ws_.cohorts_used = 0;
     std::unordered_map<std::string_view, int> index;
     int last = -1;
     int world = 0;
@@ -228,15 +287,12 @@ class WindowEvaluator {
       world = std::max(world, s.world_size);
       if (i > 0 && s.rank <= samples_[i - 1].rank) ranks_sorted_unique = false;
       int c = last;
-      if (c < 0 || cohorts_[static_cast<std::size_t>(c)].name != s.cohort) {
-        auto [it, inserted] = index.emplace(s.cohort, static_cast<int>(cohorts_.size()));
-        if (inserted) {
-          cohorts_.emplace_back();
-          cohorts_.back().name = s.cohort;
-        }
+      if (c < 0 || ws_.cohorts[static_cast<std::size_t>(c)].name != s.cohort) {
+        auto [it, inserted] = index.emplace(s.cohort, static_cast<int>(ws_.cohorts_used));
+        if (inserted) add_cohort(s.cohort);
         c = it->second;
       }
-      Cohort& cohort = cohorts_[static_cast<std::size_t>(c)];
+      Cohort& cohort = ws_.cohorts[static_cast<std::size_t>(c)];
       cohort.members.push_back(static_cast<int>(i));
       cohort.ranks.push_back(s.rank);
       last = c;
@@ -254,108 +310,130 @@ class WindowEvaluator {
     }
   }
 
+  // A fresh column (or a reused one) for `name`, first reported by member `m`.
+  Column& add_column(Cohort& cohort, const StageTime& st, std::size_t m) {
+    if (cohort.used == cohort.stages.size()) cohort.stages.emplace_back();
+    Column& col = cohort.stages[cohort.used++];
+    col.name = st.name;
+    col.kind = st.kind;
+    col.count = 0;
+    col.dense = m == 0;
+    const std::size_t members = cohort.members.size();
+    if (col.ms.size() < members) col.ms.resize(members);
+    if (!col.dense && col.member.size() < members) col.member.resize(members);
+    return col;
+  }
+
+  static void append(Column& col, std::size_t members, int m, double ms) {
+    if (col.dense) {
+      if (col.count == static_cast<std::size_t>(m)) {
+        col.ms[col.count++] = ms;
+        return;
+      }
+      // A member skipped the stage: from here on, entries name their member.
+      if (col.member.size() < members) col.member.resize(members);
+      for (std::size_t i = 0; i < col.count; ++i) col.member[i] = static_cast<int>(i);
+      col.dense = false;
+    }
+    col.member[col.count] = m;
+    col.ms[col.count++] = ms;
+  }
+
+  // The stages of member m, when they are exactly the cohort's columns in order (the common
+  // case: every rank runs the same stages): no name lookups, no duplicate checks.
+  bool append_same_layout(Cohort& cohort, const StepSample& s, std::size_t m) {
+    const std::size_t n = s.stages.size();
+    if (n != cohort.used || n == 0) return false;
+    bool same = true;
+    for (std::size_t p = 0; p < n; ++p)
+      same &= same_name(cohort.stages[p].name, s.stages[p].name) &&
+              std::isfinite(s.stages[p].ms);
+    if (!same) return false;
+    const std::size_t members = cohort.members.size();
+    for (std::size_t p = 0; p < n; ++p)
+      append(cohort.stages[p], members, static_cast<int>(m), s.stages[p].ms);
+    return true;
+  }
+
   void build_columns(Cohort& cohort) {
-    std::vector<Column>& stages = cohort.stages;
     const std::size_t members = cohort.members.size();
     for (std::size_t m = 0; m < members; ++m) {
       const StepSample& s = samples_[static_cast<std::size_t>(cohort.members[m])];
+      if (append_same_layout(cohort, s, m)) continue;
       for (std::size_t p = 0; p < s.stages.size(); ++p) {
         const StageTime& st = s.stages[p];
         if (!std::isfinite(st.ms)) continue;  // no usable time: as if the stage were missing
-        int idx = find_stage(stages, p, st.name);
-        if (idx < 0) {
-          idx = static_cast<int>(stages.size());
-          stages.emplace_back();
-          Column& fresh = stages.back();
-          fresh.name = st.name;
-          fresh.kind = st.kind;
-          // Each remaining member adds at most one entry: size once, then write by index.
-          fresh.member.resize(members - m);
-          fresh.ms.resize(members - m);
-        }
-        Column& col = stages[static_cast<std::size_t>(idx)];
-        if (col.count > 0 && col.member[col.count - 1] == static_cast<int>(m)) {
+        int idx = find_stage(cohort, p, st.name);
+        Column& col = idx >= 0 ? cohort.stages[static_cast<std::size_t>(idx)]
+                               : add_column(cohort, st, m);
+        if (col.count > 0 && col.member_at(col.count - 1) == static_cast<int>(m))
           col.ms[col.count - 1] += st.ms;  // the same stage twice in one sample: accumulate
-        } else {
-          col.member[col.count] = static_cast<int>(m);
-          col.ms[col.count] = st.ms;
-          ++col.count;
-        }
+        else
+          append(col, members, static_cast<int>(m), st.ms);
       }
-    }
-    for (Column& col : stages) {  // shrinking keeps the capacity: no reallocation
-      col.member.resize(col.count);
-      col.ms.resize(col.count);
     }
   }
 
   static int rank_of(const Cohort& cohort, int member) {
     return cohort.ranks[static_cast<std::size_t>(member)];
   }
+  int rank_at(const Cohort& cohort, const Column& col, std::size_t i) const {
+    return rank_of(cohort, col.member_at(i));
+  }
   const StepSample& sample_of(const Cohort& cohort, int member) const {
     return samples_[static_cast<std::size_t>(cohort.members[static_cast<std::size_t>(member)])];
   }
 
-  ColumnResult evaluate_column(const Cohort& cohort, const Column& col) {
-    ColumnResult r;
-    const std::vector<double>& ms = col.ms;
-    const std::size_t n = ms.size();
-    // One running sum, in sample order: the mean is then exactly what a plain loop gives.
-    double sum = 0.0, lo = ms[0], hi = ms[0];
-    for (std::size_t i = 0; i < n; ++i) sum += ms[i];
-    for (std::size_t i = 0; i < n; ++i) {  // branch-free
-      lo = ms[i] < lo ? ms[i] : lo;
-      hi = ms[i] > hi ? ms[i] : hi;
-    }
+  void evaluate_column(const Cohort& cohort, const Column& col, ColumnResult& r) {
+    r.flagged.clear();
+    const double* ms = col.ms.data();
+    const std::size_t n = col.count;
+    const detail::ColumnExtent extent = detail::column_extent(ms, n);
+    const double hi = extent.max;
     int top = -1;  // the slowest rank, the lowest rank on ties
     for (std::size_t i = 0; i < n; ++i) {
       if (ms[i] != hi) continue;
-      if (top < 0 || rank_of(cohort, col.member[i]) <
-                         rank_of(cohort, col.member[static_cast<std::size_t>(top)]))
+      if (top < 0 || rank_at(cohort, col, i) < rank_at(cohort, col, static_cast<std::size_t>(top)))
         top = static_cast<int>(i);
     }
-    r.mean = sum / static_cast<double>(n);
-    r.min = lo;
+    r.mean = extent.sum / static_cast<double>(n);
+    r.min = extent.min;
     r.max = hi;
     r.top = top;
-    scratch_.assign(ms.begin(), ms.end());
-    r.median = detail::median_inplace(scratch_.data(), scratch_.size());
+    r.median = detail::median_of(ms, n, ws_.scratch);
     const double ref = options_.ref == Reference::mean ? r.mean : r.median;
     r.ref = ref;
 
     // The robust rule's extra margin; with MAD == 0 any t > median passes it.
     double mad_margin = -std::numeric_limits<double>::infinity();
     if (options_.ref == Reference::robust) {
-      for (std::size_t i = 0; i < n; ++i) scratch_[i] = std::fabs(ms[i] - r.median);
-      const double mad = detail::median_inplace(scratch_.data(), scratch_.size());
+      const double mad = detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
       if (mad > 0.0) mad_margin = options_.mad_z * kMadToSigma * mad;
     }
     if (n > 1) {
       // With ref <= 0 the relative rule says nothing: only the absolute rule applies.
       const double relative_limit =
           ref > 0.0 ? ref * options_.relative_threshold : std::numeric_limits<double>::infinity();
-      const double absolute = options_.absolute_ms_threshold;
-      for (std::size_t i = 0; i < n; ++i) {
-        const double t = ms[i];
-        const double excess = t - ref;
-        // Non-short-circuit &, |: about half the ranks are above the mean, so branching on
-        // each condition would mispredict; only the rare flag takes a branch.
-        const bool slow =
-            (t > ref) & ((t >= relative_limit) | (excess >= absolute)) & (excess >= mad_margin);
-        if (LAGGARD_UNLIKELY(slow)) r.flagged.push_back(static_cast<int>(i));
-      }
-      std::sort(r.flagged.begin(), r.flagged.end(), [&](int a, int b) {
-        return rank_of(cohort, col.member[static_cast<std::size_t>(a)]) <
-               rank_of(cohort, col.member[static_cast<std::size_t>(b)]);
-      });
+      detail::SlowRule rule;
+      rule.ref = ref;
+      rule.relative_limit = relative_limit;
+      rule.absolute = options_.absolute_ms_threshold;
+      rule.margin = mad_margin;
+      detail::flag_slow(ms, n, rule, r.flagged);
+      // Positions ascend; so do their ranks when samples come in rank order (the usual case).
+      auto by_rank = [&](int a, int b) {
+        return rank_at(cohort, col, static_cast<std::size_t>(a)) <
+               rank_at(cohort, col, static_cast<std::size_t>(b));
+      };
+      if (!std::is_sorted(r.flagged.begin(), r.flagged.end(), by_rank))
+        std::sort(r.flagged.begin(), r.flagged.end(), by_rank);
     }
-    return r;
   }
 
   RankFinding make_finding(const Cohort& cohort, const Column& col, const ColumnResult& r,
                            int pos) const {
     const std::size_t p = static_cast<std::size_t>(pos);
-    const StepSample& s = sample_of(cohort, col.member[p]);
+    const StepSample& s = sample_of(cohort, col.member_at(p));
     RankFinding f;
     f.rank = s.rank;
     f.host = s.host;
@@ -372,62 +450,68 @@ class WindowEvaluator {
 
   void hint_missing(const Cohort& cohort, const Column& col) {
     std::vector<char> present(cohort.members.size(), 0);
-    for (int m : col.member) present[static_cast<std::size_t>(m)] = 1;
+    for (std::size_t i = 0; i < col.count; ++i)
+      present[static_cast<std::size_t>(col.member_at(i))] = 1;
     std::vector<int> missing;
     for (std::size_t m = 0; m < present.size(); ++m)
       if (!present[m]) missing.push_back(rank_of(cohort, static_cast<int>(m)));
     std::sort(missing.begin(), missing.end());
     report_.hints.push_back("measured: " + ranks_phrase(missing) + cohort_suffix(cohort.name) +
                             " did not report stage '" + std::string(col.name) +
-                            "'; it is evaluated over the " + std::to_string(col.ms.size()) +
+                            "'; it is evaluated over the " + std::to_string(col.count) +
                             " ranks that did");
   }
 
   // Hosts of the cohort's members, as small integers; computed once per cohort, when needed.
   const std::vector<int>& host_ids(const Cohort& cohort) {
-    if (host_of_member_.size() == cohort.members.size()) return host_of_member_;
-    host_of_member_.resize(cohort.members.size());
-    host_names_.clear();
+    std::vector<int>& host_of_member = ws_.host_of_member;
+    std::vector<std::string_view>& host_names = ws_.host_names;
+    if (hosts_known_) return host_of_member;
+    hosts_known_ = true;
+    host_of_member.resize(cohort.members.size());
+    host_names.clear();
     std::unordered_map<std::string_view, int> index;
     for (std::size_t m = 0; m < cohort.members.size(); ++m) {
       std::string_view host = sample_of(cohort, static_cast<int>(m)).host;
-      if (!host_names_.empty() && host_names_.back() == host) {
-        host_of_member_[m] = static_cast<int>(host_names_.size()) - 1;
+      if (!host_names.empty() && host_names.back() == host) {
+        host_of_member[m] = static_cast<int>(host_names.size()) - 1;
         continue;
       }
-      auto [it, inserted] = index.emplace(host, static_cast<int>(host_names_.size()));
-      if (inserted) host_names_.push_back(host);
-      host_of_member_[m] = it->second;
+      auto [it, inserted] = index.emplace(host, static_cast<int>(host_names.size()));
+      if (inserted) host_names.push_back(host);
+      host_of_member[m] = it->second;
     }
-    return host_of_member_;
+    return host_of_member;
   }
 
   void group_hosts(const Cohort& cohort, const Column& col, const ColumnResult& r) {
     const std::vector<int>& host_of = host_ids(cohort);
-    const std::size_t hosts = host_names_.size();
+    const std::vector<std::string_view>& host_names = ws_.host_names;
+    const std::size_t hosts = host_names.size();
     if (hosts < 2) return;
     std::vector<int> ranks_on(hosts, 0), flagged_on(hosts, 0);
-    for (int m : col.member)
-      ++ranks_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(m)])];
+    for (std::size_t i = 0; i < col.count; ++i)
+      ++ranks_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(col.member_at(i))])];
     for (int pos : r.flagged)
       ++flagged_on[static_cast<std::size_t>(
-          host_of[static_cast<std::size_t>(col.member[static_cast<std::size_t>(pos)])])];
+          host_of[static_cast<std::size_t>(col.member_at(static_cast<std::size_t>(pos)))])];
     int hosts_with_unflagged = 0;
     for (std::size_t h = 0; h < hosts; ++h)
       if (flagged_on[h] < ranks_on[h]) ++hosts_with_unflagged;
     if (hosts_with_unflagged == 0) return;
     for (std::size_t h = 0; h < hosts; ++h) {
       // A whole host slow, while some other host has a rank at normal speed.
-      if (host_names_[h].empty() || ranks_on[h] < 2 || flagged_on[h] < ranks_on[h]) continue;
+      if (host_names[h].empty() || ranks_on[h] < 2 || flagged_on[h] < ranks_on[h]) continue;
       HostFinding hf;
-      hf.host = std::string(host_names_[h]);
+      hf.host = std::string(host_names[h]);
       hf.cohort = std::string(cohort.name);
       hf.stage = std::string(col.name);
       std::vector<double> slowdowns;
       for (int pos : r.flagged) {
         const std::size_t p = static_cast<std::size_t>(pos);
-        if (host_of[static_cast<std::size_t>(col.member[p])] != static_cast<int>(h)) continue;
-        hf.ranks.push_back(rank_of(cohort, col.member[p]));
+        const int m = col.member_at(p);
+        if (host_of[static_cast<std::size_t>(m)] != static_cast<int>(h)) continue;
+        hf.ranks.push_back(rank_of(cohort, m));
         slowdowns.push_back(r.ref > 0.0 ? col.ms[p] / r.ref : 1.0);
       }
       std::sort(hf.ranks.begin(), hf.ranks.end());
@@ -444,21 +528,20 @@ class WindowEvaluator {
   // Ranks wait in a collective for whoever is late to it: name the rank whose own work is
   // longest and whose wait is shortest.
   void hint_waiting(const Cohort& cohort, const Column& col, const ColumnResult& r) {
-    int shortest = 0;  // position in the column
-    for (std::size_t i = 1; i < col.ms.size(); ++i) {
+    const std::vector<double>& own_work = ws_.own_work;
+    std::size_t shortest = 0;  // position in the column
+    for (std::size_t i = 1; i < col.count; ++i) {
       const double t = col.ms[i];
-      const double best = col.ms[static_cast<std::size_t>(shortest)];
-      if (t < best ||
-          (t == best && rank_of(cohort, col.member[i]) <
-                            rank_of(cohort, col.member[static_cast<std::size_t>(shortest)])))
-        shortest = static_cast<int>(i);
+      const double best = col.ms[shortest];
+      if (t < best || (t == best && rank_at(cohort, col, i) < rank_at(cohort, col, shortest)))
+        shortest = i;
     }
-    const int shortest_rank = rank_of(cohort, col.member[static_cast<std::size_t>(shortest)]);
+    const int shortest_rank = rank_at(cohort, col, shortest);
     int longest = -1;  // member with the longest own (non-communication) work
-    for (std::size_t m = 0; m < own_work_.size(); ++m) {
+    for (std::size_t m = 0; m < cohort.members.size(); ++m) {
       const int rank = rank_of(cohort, static_cast<int>(m));
-      if (longest < 0 || own_work_[m] > own_work_[static_cast<std::size_t>(longest)] ||
-          (own_work_[m] == own_work_[static_cast<std::size_t>(longest)] &&
+      if (longest < 0 || own_work[m] > own_work[static_cast<std::size_t>(longest)] ||
+          (own_work[m] == own_work[static_cast<std::size_t>(longest)] &&
            rank < rank_of(cohort, longest)))
         longest = static_cast<int>(m);
     }
@@ -468,8 +551,8 @@ class WindowEvaluator {
     double least_excess = std::numeric_limits<double>::infinity();
     for (int pos : r.flagged) {
       const std::size_t p = static_cast<std::size_t>(pos);
-      waiting.push_back(rank_of(cohort, col.member[p]));
-      least_excess = std::min(least_excess, col.ms[p] - col.ms[static_cast<std::size_t>(shortest)]);
+      waiting.push_back(rank_at(cohort, col, p));
+      least_excess = std::min(least_excess, col.ms[p] - col.ms[shortest]);
     }
     std::string hint = "measured: " + ranks_phrase(waiting) + cohort_suffix(cohort.name) +
                        " spent >= " + fixed2(least_excess) + " ms more than rank " +
@@ -485,41 +568,46 @@ class WindowEvaluator {
 
   void evaluate_cohort(Cohort& cohort, double& best_gap) {
     const std::size_t members = cohort.members.size();
-    host_of_member_.clear();
+    const std::size_t stages = cohort.used;
+    hosts_known_ = false;
     if (members == 1)
       report_.hints.push_back("only one rank in cohort " + cohort_label(cohort.name) +
                               ": nothing to compare");
 
     // Own work per member: everything but communication.
-    own_work_.assign(members, 0.0);
-    capped_work_.assign(members, 0.0);
-    std::vector<ColumnResult> results;
-    results.reserve(cohort.stages.size());
-    for (const Column& col : cohort.stages) {
-      results.push_back(evaluate_column(cohort, col));
+    std::vector<double>& own_work = ws_.own_work;
+    std::vector<double>& capped_work = ws_.capped_work;
+    own_work.assign(members, 0.0);
+    capped_work.assign(members, 0.0);
+    std::vector<ColumnResult>& results = ws_.results;
+    if (results.size() < stages) results.resize(stages);
+    for (std::size_t s = 0; s < stages; ++s) {
+      const Column& col = cohort.stages[s];
+      evaluate_column(cohort, col, results[s]);
       if (col.kind == StageKind::communication) continue;
-      const double ref = results.back().ref;
+      const double ref = results[s].ref;
       const double* ms = col.ms.data();
-      if (col.ms.size() == members) {  // every member reported it: entry i is member i
+      if (col.count == members) {  // every member reported it: entry i is member i
         for (std::size_t m = 0; m < members; ++m) {
-          own_work_[m] += ms[m];
-          capped_work_[m] += std::min(ms[m], ref);
+          own_work[m] += ms[m];
+          capped_work[m] += std::min(ms[m], ref);
         }
       } else {
-        for (std::size_t i = 0; i < col.ms.size(); ++i) {
-          const std::size_t m = static_cast<std::size_t>(col.member[i]);
-          own_work_[m] += ms[i];
-          capped_work_[m] += std::min(ms[i], ref);
+        for (std::size_t i = 0; i < col.count; ++i) {
+          const std::size_t m = static_cast<std::size_t>(col.member_at(i));
+          own_work[m] += ms[i];
+          capped_work[m] += std::min(ms[i], ref);
         }
       }
     }
 
-    for (std::size_t s = 0; s < cohort.stages.size(); ++s) {
+    for (std::size_t s = 0; s < stages; ++s) {
       const Column& col = cohort.stages[s];
       const ColumnResult& r = results[s];
-      if (col.ms.size() < members) hint_missing(cohort, col);
+      if (col.count < members) hint_missing(cohort, col);
       if (!r.flagged.empty()) {
         auto& out = col.kind == StageKind::communication ? report_.waiting : report_.stragglers;
+        out.reserve(out.size() + r.flagged.size());
         for (int pos : r.flagged) out.push_back(make_finding(cohort, col, r, pos));
         if (col.kind == StageKind::communication)
           hint_waiting(cohort, col, r);
@@ -536,20 +624,20 @@ class WindowEvaluator {
     // What-if: the slowest rank's own work, against the same with every time capped at the
     // reference. Communication is left out: the wait vanishes when nobody is slow.
     if (members > 0) {
-      const double total = *std::max_element(own_work_.begin(), own_work_.end());
-      const double capped = *std::max_element(capped_work_.begin(), capped_work_.end());
+      const double total = *std::max_element(own_work.begin(), own_work.end());
+      const double capped = *std::max_element(capped_work.begin(), capped_work.end());
       report_.whatif_step_saving_ms =
           std::max(report_.whatif_step_saving_ms, std::max(0.0, total - capped));
     }
 
-    for (std::size_t s = 0; s < cohort.stages.size(); ++s) {
-      Column& col = cohort.stages[s];
-      ColumnResult& r = results[s];
-      StageFigures f;
+    for (std::size_t s = 0; s < stages; ++s) {
+      const Column& col = cohort.stages[s];
+      const ColumnResult& r = results[s];
+      StageFigures& f = next_figures();
       f.cohort = std::string(cohort.name);
       f.stage = std::string(col.name);
       f.kind = col.kind;
-      f.ranks = static_cast<int>(col.ms.size());
+      f.ranks = static_cast<int>(col.count);
       f.ref_ms = r.ref;
       f.mean_ms = r.mean;
       f.median_ms = r.median;
@@ -557,39 +645,59 @@ class WindowEvaluator {
       f.max_ms = r.max;
       f.slowdown_ratio = r.ref > 0.0 ? r.max / r.ref : 1.0;
       f.relative_score = (r.ref > 0.0 && r.max > r.ref) ? r.ref / r.max : 1.0;
-      f.top_rank = rank_of(cohort, col.member[static_cast<std::size_t>(r.top)]);
+      f.top_rank = rank_at(cohort, col, static_cast<std::size_t>(r.top));
       f.num_stragglers = static_cast<int>(r.flagged.size());
       f.flagged_ranks.reserve(r.flagged.size());
       for (int pos : r.flagged)
-        f.flagged_ranks.push_back(rank_of(cohort, col.member[static_cast<std::size_t>(pos)]));
-      if (col.ms.size() == members)
-        f.rank_ids = cohort.ranks;  // entry i is member i
-      else {
-        for (int& m : col.member) m = rank_of(cohort, m);  // members become ranks, in place
-        f.rank_ids = std::move(col.member);
+        f.flagged_ranks.push_back(rank_at(cohort, col, static_cast<std::size_t>(pos)));
+      if (col.count == members) {
+        f.rank_ids.assign(cohort.ranks.begin(), cohort.ranks.end());  // entry i is member i
+      } else {
+        f.rank_ids.resize(col.count);
+        for (std::size_t i = 0; i < col.count; ++i) f.rank_ids[i] = rank_at(cohort, col, i);
       }
-      f.rank_ms = std::move(col.ms);
-      report_.stages.push_back(std::move(f));
+      f.rank_ms.assign(col.ms.begin(), col.ms.begin() + static_cast<std::ptrdiff_t>(col.count));
     }
+  }
+
+  // The next StageFigures of the report: one left from the report's previous window when there
+  // is one (its vectors keep their capacity), reset to defaults.
+  StageFigures& next_figures() {
+    std::vector<StageFigures>& all = report_.stages;
+    if (figures_used_ == all.size()) {
+      all.emplace_back();
+      return all[figures_used_++];
+    }
+    StageFigures& f = all[figures_used_++];
+    std::vector<int> flagged = std::move(f.flagged_ranks), ids = std::move(f.rank_ids);
+    std::vector<double> ms = std::move(f.rank_ms);
+    f = StageFigures{};
+    flagged.clear();
+    f.flagged_ranks = std::move(flagged);
+    f.rank_ids = std::move(ids);
+    f.rank_ms = std::move(ms);
+    return f;
   }
 
   const std::vector<StepSample>& samples_;
   const DetectorOptions& options_;
   Report& report_;
-  std::vector<Cohort> cohorts_;
-  std::vector<double> scratch_;
-  std::vector<double> own_work_, capped_work_;
-  std::vector<int> host_of_member_;
-  std::vector<std::string_view> host_names_;
+  Workspace& ws_;
+  bool hosts_known_ = false;  // ws_.host_of_member holds the current cohort's hosts
+  std::size_t figures_used_ = 0;  // report_.stages in use; the rest are left from before
 };
 
 }  // namespace
 
-Report evaluate_window(const Window& window, const DetectorOptions& options) {
+void evaluate_window(const Window& window, const DetectorOptions& options, Report& out) {
   options.validate();
+  out.step = window.step;
+  WindowEvaluator(window, options, out, thread_workspace()).run();
+}
+
+Report evaluate_window(const Window& window, const DetectorOptions& options) {
   Report report;
-  report.step = window.step;
-  WindowEvaluator(window, options, report).run();
+  evaluate_window(window, options, report);
   return report;
 }
 
@@ -666,53 +774,80 @@ int popcount(std::uint32_t v) {
 Detector::Detector(DetectorOptions options) : options_(options) { options_.validate(); }
 
 Report Detector::observe(const Window& window) {
-  Report report = evaluate_window(window, options_);
+  Report report;
+  observe(window, report);
+  return report;
+}
+
+void Detector::catch_up(const Track& track, History& h) {
+  const std::int64_t pending = track.windows - h.synced;
+  if (!h.in_set || pending <= 0) return;  // out of the set: no window is pending
+  h.bits = pending >= 32 ? 0u : h.bits << pending;
+  h.seen += static_cast<int>(pending);
+  h.synced = track.windows;
+}
+
+void Detector::observe(const Window& window, Report& report) {
+  evaluate_window(window, options_, report);
   ++windows_;
   const std::uint32_t mask =
       options_.confirm_n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << options_.confirm_n) - 1u;
   auto in_range = [](int rank) { return rank >= 0 && rank < kMaxTrackedRank; };
 
   std::string key;
-  auto histories = [&](const std::string& cohort, const std::string& stage) {
+  auto track_of = [&](const std::string& cohort, const std::string& stage) {
     key.assign(cohort);
     key += '\x1f';
     key += stage;
-    return &history_[key];
+    return &tracks_[key];
   };
 
   for (const StageFigures& f : report.stages) {
-    std::vector<History>& hist = *histories(f.cohort, f.stage);
-    for (int rank : f.rank_ids) {
-      if (!in_range(rank)) continue;
-      if (static_cast<std::size_t>(rank) >= hist.size())
-        hist.resize(static_cast<std::size_t>(rank) + 1);
-      History& h = hist[static_cast<std::size_t>(rank)];
-      h.bits <<= 1;
-      ++h.seen;
-      if (h.confirmed_index >= 0)
-        confirmed_[static_cast<std::size_t>(h.confirmed_index)].windows_seen = h.seen;
+    Track& track = *track_of(f.cohort, f.stage);
+    if (f.rank_ids != track.ranks) {
+      // The ranks taking part changed: settle the windows the previous ones were in, then
+      // start counting for the new set from this window.
+      for (int rank : track.ranks) {
+        if (!in_range(rank)) continue;
+        History& h = track.history[static_cast<std::size_t>(rank)];
+        catch_up(track, h);
+        h.in_set = false;
+      }
+      for (int rank : f.rank_ids) {
+        if (!in_range(rank)) continue;
+        if (static_cast<std::size_t>(rank) >= track.history.size())
+          track.history.resize(static_cast<std::size_t>(rank) + 1);
+        History& h = track.history[static_cast<std::size_t>(rank)];
+        h.synced = track.windows;  // settled, or back after windows it missed (they do not count)
+        h.in_set = true;
+      }
+      track.ranks.assign(f.rank_ids.begin(), f.rank_ids.end());
     }
+    ++track.windows;  // every rank of the set now has this window pending
     for (int rank : f.flagged_ranks) {
       if (!in_range(rank)) continue;
-      History& h = hist[static_cast<std::size_t>(rank)];
+      History& h = track.history[static_cast<std::size_t>(rank)];
+      catch_up(track, h);
       h.bits |= 1u;
       ++h.flagged;
       if (h.first_flagged_step < 0) h.first_flagged_step = window.step;
     }
   }
 
-  // Findings come grouped by (cohort, stage): look each group up once.
+  // Findings come grouped by (cohort, stage): look each group up once. Every finding's rank
+  // was flagged in this window, so its history is settled.
   const std::string* last_cohort = nullptr;
   const std::string* last_stage = nullptr;
-  std::vector<History>* hist = nullptr;
+  Track* track = nullptr;
   auto fill = [&](RankFinding& f) -> History* {
     if (!last_cohort || *last_cohort != f.cohort || *last_stage != f.stage) {
-      hist = histories(f.cohort, f.stage);
+      track = track_of(f.cohort, f.stage);
       last_cohort = &f.cohort;
       last_stage = &f.stage;
     }
-    if (!in_range(f.rank) || static_cast<std::size_t>(f.rank) >= hist->size()) return nullptr;
-    History& h = (*hist)[static_cast<std::size_t>(f.rank)];
+    if (!in_range(f.rank) || static_cast<std::size_t>(f.rank) >= track->history.size())
+      return nullptr;
+    History& h = track->history[static_cast<std::size_t>(f.rank)];
     f.windows_flagged = h.flagged;
     f.confirmed = popcount(h.bits & mask) >= options_.confirm_k;  // flagged in the last n
     return &h;
@@ -725,7 +860,6 @@ Report Detector::observe(const Window& window) {
     if (h->confirmed_index >= 0) {
       Confirmed& c = confirmed_[static_cast<std::size_t>(h->confirmed_index)];
       c.finding = f;
-      c.windows_seen = h->seen;
       c.slowdowns.push_back(f.slowdown);
     } else if (f.confirmed) {
       h->confirmed_index = static_cast<int>(confirmed_.size());
@@ -733,12 +867,18 @@ Report Detector::observe(const Window& window) {
       c.finding = f;
       c.first_confirmed_step = window.step;
       c.first_flagged_step = h->first_flagged_step;
-      c.windows_seen = h->seen;
       c.slowdowns.push_back(f.slowdown);
       confirmed_.push_back(std::move(c));
+      confirmed_at_.push_back({key, f.rank});
     }
   }
-  return report;
+  // Windows seen by each confirmed finding, including this one where it took part.
+  for (std::size_t i = 0; i < confirmed_.size(); ++i) {
+    Track& t = tracks_[confirmed_at_[i].key];
+    History& h = t.history[static_cast<std::size_t>(confirmed_at_[i].rank)];
+    catch_up(t, h);
+    confirmed_[i].windows_seen = h.seen;
+  }
 }
 
 }  // namespace laggard

@@ -1,10 +1,22 @@
 #include "analysis/median.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace laggard::detail {
 namespace {
+
+// xorshift64: enough to place pivots and samples where no input order can line up with them.
+struct Xorshift {
+  std::uint64_t state;
+  std::ptrdiff_t below(std::ptrdiff_t bound) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<std::ptrdiff_t>(state % static_cast<std::uint64_t>(bound));
+  }
+};
 
 // Places the k-th smallest of a[0, n) at a[k], no larger ones before it, no smaller ones after.
 // Quickselect with random pivots and a branch-free partition. std::nth_element branches on
@@ -12,19 +24,13 @@ namespace {
 // mispredict: with it, a robust-mode window of 16k ranks x 16 stages took 1.4x the CPU time
 // (bench/detector_bench.cc), and some input orders slowed it further.
 void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
-  std::uint64_t rng = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n);
-  auto random_below = [&rng](std::ptrdiff_t bound) {  // xorshift64: enough for pivots
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return static_cast<std::ptrdiff_t>(rng % static_cast<std::uint64_t>(bound));
-  };
+  Xorshift rng{0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n)};
   std::ptrdiff_t lo = 0, hi = n;  // the k-th smallest is in a[lo, hi)
   while (hi - lo > 24) {
     const std::ptrdiff_t len = hi - lo;
-    const double x = a[lo + random_below(len)];
-    const double y = a[lo + random_below(len)];
-    const double z = a[lo + random_below(len)];
+    const double x = a[lo + rng.below(len)];
+    const double y = a[lo + rng.below(len)];
+    const double z = a[lo + rng.below(len)];
     const double pivot = std::max(std::min(x, y), std::min(std::max(x, y), z));  // median of 3
     // Lomuto without branches: every element is swapped, the boundary moves by the comparison.
     std::ptrdiff_t less_end = lo;
@@ -52,17 +58,86 @@ void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
   std::sort(a + lo, a + hi);
 }
 
+// The k_hi-th smallest of buf[0, n), or with `even` its mean with the (k_hi - 1)-th (k_hi >= 1
+// then): the median when k_hi = n / 2. Reorders buf.
+double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even) {
+  select_kth(buf, n, k_hi);
+  const double hi = buf[k_hi];
+  if (!even) return hi;
+  const double lo = *std::max_element(buf, buf + k_hi);
+  return 0.5 * (lo + hi);
+}
+
+// Below this size a copy and a quickselect are as fast as sampling.
+constexpr std::size_t kSampleFrom = 2048;
+constexpr std::ptrdiff_t kSample = 512;
+// The pivots sit this many standard deviations of the sample median's position either side of
+// it: the median falls between them except about once in 10^4 (then the plain path runs).
+constexpr double kBandSigmas = 3.9;
+
+// Floyd–Rivest's idea: two pivots from a random sample bracket the median closely; one pass
+// counts the values below the lower pivot and keeps those between the pivots (a few percent
+// of them), and the median is selected among the kept ones. `value(i)` gives the i-th value.
+template <class Value>
+double sampled_median(std::size_t count, Value value, std::vector<double>& scratch) {
+  const auto n = static_cast<std::ptrdiff_t>(count);
+  const std::ptrdiff_t k_hi = n / 2;  // the upper middle; the lower one is k_hi - 1 for even n
+  const bool even = n % 2 == 0;
+  if (scratch.size() < count + kSample) scratch.resize(count + kSample);
+  double* sample = scratch.data() + count;
+  Xorshift rng{0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(n)};
+  for (std::ptrdiff_t i = 0; i < kSample; ++i) sample[i] = value(rng.below(n));
+  const double spread = kBandSigmas * 0.5 * std::sqrt(static_cast<double>(kSample));
+  const auto centre = static_cast<std::ptrdiff_t>(
+      static_cast<double>(kSample) * static_cast<double>(k_hi) / static_cast<double>(n));
+  const std::ptrdiff_t lo_at = std::max<std::ptrdiff_t>(0, centre - static_cast<std::ptrdiff_t>(spread));
+  const std::ptrdiff_t hi_at =
+      std::min<std::ptrdiff_t>(kSample - 1, centre + static_cast<std::ptrdiff_t>(spread));
+  select_kth(sample, kSample, hi_at);
+  const double hi_pivot = sample[hi_at];
+  select_kth(sample, hi_at, lo_at);  // a[0, hi_at) holds everything below a[hi_at]
+  const double lo_pivot = sample[lo_at];
+
+  double* band = scratch.data();
+  std::ptrdiff_t below = 0, kept = 0;
+  for (std::ptrdiff_t i = 0; i < n; ++i) {  // branch-free: every value is written, kept or not
+    const double v = value(i);
+    below += v < lo_pivot;
+    band[kept] = v;
+    kept += (v >= lo_pivot) & (v <= hi_pivot);
+  }
+  const std::ptrdiff_t first = even ? k_hi - 1 : k_hi;  // both middles must be in the band
+  if (below <= first && k_hi < below + kept) return middle_of(band, kept, k_hi - below, even);
+  // The sample missed (rare): copy everything and select.
+  for (std::ptrdiff_t i = 0; i < n; ++i) band[i] = value(i);
+  return middle_of(band, n, k_hi, even);
+}
+
 }  // namespace
 
 double median_inplace(double* buf, std::size_t count) {
   if (count == 0) return 0.0;
   const auto n = static_cast<std::ptrdiff_t>(count);
-  const std::ptrdiff_t mid = n / 2;
-  select_kth(buf, n, mid);
-  const double hi = buf[mid];
-  if (n % 2 == 1) return hi;
-  const double lo = *std::max_element(buf, buf + mid);
-  return 0.5 * (lo + hi);
+  return middle_of(buf, n, n / 2, n % 2 == 0);
+}
+
+double median_of(const double* data, std::size_t n, std::vector<double>& scratch) {
+  if (n == 0) return 0.0;
+  auto value = [data](std::ptrdiff_t i) { return data[i]; };
+  if (n >= kSampleFrom) return sampled_median(n, value, scratch);
+  if (scratch.size() < n) scratch.resize(n);
+  std::copy(data, data + n, scratch.data());
+  return median_inplace(scratch.data(), n);
+}
+
+double median_abs_deviation(const double* data, std::size_t n, double center,
+                            std::vector<double>& scratch) {
+  if (n == 0) return 0.0;
+  auto value = [data, center](std::ptrdiff_t i) { return std::fabs(data[i] - center); };
+  if (n >= kSampleFrom) return sampled_median(n, value, scratch);
+  if (scratch.size() < n) scratch.resize(n);
+  for (std::size_t i = 0; i < n; ++i) scratch[i] = value(static_cast<std::ptrdiff_t>(i));
+  return median_inplace(scratch.data(), n);
 }
 
 }  // namespace laggard::detail

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <set>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -685,6 +687,166 @@ TEST(Persistence, KOfNIsConfigurable) {
   ASSERT_EQ(d.confirmed().size(), 1u);
   EXPECT_EQ(d.confirmed()[0].first_confirmed_step, 7);
   EXPECT_EQ(d.confirmed()[0].first_flagged_step, 7);
+}
+
+// A reference for persistence, written the plain way: every (stage, rank) keeps its whole
+// flag history over the windows it took part in.
+struct NaivePersistence {
+  struct Entry {
+    std::vector<bool> flags;  // one per window the rank took part in
+    int flagged = 0;
+  };
+  std::map<std::pair<std::string, int>, Entry> entries;
+  void observe(const Report& r) {
+    for (const StageFigures& f : r.stages) {
+      for (int rank : f.rank_ids) entries[{f.stage, rank}].flags.push_back(false);
+      for (int rank : f.flagged_ranks) {
+        Entry& e = entries[{f.stage, rank}];
+        e.flags.back() = true;
+        ++e.flagged;
+      }
+    }
+  }
+  bool confirmed(const std::string& stage, int rank, int k, int n) const {
+    const Entry& e = entries.at({stage, rank});
+    int count = 0;
+    for (std::size_t i = e.flags.size() > static_cast<std::size_t>(n) ? e.flags.size() - n : 0;
+         i < e.flags.size(); ++i)
+      count += e.flags[i];
+    return count >= k;
+  }
+};
+
+TEST(Persistence, SameAsThePlainRecordWhenRanksComeAndGo) {
+  // 12 ranks, two stages; each window some ranks are missing (a rank that skipped a window,
+  // a stage one rank does not run), a few are slow. The detector settles windows lazily for
+  // ranks whose set does not change; the plain record must agree on every finding.
+  DetectorOptions o;
+  o.confirm_k = 2;
+  o.confirm_n = 4;
+  Detector d(o);
+  NaivePersistence naive;
+  std::uint64_t state = 7;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>(state >> 33);
+  };
+  for (int step = 0; step < 200; ++step) {
+    Window w;
+    w.step = step;
+    const bool stable = (step / 10) % 2 == 0;  // stretches with the same ranks, then churn
+    for (int r = 0; r < 12; ++r) {
+      if (!stable && next() % 5 == 0) continue;  // rank r missing from this window
+      StepSample s;
+      s.rank = r;
+      s.world_size = 12;
+      s.step = step;
+      const bool slow = (r == 3 && next() % 3 != 0) || next() % 17 == 0;
+      s.stages.push_back({"forward", StageKind::compute, slow ? 150.0 : 100.0, 1});
+      if (stable || r != 5) s.stages.push_back({"optimizer", StageKind::compute, 20.0, 1});
+      w.samples.push_back(std::move(s));
+    }
+    const Report r = d.observe(w);
+    naive.observe(r);
+    for (const RankFinding& f : r.stragglers) {
+      const auto& e = naive.entries.at({f.stage, f.rank});
+      EXPECT_EQ(f.windows_flagged, e.flagged) << "step " << step << " rank " << f.rank;
+      EXPECT_EQ(f.confirmed, naive.confirmed(f.stage, f.rank, o.confirm_k, o.confirm_n))
+          << "step " << step << " rank " << f.rank;
+    }
+    for (const Detector::Confirmed& c : d.confirmed())
+      EXPECT_EQ(c.windows_seen,
+                static_cast<int>(naive.entries.at({c.finding.stage, c.finding.rank}).flags.size()))
+          << "step " << step << " rank " << c.finding.rank;
+  }
+  ASSERT_FALSE(d.confirmed().empty());
+  EXPECT_EQ(d.confirmed()[0].finding.rank, 3);
+}
+
+// Every field of two reports, for the reuse tests.
+void expect_same(const Report& a, const Report& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.ranks_seen, b.ranks_seen);
+  EXPECT_EQ(a.world_size, b.world_size);
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (std::size_t i = 0; i < a.stages.size(); ++i) {
+    const StageFigures &x = a.stages[i], &y = b.stages[i];
+    EXPECT_EQ(x.cohort, y.cohort);
+    EXPECT_EQ(x.stage, y.stage);
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.ranks, y.ranks);
+    EXPECT_EQ(x.ref_ms, y.ref_ms);
+    EXPECT_EQ(x.mean_ms, y.mean_ms);
+    EXPECT_EQ(x.median_ms, y.median_ms);
+    EXPECT_EQ(x.min_ms, y.min_ms);
+    EXPECT_EQ(x.max_ms, y.max_ms);
+    EXPECT_EQ(x.slowdown_ratio, y.slowdown_ratio);
+    EXPECT_EQ(x.relative_score, y.relative_score);
+    EXPECT_EQ(x.top_rank, y.top_rank);
+    EXPECT_EQ(x.num_stragglers, y.num_stragglers);
+    EXPECT_EQ(x.flagged_ranks, y.flagged_ranks);
+    EXPECT_EQ(x.rank_ids, y.rank_ids);
+    EXPECT_EQ(x.rank_ms, y.rank_ms);
+  }
+  auto same_findings = [](const std::vector<RankFinding>& p, const std::vector<RankFinding>& q) {
+    ASSERT_EQ(p.size(), q.size());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      EXPECT_EQ(p[i].rank, q[i].rank);
+      EXPECT_EQ(p[i].host, q[i].host);
+      EXPECT_EQ(p[i].cohort, q[i].cohort);
+      EXPECT_EQ(p[i].stage, q[i].stage);
+      EXPECT_EQ(p[i].role, q[i].role);
+      EXPECT_EQ(p[i].ms, q[i].ms);
+      EXPECT_EQ(p[i].ref_ms, q[i].ref_ms);
+      EXPECT_EQ(p[i].windows_flagged, q[i].windows_flagged);
+      EXPECT_EQ(p[i].confirmed, q[i].confirmed);
+    }
+  };
+  same_findings(a.stragglers, b.stragglers);
+  same_findings(a.waiting, b.waiting);
+  ASSERT_EQ(a.slow_hosts.size(), b.slow_hosts.size());
+  for (std::size_t i = 0; i < a.slow_hosts.size(); ++i) {
+    EXPECT_EQ(a.slow_hosts[i].host, b.slow_hosts[i].host);
+    EXPECT_EQ(a.slow_hosts[i].ranks, b.slow_hosts[i].ranks);
+  }
+  EXPECT_EQ(a.likely_bottleneck, b.likely_bottleneck);
+  EXPECT_EQ(a.whatif_step_saving_ms, b.whatif_step_saving_ms);
+  EXPECT_EQ(a.hints, b.hints);
+}
+
+TEST(ReportReuse, AReusedReportEqualsAFreshOne) {
+  // Windows of different shapes one after the other into the same Report: more stages, fewer,
+  // another cohort layout, findings and none. Each must equal a fresh evaluation.
+  const std::vector<std::string> hosts = {"a", "a", "b", "b"};
+  std::vector<Window> windows = {
+      slow_or_not(true, 1),
+      make_window({{"forward", StageKind::compute, {10, 10, 10, 10}}}, 2),
+      make_window({{"forward", StageKind::compute, {10, 10, 30, 31}},
+                   {"data", StageKind::data, {1, 1, 1, 1}},
+                   {"communication", StageKind::communication, {9, 9, 1, 1}}},
+                  3, hosts),
+      one_stage({5.0}),
+      slow_or_not(false, 5),
+  };
+  Window two_cohorts = make_window({{"forward", StageKind::compute, {10, 20, 10}}}, 6, {}, "pp0");
+  for (StepSample& s : make_window({{"forward", StageKind::compute, {40, 40}}}, 6, {}, "pp1").samples)
+    two_cohorts.samples.push_back(s);
+  windows.push_back(two_cohorts);
+  windows.push_back(slow_or_not(true, 7));
+
+  for (Reference ref : {Reference::mean, Reference::robust}) {
+    Report reused;
+    for (const Window& w : windows) {
+      evaluate_window(w, with(ref), reused);
+      expect_same(reused, evaluate_window(w, with(ref)));
+    }
+  }
+  Detector fresh, reusing;
+  Report reused;
+  for (const Window& w : windows) {
+    reusing.observe(w, reused);
+    expect_same(reused, fresh.observe(w));
+  }
 }
 
 }  // namespace

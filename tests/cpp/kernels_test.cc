@@ -1,0 +1,151 @@
+// The detector's per-column kernels (src/analysis/median.cc, column_kernels.cc) against plain
+// reference computations, over sizes on both sides of the sampling threshold and inputs that
+// defeat sampling or partitioning (sorted, all equal, two values, heavy tails).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "analysis/column_kernels.hpp"
+#include "analysis/median.hpp"
+
+namespace {
+
+double reference_median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Input {
+  std::string name;
+  std::function<double(std::size_t i, std::mt19937_64& rng)> make;
+};
+
+std::vector<Input> inputs() {
+  return {
+      {"uniform", [](std::size_t, std::mt19937_64& g) {
+         return std::uniform_real_distribution<double>(10.0, 11.0)(g);
+       }},
+      {"ascending", [](std::size_t i, std::mt19937_64&) { return 5.0 + 0.001 * i; }},
+      {"descending", [](std::size_t i, std::mt19937_64&) { return 100.0 - 0.001 * i; }},
+      {"all_equal", [](std::size_t, std::mt19937_64&) { return 7.25; }},
+      {"two_values", [](std::size_t i, std::mt19937_64&) { return i % 2 ? 3.0 : 4.0; }},
+      {"few_distinct", [](std::size_t, std::mt19937_64& g) {
+         return static_cast<double>(std::uniform_int_distribution<int>(0, 4)(g));
+       }},
+      {"heavy_tail", [](std::size_t, std::mt19937_64& g) {
+         std::lognormal_distribution<double> d(0.0, 2.0);
+         return d(g);
+       }},
+      {"slow_half", [](std::size_t i, std::mt19937_64& g) {
+         return (i % 2 ? 30.0 : 10.0) + std::uniform_real_distribution<double>(0, 0.1)(g);
+       }},
+  };
+}
+
+const std::vector<std::size_t> kSizes = {1,    2,    3,    4,    5,     17,    24,    25,
+                                          100,  2047, 2048, 2049, 4096, 16383, 16384, 16385};
+
+TEST(Median, SampledEqualsSortedReference) {
+  std::vector<double> scratch;
+  for (const Input& in : inputs()) {
+    for (std::size_t n : kSizes) {
+      std::mt19937_64 rng(n * 7919 + in.name.size());
+      std::vector<double> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = in.make(i, rng);
+      const std::vector<double> before = v;
+      const double expected = reference_median(v);
+      EXPECT_EQ(laggard::detail::median_of(v.data(), n, scratch), expected)
+          << in.name << " n=" << n;
+      EXPECT_EQ(v, before) << "median_of must not reorder its input: " << in.name;
+      std::vector<double> copy = v;
+      EXPECT_EQ(laggard::detail::median_inplace(copy.data(), n), expected) << in.name;
+
+      std::vector<double> dev(n);
+      for (std::size_t i = 0; i < n; ++i) dev[i] = std::fabs(v[i] - expected);
+      EXPECT_EQ(laggard::detail::median_abs_deviation(v.data(), n, expected, scratch),
+                reference_median(dev))
+          << in.name << " n=" << n;
+    }
+  }
+}
+
+TEST(Median, EmptyIsZero) {
+  std::vector<double> scratch;
+  EXPECT_EQ(laggard::detail::median_of(nullptr, 0, scratch), 0.0);
+  EXPECT_EQ(laggard::detail::median_abs_deviation(nullptr, 0, 1.0, scratch), 0.0);
+  EXPECT_EQ(laggard::detail::median_inplace(nullptr, 0), 0.0);
+}
+
+TEST(Median, ManyRandomLargeColumnsAgree) {
+  // Enough draws that a sample missing the median (about 1 in 10^4) takes the fallback path.
+  std::mt19937_64 rng(42);
+  std::vector<double> scratch;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = 2048 + static_cast<std::size_t>(rng() % 6000);
+    std::vector<double> v(n);
+    std::normal_distribution<double> d(20.0, 1.0 + trial % 5);
+    for (double& x : v) x = d(rng);
+    if (trial % 3 == 0) std::sort(v.begin(), v.end());
+    ASSERT_EQ(laggard::detail::median_of(v.data(), n, scratch), reference_median(v))
+        << "trial " << trial;
+  }
+}
+
+TEST(ColumnExtent, MinMaxExactSumClose) {
+  std::mt19937_64 rng(3);
+  for (std::size_t n : kSizes) {
+    std::vector<double> v(n);
+    for (double& x : v) x = std::uniform_real_distribution<double>(1.0, 50.0)(rng);
+    const laggard::detail::ColumnExtent e = laggard::detail::column_extent(v.data(), n);
+    EXPECT_EQ(e.min, *std::min_element(v.begin(), v.end())) << n;
+    EXPECT_EQ(e.max, *std::max_element(v.begin(), v.end())) << n;
+    double sum = 0.0;
+    for (double x : v) sum += x;
+    EXPECT_NEAR(e.sum, sum, 1e-12 * sum) << n;
+  }
+  const double exact[] = {1.0, 2.0, 3.0, 4.0, 5.0};  // small integers sum exactly either way
+  EXPECT_EQ(laggard::detail::column_extent(exact, 5).sum, 15.0);
+}
+
+TEST(FlagSlow, SameAsTheScalarRule) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::mt19937_64 rng(9);
+  struct Case {
+    double ref, rel, abs, margin;
+  };
+  const Case cases[] = {
+      {10.0, 12.0, 5.0, -inf},  // RFC: relative or absolute
+      {10.0, 11.0, inf, 0.8},   // recommended: relative and the MAD margin
+      {0.0, inf, 5.0, -inf},    // zero reference: only the absolute rule
+      {10.0, 10.0, 0.0, -inf},  // any time above the reference
+  };
+  for (const Case& c : cases) {
+    const laggard::detail::SlowRule rule{c.ref, c.rel, c.abs, c.margin};
+    for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1001}}) {
+      std::vector<double> v(n);
+      for (double& x : v) x = std::uniform_real_distribution<double>(0.0, 20.0)(rng);
+      if (n > 2) v[1] = 12.0;  // exactly at the relative limit of the first case
+      std::vector<int> expected, got;
+      for (std::size_t i = 0; i < n; ++i)
+        if (rule.slow(v[i])) expected.push_back(static_cast<int>(i));
+      laggard::detail::flag_slow(v.data(), n, rule, got);
+      EXPECT_EQ(got, expected) << "ref " << c.ref << " n " << n;
+    }
+  }
+  // The boundary itself: t == ref * threshold is slow (>=), t == ref is not (>).
+  const laggard::detail::SlowRule rule{10.0, 12.0, inf, -inf};
+  const double at[] = {10.0, 12.0, 11.999999, 12.000001};
+  std::vector<int> got;
+  laggard::detail::flag_slow(at, 4, rule, got);
+  EXPECT_EQ(got, (std::vector<int>{1, 3}));
+}
+
+}  // namespace
