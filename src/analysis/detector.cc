@@ -148,6 +148,9 @@ struct Workspace {
   std::vector<int> host_of_member;
   std::vector<std::string_view> host_names;
   std::vector<ColumnResult> results;
+  // The fast path's view of a cohort's columns: names and where their times go.
+  std::vector<std::string_view> layout_names;
+  std::vector<double*> layout_ms;
 };
 
 std::string cohort_label(std::string_view cohort) {
@@ -207,16 +210,21 @@ inline bool same_name(std::string_view a, std::string_view b) {
     std::memcpy(&v, y, 8);
     return u == v;
   };
+  auto same4 = [](const char* x, const char* y) {
+    std::uint32_t u, v;
+    std::memcpy(&u, x, 4);
+    std::memcpy(&v, y, 4);
+    return u == v;
+  };
   if (n >= 8) {
     for (std::size_t i = 0; i + 8 < n; i += 8)
       if (!same8(p + i, q + i)) return false;
     return same8(p + n - 8, q + n - 8);  // the last 8 bytes, overlapping the loop's
   }
-  for (std::size_t i = 0; i < n; ++i)
-    if (p[i] != q[i]) return false;
-  return true;
+  if (n >= 4) return same4(p, q) & same4(p + n - 4, q + n - 4);  // two overlapping halves
+  if (n == 0) return true;
+  return (p[0] == q[0]) & (p[n / 2] == q[n / 2]) & (p[n - 1] == q[n - 1]);  // 1 to 3 bytes
 }
-
 
 int find_stage(const Cohort& cohort, std::size_t pos, std::string_view name) {
   // Fast path: most ranks report the same stages in the same order.
@@ -339,27 +347,54 @@ class WindowEvaluator {
     col.ms[col.count++] = ms;
   }
 
-  // The stages of member m, when they are exactly the cohort's columns in order (the common
-  // case: every rank runs the same stages): no name lookups, no duplicate checks.
-  bool append_same_layout(Cohort& cohort, const StepSample& s, std::size_t m) {
+  // Member m's stages, when they are exactly the layout (the cohort's columns, in order) and
+  // every column so far is dense: written straight to each column at position m, with no name
+  // lookup, duplicate check or count update (counts catch up in sync_counts). False, with
+  // nothing counted, when the sample differs; the slow path then takes it.
+  bool append_layout_row(const StepSample& s, std::size_t m) {
     const std::size_t n = s.stages.size();
-    if (n != cohort.used || n == 0) return false;
-    bool same = true;
-    for (std::size_t p = 0; p < n; ++p)
-      same &= same_name(cohort.stages[p].name, s.stages[p].name) &&
-              std::isfinite(s.stages[p].ms);
-    if (!same) return false;
-    const std::size_t members = cohort.members.size();
-    for (std::size_t p = 0; p < n; ++p)
-      append(cohort.stages[p], members, static_cast<int>(m), s.stages[p].ms);
+    if (n != ws_.layout_names.size()) return false;
+    const StageTime* st = s.stages.data();
+    for (std::size_t p = 0; p < n; ++p) {
+      if (!same_name(ws_.layout_names[p], st[p].name) || !std::isfinite(st[p].ms)) return false;
+      ws_.layout_ms[p][m] = st[p].ms;
+    }
     return true;
+  }
+
+  // Leaves the fast path: every column holds the dense rows [0, rows).
+  void sync_counts(Cohort& cohort, std::size_t rows) {
+    for (std::size_t p = 0; p < cohort.used; ++p) cohort.stages[p].count = rows;
+  }
+
+  // After member m went the slow way: if every column is dense and holds members [0, m], the
+  // fast path can take over again with the columns as the layout.
+  bool enter_layout(Cohort& cohort, std::size_t m) {
+    ws_.layout_names.clear();
+    ws_.layout_ms.clear();
+    for (std::size_t p = 0; p < cohort.used; ++p) {
+      Column& col = cohort.stages[p];
+      if (!col.dense || col.count != m + 1) return false;
+      ws_.layout_names.push_back(col.name);
+      ws_.layout_ms.push_back(col.ms.data());
+    }
+    return cohort.used > 0;
   }
 
   void build_columns(Cohort& cohort) {
     const std::size_t members = cohort.members.size();
+    bool fast = false;
+    std::size_t rows = 0;  // on the fast path: members [0, rows) are in every column
     for (std::size_t m = 0; m < members; ++m) {
       const StepSample& s = samples_[static_cast<std::size_t>(cohort.members[m])];
-      if (append_same_layout(cohort, s, m)) continue;
+      if (fast) {
+        if (append_layout_row(s, m)) {
+          rows = m + 1;
+          continue;
+        }
+        sync_counts(cohort, rows);
+        fast = false;
+      }
       for (std::size_t p = 0; p < s.stages.size(); ++p) {
         const StageTime& st = s.stages[p];
         if (!std::isfinite(st.ms)) continue;  // no usable time: as if the stage were missing
@@ -371,7 +406,12 @@ class WindowEvaluator {
         else
           append(col, members, static_cast<int>(m), st.ms);
       }
+      if (enter_layout(cohort, m)) {
+        fast = true;
+        rows = m + 1;
+      }
     }
+    if (fast) sync_counts(cohort, rows);
   }
 
   static int rank_of(const Cohort& cohort, int member) {
@@ -631,7 +671,7 @@ class WindowEvaluator {
     }
 
     for (std::size_t s = 0; s < stages; ++s) {
-      const Column& col = cohort.stages[s];
+      Column& col = cohort.stages[s];
       const ColumnResult& r = results[s];
       StageFigures& f = next_figures();
       f.cohort = std::string(cohort.name);
@@ -656,7 +696,15 @@ class WindowEvaluator {
         f.rank_ids.resize(col.count);
         for (std::size_t i = 0; i < col.count; ++i) f.rank_ids[i] = rank_at(cohort, col, i);
       }
-      f.rank_ms.assign(col.ms.begin(), col.ms.begin() + static_cast<std::ptrdiff_t>(col.count));
+      if (f.rank_ms.capacity() >= members) {
+        // A report reused from an earlier window: trade buffers with the column instead of
+        // copying (the column takes the report's old one for the next window).
+        f.rank_ms.swap(col.ms);
+        f.rank_ms.resize(col.count);
+        col.ms.resize(std::max(col.ms.size(), members));
+      } else {
+        f.rank_ms.assign(col.ms.begin(), col.ms.begin() + static_cast<std::ptrdiff_t>(col.count));
+      }
     }
   }
 

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdint>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace laggard::detail {
 namespace {
 
@@ -68,6 +72,47 @@ double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even) 
   return 0.5 * (lo + hi);
 }
 
+// The values of a column the median is taken over: data[i], or |data[i] - center| for the MAD.
+struct Values {
+  const double* data;
+  double center;
+  bool deviations;
+  double operator()(std::ptrdiff_t i) const {
+    return deviations ? std::fabs(data[i] - center) : data[i];
+  }
+};
+
+// One pass: counts the values below lo, and writes those in [lo, hi] to band[0, kept).
+// Branch-free; every value is written to band[kept] and kept only advances past the kept ones.
+std::ptrdiff_t band_pass(const Values& values, std::ptrdiff_t n, double lo, double hi,
+                         double* band, std::ptrdiff_t& below_out) {
+  std::ptrdiff_t below = 0, kept = 0, i = 0;
+#if defined(__SSE2__)
+  const __m128d lo2 = _mm_set1_pd(lo), hi2 = _mm_set1_pd(hi);
+  const __m128d center = _mm_set1_pd(values.center);
+  const __m128d sign = _mm_set1_pd(-0.0);
+  for (; i + 2 <= n; i += 2) {
+    __m128d x = _mm_loadu_pd(values.data + i);
+    if (values.deviations) x = _mm_andnot_pd(sign, _mm_sub_pd(x, center));  // |x - center|
+    const int lt = _mm_movemask_pd(_mm_cmplt_pd(x, lo2));
+    const int in = _mm_movemask_pd(_mm_and_pd(_mm_cmpge_pd(x, lo2), _mm_cmple_pd(x, hi2)));
+    below += (lt & 1) + (lt >> 1);
+    _mm_storel_pd(band + kept, x);
+    kept += in & 1;
+    _mm_storeh_pd(band + kept, x);
+    kept += in >> 1;
+  }
+#endif
+  for (; i < n; ++i) {
+    const double v = values(i);
+    below += v < lo;
+    band[kept] = v;
+    kept += (v >= lo) & (v <= hi);
+  }
+  below_out = below;
+  return kept;
+}
+
 // Below this size a copy and a quickselect are as fast as sampling.
 constexpr std::size_t kSampleFrom = 2048;
 constexpr std::ptrdiff_t kSample = 512;
@@ -76,10 +121,10 @@ constexpr std::ptrdiff_t kSample = 512;
 constexpr double kBandSigmas = 3.9;
 
 // Floyd–Rivest's idea: two pivots from a random sample bracket the median closely; one pass
-// counts the values below the lower pivot and keeps those between the pivots (a few percent
-// of them), and the median is selected among the kept ones. `value(i)` gives the i-th value.
-template <class Value>
-double sampled_median(std::size_t count, Value value, std::vector<double>& scratch) {
+// counts the values below the lower pivot and keeps those between the pivots (a sixth of
+// them), and the median is selected among the kept ones. 3x faster than copying and
+// selecting at 16k values (bench/detector_bench.cc).
+double sampled_median(std::size_t count, const Values& value, std::vector<double>& scratch) {
   const auto n = static_cast<std::ptrdiff_t>(count);
   const std::ptrdiff_t k_hi = n / 2;  // the upper middle; the lower one is k_hi - 1 for even n
   const bool even = n % 2 == 0;
@@ -90,22 +135,18 @@ double sampled_median(std::size_t count, Value value, std::vector<double>& scrat
   const double spread = kBandSigmas * 0.5 * std::sqrt(static_cast<double>(kSample));
   const auto centre = static_cast<std::ptrdiff_t>(
       static_cast<double>(kSample) * static_cast<double>(k_hi) / static_cast<double>(n));
-  const std::ptrdiff_t lo_at = std::max<std::ptrdiff_t>(0, centre - static_cast<std::ptrdiff_t>(spread));
+  const std::ptrdiff_t lo_at =
+      std::max<std::ptrdiff_t>(0, centre - static_cast<std::ptrdiff_t>(spread));
   const std::ptrdiff_t hi_at =
       std::min<std::ptrdiff_t>(kSample - 1, centre + static_cast<std::ptrdiff_t>(spread));
   select_kth(sample, kSample, hi_at);
   const double hi_pivot = sample[hi_at];
-  select_kth(sample, hi_at, lo_at);  // a[0, hi_at) holds everything below a[hi_at]
+  select_kth(sample, hi_at, lo_at);  // sample[0, hi_at) holds everything below sample[hi_at]
   const double lo_pivot = sample[lo_at];
 
   double* band = scratch.data();
-  std::ptrdiff_t below = 0, kept = 0;
-  for (std::ptrdiff_t i = 0; i < n; ++i) {  // branch-free: every value is written, kept or not
-    const double v = value(i);
-    below += v < lo_pivot;
-    band[kept] = v;
-    kept += (v >= lo_pivot) & (v <= hi_pivot);
-  }
+  std::ptrdiff_t below = 0;
+  const std::ptrdiff_t kept = band_pass(value, n, lo_pivot, hi_pivot, band, below);
   const std::ptrdiff_t first = even ? k_hi - 1 : k_hi;  // both middles must be in the band
   if (below <= first && k_hi < below + kept) return middle_of(band, kept, k_hi - below, even);
   // The sample missed (rare): copy everything and select.
@@ -123,8 +164,8 @@ double median_inplace(double* buf, std::size_t count) {
 
 double median_of(const double* data, std::size_t n, std::vector<double>& scratch) {
   if (n == 0) return 0.0;
-  auto value = [data](std::ptrdiff_t i) { return data[i]; };
-  if (n >= kSampleFrom) return sampled_median(n, value, scratch);
+  const Values values{data, 0.0, false};
+  if (n >= kSampleFrom) return sampled_median(n, values, scratch);
   if (scratch.size() < n) scratch.resize(n);
   std::copy(data, data + n, scratch.data());
   return median_inplace(scratch.data(), n);
@@ -133,10 +174,10 @@ double median_of(const double* data, std::size_t n, std::vector<double>& scratch
 double median_abs_deviation(const double* data, std::size_t n, double center,
                             std::vector<double>& scratch) {
   if (n == 0) return 0.0;
-  auto value = [data, center](std::ptrdiff_t i) { return std::fabs(data[i] - center); };
-  if (n >= kSampleFrom) return sampled_median(n, value, scratch);
+  const Values values{data, center, true};
+  if (n >= kSampleFrom) return sampled_median(n, values, scratch);
   if (scratch.size() < n) scratch.resize(n);
-  for (std::size_t i = 0; i < n; ++i) scratch[i] = value(static_cast<std::ptrdiff_t>(i));
+  for (std::size_t i = 0; i < n; ++i) scratch[i] = values(static_cast<std::ptrdiff_t>(i));
   return median_inplace(scratch.data(), n);
 }
 
