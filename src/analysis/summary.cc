@@ -35,7 +35,7 @@ std::optional<std::int64_t> RunAnalysis::onset(const std::string& cohort, const 
 }
 
 const Report& RunAnalysis::add(const Window& window) {
-  last_ = detector_.observe(window);
+  detector_.observe(window, last_);  // reuses the previous report's storage
   if (detector_.windows() == 1) first_step_ = window.step;
   last_step_ = window.step;
   samples_ += static_cast<std::int64_t>(window.samples.size());
