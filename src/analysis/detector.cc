@@ -470,22 +470,21 @@ class WindowEvaluator {
     }
   }
 
-  RankFinding make_finding(const Cohort& cohort, const Column& col, const ColumnResult& r,
-                           int pos) const {
+  // Fills a finding in place (no temporaries: at thousands of waiting ranks this shows).
+  void fill_finding(RankFinding& f, const Cohort& cohort, const Column& col,
+                    const ColumnResult& r, int pos) const {
     const std::size_t p = static_cast<std::size_t>(pos);
     const StepSample& s = sample_of(cohort, col.member_at(p));
-    RankFinding f;
     f.rank = s.rank;
-    f.host = s.host;
-    f.cohort = std::string(cohort.name);
-    f.stage = std::string(col.name);
+    f.host.assign(s.host);
+    f.cohort.assign(cohort.name);
+    f.stage.assign(col.name);
     f.kind = col.kind;
     f.role = col.kind == StageKind::communication ? RankFinding::Role::waiting
                                                   : RankFinding::Role::straggler;
     f.ms = col.ms[p];
     f.ref_ms = r.ref;
     f.slowdown = r.ref > 0.0 ? col.ms[p] / r.ref : 1.0;
-    return f;
   }
 
   void hint_missing(const Cohort& cohort, const Column& col) {
@@ -647,11 +646,10 @@ class WindowEvaluator {
       if (col.count < members) hint_missing(cohort, col);
       if (!r.flagged.empty()) {
         auto& out = col.kind == StageKind::communication ? report_.waiting : report_.stragglers;
-        out.reserve(out.size() + r.flagged.size());
-        for (int pos : r.flagged) out.push_back(make_finding(cohort, col, r, pos));
+        for (int pos : r.flagged) fill_finding(out.emplace_back(), cohort, col, r, pos);
         if (col.kind == StageKind::communication)
           hint_waiting(cohort, col, r);
-        else
+        else if (r.flagged.size() >= 2)  // a slow host has at least two ranks, all flagged
           group_hosts(cohort, col, r);
         const double gap = r.max - r.ref;
         if (gap > best_gap) {
