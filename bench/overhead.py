@@ -17,8 +17,9 @@ inflate).
 
 The analyzer's own time on the training thread is then accounted from inside, in separate
 copies whose laggard calls are wrapped with perf_counter_ns: Analyzer.begin_step/section
-(enter and exit of what it returns)/end_step, the forward hooks and optimizer wrapper of
-laggard.torch.instrument, and the recorder calls of its backward hooks (minus the timer's own
+(enter and exit of what it returns)/end_step (which attach and detach instrument's hooks on
+sampled steps), the forward and optimizer hooks of laggard.torch.instrument, and the recorder
+calls of its backward hooks (minus the timer's own
 cost, calibrated), with the median cost of each kind of call (so that a preemption by another
 process that lands inside a timed call does not count; the mean is shown too). The background
 thread's CPU time (process minus training thread) is shown per step. Finally the loss sequences
@@ -74,7 +75,7 @@ class Copy:
         self.an = laggard.Analyzer(timing="host", **kwargs)
         if self.acc is not None:
             self._wrap_before_instrument()
-        laggard.torch.instrument(self.an, model=self.model, optimizer=self.opt)
+        self.inst = laggard.torch.instrument(self.an, model=self.model, optimizer=self.opt)
         if self.acc is not None:
             self._wrap_after_instrument()
 
@@ -84,10 +85,6 @@ class Copy:
         acc, an = self.acc, self.an
         if an.enabled:  # instrument's hooks capture recorder.begin/end: give them timed ones
             an._recorder = RecorderProxy(an._recorder, acc)
-        # The optimizer's real step, marked so that its time is not counted as laggard's.
-        self._excluded_step = None
-        if not hasattr(self.opt, "_optimizer_step_pre_hooks"):
-            self._excluded_step = self.opt.step = acc.excluded(self.opt.step)
 
     def _wrap_after_instrument(self):
         acc, an = self.acc, self.an
@@ -99,20 +96,12 @@ class Copy:
             return TimedSection(acc.timed(section, "Analyzer.section")(name, kind), acc)
 
         an.section = timed_section
-        for hooks in (self.model._forward_pre_hooks, self.model._forward_hooks):
-            for key in list(hooks):
-                hooks[key] = acc.timed(hooks[key], "forward hook")
-        for attr in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks"):
-            hooks = getattr(self.opt, attr, None)
-            if hooks is not None:
-                for key in list(hooks):
-                    hooks[key] = acc.timed(hooks[key], "optimizer hook")
-        step = self.opt.__dict__.get("step")
-        if step is not None:
-            # torch 1.13: instrument's wrapper, its time minus the real step's. With the analyzer
-            # off there is no wrapper: what is measured then is the bench's own wrapping, which
-            # the "net" column takes out.
-            self.opt.step = acc.timed(step, "optimizer wrapper")
+        # instrument's hooks, attached on sampled steps only (attaching and detaching them is
+        # part of begin_step and end_step).
+        names = {"forward_pre": "forward hook", "forward": "forward hook",
+                 "optimizer_pre": "optimizer hook", "optimizer_post": "optimizer hook"}
+        for key in list(self.inst.hooks):
+            self.inst.hooks[key] = acc.timed(self.inst.hooks[key], names.get(key, key))
 
     # -- training ------------------------------------------------------------------------------
 
@@ -146,14 +135,12 @@ class Copy:
 
 class Account:
     """Time inside laggard calls on the training thread, per call and by kind (what was called,
-    on a sampled step or not); outermost timed call only, minus work inside it that is not
-    laggard's (the optimizer's own step under the torch 1.13 wrapper)."""
+    on a sampled step or not); outermost timed call only."""
 
     def __init__(self):
         self.durations = {}  # (name, sampled step?) -> [ns per call]
         self.sampled = False  # set by the training loop for the current step
         self.depth = 0
-        self.excl = 0
 
     def record(self, name, ns):
         self.durations.setdefault((name, self.sampled), []).append(ns)
@@ -165,31 +152,13 @@ class Account:
             if self.depth:
                 return fn(*args, **kwargs)
             self.depth = 1
-            self.excl = 0
             t0 = pc()
             try:
                 return fn(*args, **kwargs)
             finally:
-                t = pc() - t0 - self.excl
+                t = pc() - t0
                 self.depth = 0
                 self.record(name, t)
-
-        return wrapper
-
-    def excluded(self, fn):
-        """Work inside a timed call that is not laggard's (the optimizer's own step)."""
-        pc = time.perf_counter_ns
-
-        def wrapper(*args, **kwargs):
-            if not self.depth:  # not inside a timed call: nothing to take out
-                return fn(*args, **kwargs)
-            self.depth = 0
-            t0 = pc()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.excl += pc() - t0
-                self.depth = 1
 
         return wrapper
 

@@ -99,7 +99,8 @@ class Analyzer:
         self.module_stages = bool(module_stages)
         self.module_stage_patterns = module_stage_patterns
         self._sections = {}
-        self._on_sampled_step = []  # instrument(): per sampled step resets
+        self._on_sampled_step = []  # instrument(): attach hooks, reset state
+        self._on_step_end = []  # instrument(): detach the sampled step's hooks
         self._errors = ErrorCounter()
         self._recorder = None
         self._channel = None
@@ -333,6 +334,11 @@ class Analyzer:
             self._recorder.end_step()
         except Exception as e:
             self._errors.report("end_step", e)
+        for hook in self._on_step_end:
+            try:
+                hook()
+            except Exception as e:
+                self._errors.report("end_step", e)
 
     # -- results -----------------------------------------------------------------------------
 

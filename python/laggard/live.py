@@ -16,7 +16,7 @@ from ._log import logger
 class LiveAnalysis:
     def __init__(self, options, world_size, local_rank, sinks, errors, report_log=None,
                  late_rounds=2):
-        self.detector = _core.Detector(options)
+        self.detector = _core.LiveDetector(options, int(local_rank))
         self.world_size = int(world_size)
         self.local_rank = int(local_rank)
         self.sinks = list(sinks)
@@ -35,7 +35,6 @@ class LiveAnalysis:
         self._remote_errors = {}  # rank -> failures counted on that rank
         self._lock = threading.Lock()
         self._latest_metrics = {}
-        self._latest_report = None
 
     # -- read from any thread ----------------------------------------------------------------
 
@@ -44,8 +43,8 @@ class LiveAnalysis:
             return dict(self._latest_metrics)
 
     def latest_report(self):
-        with self._lock:
-            return self._latest_report
+        """The latest report as a dict (built on request: the analysis does not need it)."""
+        return self.detector.latest_report()
 
     # -- side-channel thread -------------------------------------------------------------------
 
@@ -99,30 +98,21 @@ class LiveAnalysis:
             self._report(step, [ranks[r] for r in sorted(ranks)])
 
     def _report(self, step, lines):
-        report = self.detector.observe_lines(lines, step=step, local_rank=self.local_rank)
-        self.parse_errors += len(report.get("parse_errors", ()))
-        metrics = report["metrics"]
-        confirmed = [f for f in report["stragglers"] if f["confirmed"]]
-        metrics["straggler/num_confirmed"] = float(len(confirmed))
-        metrics["straggler/confirmed"] = ",".join(
-            "%d:%s" % (f["rank"], f["stage"]) for f in confirmed)
-        metrics["straggler/report_errors"] = float(self.errors.total +
-                                                   sum(self._remote_errors.values()))
-        metrics["straggler/dropped_samples"] = float(sum(self._dropped.values()) +
-                                                     self.late_samples)
-        metrics["straggler/incomplete_windows"] = float(self.incomplete_windows)
-        report["metrics"] = metrics
+        # Parsing, the detector, the live metrics and the reports.jsonl line: one C++ call
+        # without the GIL, so that the training thread does not wait for this thread.
+        metrics, line, parse_errors = self.detector.observe_lines(
+            lines, step,
+            report_errors=float(self.errors.total + sum(self._remote_errors.values())),
+            dropped_samples=float(sum(self._dropped.values()) + self.late_samples),
+            incomplete_windows=float(self.incomplete_windows),
+            report_line=self.report_log is not None)
+        self.parse_errors += parse_errors
         with self._lock:
             self._latest_metrics = metrics
-            self._latest_report = report
         self.reports += 1
         if self.report_log is not None:
-            findings = {
-                "stragglers": [_finding(f) for f in report["stragglers"]],
-                "waiting": [_finding(f) for f in report["waiting"]],
-            }
             try:
-                self.report_log(step, metrics, findings)
+                self.report_log.write_line(line)
             except Exception as e:
                 self.errors.report("report log", e)
         for sink in self.sinks:
@@ -130,14 +120,8 @@ class LiveAnalysis:
                 sink(step, dict(metrics))
             except Exception as e:
                 self.errors.report("sink %s" % _name(sink), e)
-        if report.get("parse_errors"):
-            logger.debug("laggard: step %d: %d malformed samples", step,
-                         len(report["parse_errors"]))
-
-
-def _finding(f):
-    return {k: f[k] for k in ("rank", "stage", "kind", "ms", "ref_ms", "slowdown",
-                              "windows_flagged", "confirmed")}
+        if parse_errors:
+            logger.debug("laggard: step %d: %d malformed samples", step, parse_errors)
 
 
 def _name(sink):

@@ -33,27 +33,63 @@ DEFAULT_MODULE_STAGE_PATTERNS = {
 
 
 class Instrumentation:
-    """Handles of what instrument() installed; remove() takes it all out again."""
+    """What instrument() installed; remove() takes it all out again.
+
+    Hooks are attached only for the duration of a sampled step (begin_step of a sampled step
+    attaches them, its end_step detaches them): on the other steps the model runs without
+    hooks, so torch takes its fast path and laggard costs nothing there. `hooks` holds the hook
+    functions by name, as they are registered at each attach (bench/overhead.py wraps them to
+    account their time)."""
 
     def __init__(self):
-        self._handles = []
         self._undo = []
+        self._attachers = []  # functions registering this step's hooks; each returns handles
+        self._attached = []  # handles of the hooks attached for the current sampled step
+        self.hooks = {}
         self.stages = []
         self.notes = []
 
-    def remove(self):
-        for h in self._handles:
+    def _attach(self):
+        if self._attached:
+            return
+        for attach in self._attachers:
+            self._attached.extend(attach())
+
+    def _detach(self):
+        attached, self._attached = self._attached, []
+        for h in attached:
             try:
                 h.remove()
             except Exception:
                 pass
+
+    def remove(self):
+        self._detach()
         for undo in self._undo:
             try:
                 undo()
             except Exception:
                 pass
-        self._handles = []
         self._undo = []
+        self._attachers = []
+
+
+class _Restore:
+    """A handle that puts back an instance attribute replaced for one sampled step."""
+
+    __slots__ = ("obj", "name", "value", "previous")
+    _MISSING = object()
+
+    def __init__(self, obj, name, value, previous):
+        self.obj, self.name, self.value, self.previous = obj, name, value, previous
+
+    def remove(self):
+        if self.obj.__dict__.get(self.name) is not self.value:
+            return  # replaced again by someone else meanwhile: leave theirs
+        if self.previous is _Restore._MISSING:
+            delattr(self.obj, self.name)
+        else:
+            setattr(self.obj, self.name, self.previous)
 
 
 def _is_ddp(model):
@@ -96,6 +132,27 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
                  module_stages, module_stage_patterns)
     except Exception as e:
         analyzer._errors.report("instrument", e)
+        return inst
+
+    def attach():
+        try:
+            inst._attach()
+        except Exception as e:
+            inst._detach()
+            analyzer._errors.report("instrument", e)
+
+    analyzer._on_sampled_step.append(attach)
+    analyzer._on_step_end.append(inst._detach)
+
+    def undo():
+        for hooks, fn in ((analyzer._on_sampled_step, attach), (analyzer._on_step_end,
+                                                                 inst._detach)):
+            if fn in hooks:
+                hooks.remove(fn)
+
+    inst._undo.append(undo)
+    if analyzer.sampled:  # instrumented inside a sampled step: from now on
+        attach()
     return inst
 
 
@@ -118,7 +175,8 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             state["in_backward"] = False
 
         an._on_sampled_step.append(reset)
-        inst._undo.append(lambda: an._on_sampled_step.remove(reset))
+        inst._undo.append(lambda: reset in an._on_sampled_step and
+                          an._on_sampled_step.remove(reset))
 
         def comm_done():
             end(comm_id)
@@ -154,8 +212,11 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
                         t.register_hook(on_output_grad)
             return None
 
-        inst._handles.append(model.register_forward_pre_hook(pre_forward))
-        inst._handles.append(model.register_forward_hook(post_forward))
+        inst.hooks["forward_pre"] = pre_forward
+        inst.hooks["forward"] = post_forward
+        inst._attachers.append(lambda: [
+            model.register_forward_pre_hook(inst.hooks["forward_pre"]),
+            model.register_forward_hook(inst.hooks["forward"])])
         inst.stages += [s for s, i in (("forward", fwd_id), ("backward", bwd_id),
                                        ("communication", comm_id)) if i >= 0]
 
@@ -175,40 +236,40 @@ def _instrument_optimizer(inst, an, optimizer):
     opt_id = rec.stage("optimizer")
     begin, end = rec.begin, rec.end
 
+    def pre(*args):
+        if an._sampled:
+            begin(opt_id)
+
+    def post(*args):
+        if an._sampled:
+            end(opt_id)
+
+    inst.hooks["optimizer_pre"] = pre
+    inst.hooks["optimizer_post"] = post
     if hasattr(optimizer, "register_step_pre_hook") and \
             hasattr(optimizer, "register_step_post_hook"):  # torch >= 2.0
-        def pre(opt, args, kwargs):
-            if an._sampled:
-                begin(opt_id)
-
-        def post(opt, args, kwargs):
-            if an._sampled:
-                end(opt_id)
-
-        inst._handles.append(optimizer.register_step_pre_hook(pre))
-        inst._handles.append(optimizer.register_step_post_hook(post))
+        inst._attachers.append(lambda: [
+            optimizer.register_step_pre_hook(inst.hooks["optimizer_pre"]),
+            optimizer.register_step_post_hook(inst.hooks["optimizer_post"])])
     else:  # torch 1.13: wrap the instance's step, keeping its attributes (lr_scheduler's marker)
         import functools
 
-        original = optimizer.step
+        def attach():
+            previous = optimizer.__dict__.get("step", _Restore._MISSING)
+            original = optimizer.step
 
-        @functools.wraps(original)
-        def step(*args, **kwargs):
-            if not an._sampled:
-                return original(*args, **kwargs)
-            begin(opt_id)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                end(opt_id)
+            @functools.wraps(original)
+            def step(*args, **kwargs):
+                inst.hooks["optimizer_pre"](optimizer, args, kwargs)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    inst.hooks["optimizer_post"](optimizer, args, kwargs)
 
-        optimizer.step = step
+            optimizer.step = step
+            return [_Restore(optimizer, "step", step, previous)]
 
-        def undo():
-            if optimizer.__dict__.get("step") is step:
-                del optimizer.step
-
-        inst._undo.append(undo)
+        inst._attachers.append(attach)
     inst.stages.append("optimizer")
 
 
@@ -236,8 +297,8 @@ def _instrument_modules(inst, an, model, patterns):
                 if an._sampled:
                     end(_id)
 
-            inst._handles.append(module.register_forward_pre_hook(pre))
-            inst._handles.append(module.register_forward_hook(post))
+            inst._attachers.append(lambda module=module, pre=pre, post=post: [
+                module.register_forward_pre_hook(pre), module.register_forward_hook(post)])
         if matched:
             inst.stages.append(stage)
             inst.notes.append("%s: %d modules" % (stage, len(matched)))

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "laggard/laggard.hpp"
+#include "live/report_json.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -326,6 +327,81 @@ Window make_window(std::vector<StepSample> samples, std::optional<std::int64_t> 
   return w;
 }
 
+/// The analysis rank's per-window work in one call, for laggard.live.LiveAnalysis: parse the
+/// window's sample lines, run the detector, add the live metrics and format the reports.jsonl
+/// line, all with the GIL released — the side-channel thread otherwise holds the GIL for
+/// ~100 µs per window, which the training thread waits out (bench/overhead.py). The full report
+/// dict is built only when asked for (latest_report).
+class LiveDetector {
+ public:
+  LiveDetector(const DetectorOptions& options, int local_rank)
+      : detector_(options), local_rank_(local_rank) {}
+
+  struct Result {
+    Metrics metrics;
+    std::string report_line;
+    std::size_t parse_errors = 0;
+  };
+
+  // Thread-safe against report(); called from one thread.
+  Result observe(const std::vector<std::string>& lines, std::int64_t step, double report_errors,
+                 double dropped_samples, double incomplete_windows, bool want_line) {
+    Result out;
+    std::lock_guard<std::mutex> lock(mu_);
+    window_.step = step;
+    if (window_.samples.size() < lines.size()) window_.samples.resize(lines.size());
+    std::size_t n = 0;
+    for (const std::string& line : lines) {
+      if (parser_.parse(line, window_.samples[n], error_))
+        ++n;
+      else
+        ++out.parse_errors;
+    }
+    window_.samples.resize(n);
+    detector_.observe(window_, report_);
+    out.metrics = report_.metrics(local_rank_);
+    std::string confirmed;
+    int num_confirmed = 0;
+    for (const RankFinding& f : report_.stragglers) {
+      if (!f.confirmed) continue;
+      ++num_confirmed;
+      if (!confirmed.empty()) confirmed += ',';
+      confirmed += std::to_string(f.rank) + ":" + f.stage;
+    }
+    out.metrics["straggler/num_confirmed"] = static_cast<double>(num_confirmed);
+    out.metrics["straggler/confirmed"] = std::move(confirmed);
+    out.metrics["straggler/report_errors"] = report_errors;
+    out.metrics["straggler/dropped_samples"] = dropped_samples;
+    out.metrics["straggler/incomplete_windows"] = incomplete_windows;
+    if (want_line) append_report_json(step, out.metrics, report_, out.report_line);
+    metrics_ = out.metrics;
+    has_report_ = true;
+    return out;
+  }
+
+  // The latest report as laggard.Detector.observe returns it, metrics with the live extras.
+  py::object report() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!has_report_) return py::none();
+    py::dict out = report_dict(report_, local_rank_);
+    out["metrics"] = metrics_dict(metrics_);
+    return std::move(out);
+  }
+
+  const Detector& detector() const noexcept { return detector_; }
+
+ private:
+  std::mutex mu_;
+  Detector detector_;
+  int local_rank_;
+  SampleParser parser_;
+  std::string error_;
+  Window window_;  // reused: its samples keep their buffers window after window
+  Report report_;  // reused likewise
+  Metrics metrics_;
+  bool has_report_ = false;
+};
+
 }  // namespace
 }  // namespace laggard
 
@@ -591,6 +667,36 @@ PYBIND11_MODULE(_core, m) {
           "Findings confirmed so far (latest figures of each rank and stage).")
       .def_property_readonly("windows", &Detector::windows)
       .def_property_readonly("options", &Detector::options);
+
+  py::class_<LiveDetector>(m, "LiveDetector",
+                           "The analysis rank's per-window step of the live analysis "
+                           "(laggard.live): parse, detect, live metrics and the reports.jsonl "
+                           "line in one call without the GIL.")
+      .def(py::init<const DetectorOptions&, int>(), "options"_a, "local_rank"_a = 0)
+      .def(
+          "observe_lines",
+          [](LiveDetector& d, const std::vector<std::string>& lines, std::int64_t step,
+             double report_errors, double dropped_samples, double incomplete_windows,
+             bool report_line) {
+            LiveDetector::Result r;
+            {
+              py::gil_scoped_release nogil;
+              r = d.observe(lines, step, report_errors, dropped_samples, incomplete_windows,
+                            report_line);
+            }
+            return py::make_tuple(metrics_dict(r.metrics),
+                                  report_line ? py::object(py::str(r.report_line)) : py::none(),
+                                  r.parse_errors);
+          },
+          "Analyses one window given as sample JSON lines; returns (metrics, reports.jsonl line "
+          "or None, malformed lines). The metrics include straggler/num_confirmed, confirmed, "
+          "report_errors, dropped_samples and incomplete_windows (the values given).",
+          "lines"_a, "step"_a, "report_errors"_a = 0.0, "dropped_samples"_a = 0.0,
+          "incomplete_windows"_a = 0.0, "report_line"_a = false)
+      .def("latest_report", &LiveDetector::report,
+           "The latest window's full report (as Detector.observe returns it), or None.")
+      .def_property_readonly(
+          "windows", [](const LiveDetector& d) { return d.detector().windows(); });
 
   m.def(
       "evaluate_window",

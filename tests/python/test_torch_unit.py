@@ -133,6 +133,43 @@ def test_remove_undoes_everything():
     assert opt.step == step
 
 
+def test_hooks_are_attached_only_during_sampled_steps():
+    # Unsampled steps run the model and optimizer untouched (torch's fast path, no laggard
+    # call); a sampled step attaches the hooks at begin_step and removes them at end_step.
+    an = laggard.Analyzer(enabled=True, interval=2)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = opt.step
+    inst = lt.instrument(an, model=model, optimizer=opt)
+
+    def hooked():
+        return bool(model._forward_hooks or model._forward_pre_hooks or
+                    model.moe._forward_hooks or "step" in opt.__dict__)
+
+    assert not hooked()
+    an.begin_step(0)  # sampled
+    assert model._forward_hooks and model._forward_pre_hooks and "step" in opt.__dict__
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    an.end_step()
+    assert not hooked() and opt.step == step
+    an.begin_step(1)  # not sampled
+    assert not hooked()
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    an.end_step()
+    an.begin_step(2)
+    assert hooked()
+    inst.remove()  # inside a sampled step: detached now, and never attached again
+    assert not hooked() and opt.step == step
+    an.end_step()
+    an.begin_step(4)
+    assert not hooked()
+    an.end_step()
+    an.close()
+    assert an.counters()["report_errors"] == 0
+
+
 def test_lr_scheduler_keeps_working():
     an = laggard.Analyzer(enabled=True, interval=1)
     model = nn.Linear(8, 1)
