@@ -37,7 +37,8 @@ class Instrumentation:
 
     Hooks are attached only for the duration of a sampled step (begin_step of a sampled step
     attaches them, its end_step detaches them): on the other steps the model runs without
-    hooks, so torch takes its fast path and laggard costs nothing there. `hooks` holds the hook
+    hooks, so torch takes its fast path and laggard costs nothing there. With interval 1 every
+    step is sampled and the hooks stay attached. `hooks` holds the hook
     functions by name, as they are registered at each attach (bench/overhead.py wraps them to
     account their time)."""
 
@@ -141,6 +142,12 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
             inst._detach()
             analyzer._errors.report("instrument", e)
 
+    if analyzer.options.get("interval") == 1:
+        # Every step is sampled: attaching and detaching each step would only add work (a
+        # training step evicts the caches, so each call costs tens of microseconds).
+        attach()
+        inst._undo.append(inst._detach)
+        return inst
     analyzer._on_sampled_step.append(attach)
     analyzer._on_step_end.append(inst._detach)
 

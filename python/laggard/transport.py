@@ -74,6 +74,12 @@ class SideChannel:
     log_path: rank-<r>.jsonl, or None.
     """
 
+    # After the first sampled step of a batch, the thread waits this long for more before it
+    # works (log, gathers, analysis): one wake-up for several sampled steps at small intervals.
+    # Every time this thread takes the GIL the training thread may have to wait for it, so few
+    # long turns cost training less than many short ones (bench/overhead.py).
+    BATCH_S = 0.05
+
     def __init__(self, queue, rank, exchange, analysis, log_path, errors):
         self.queue = queue
         self.rank = rank
@@ -109,7 +115,7 @@ class SideChannel:
     def _run(self):
         try:
             while True:
-                rounds, items, closed = self.queue.take(0.5)
+                rounds, items, closed = self.queue.take(0.5, self.BATCH_S)
                 if items:
                     self._write_log(items)
                     self._buffer.extend(items)
