@@ -102,6 +102,9 @@ class Copy:
                  "optimizer_pre": "optimizer hook", "optimizer_post": "optimizer hook"}
         for key in list(self.inst.hooks):
             self.inst.hooks[key] = acc.timed(self.inst.hooks[key], names.get(key, key))
+        if self.inst._attached:  # interval 1: attached for good at instrument(); re-attach the
+            self.inst._detach()  # timed ones
+            self.inst._attach()
 
     # -- training ------------------------------------------------------------------------------
 

@@ -7,8 +7,6 @@ rank's sample is in, or `late_rounds` rounds after its first sample arrived (the
 that made it), always in step order so persistence counts windows in order.
 """
 
-import threading
-
 from . import _core
 from ._log import logger
 
@@ -16,7 +14,10 @@ from ._log import logger
 class LiveAnalysis:
     def __init__(self, options, world_size, local_rank, sinks, errors, report_log=None,
                  late_rounds=2):
-        self.detector = _core.LiveDetector(options, int(local_rank))
+        # The reports.jsonl sink is written by the C++ side, without the GIL.
+        path = getattr(report_log, "path", None) if report_log is not None else None
+        self._report_log_in_cpp = path is not None
+        self.detector = _core.LiveDetector(options, int(local_rank), path or "")
         self.world_size = int(world_size)
         self.local_rank = int(local_rank)
         self.sinks = list(sinks)
@@ -33,14 +34,11 @@ class LiveAnalysis:
         self._last_step = None
         self._dropped = {}  # rank -> samples that rank dropped (its queue was full)
         self._remote_errors = {}  # rank -> failures counted on that rank
-        self._lock = threading.Lock()
-        self._latest_metrics = {}
 
     # -- read from any thread ----------------------------------------------------------------
 
     def latest_metrics(self):
-        with self._lock:
-            return dict(self._latest_metrics)
+        return self.detector.latest_metrics()
 
     def latest_report(self):
         """The latest report as a dict (built on request: the analysis does not need it)."""
@@ -79,6 +77,7 @@ class LiveAnalysis:
                         self.errors.report("sink close", e)
             if self.report_log is not None:
                 try:
+                    self.detector.close_log()
                     self.report_log.close()
                 except Exception as e:
                     self.errors.report("report log", e)
@@ -99,18 +98,20 @@ class LiveAnalysis:
 
     def _report(self, step, lines):
         # Parsing, the detector, the live metrics and the reports.jsonl line: one C++ call
-        # without the GIL, so that the training thread does not wait for this thread.
-        metrics, line, parse_errors = self.detector.observe_lines(
+        # without the GIL, so that the training thread does not wait for this thread. The
+        # metrics become a dict only for sinks (latest_metrics() converts on request).
+        python_log = self.report_log is not None and not self._report_log_in_cpp
+        metrics, line, parse_errors, log_error = self.detector.observe_lines(
             lines, step,
             report_errors=float(self.errors.total + sum(self._remote_errors.values())),
             dropped_samples=float(sum(self._dropped.values()) + self.late_samples),
             incomplete_windows=float(self.incomplete_windows),
-            report_line=self.report_log is not None)
+            report_line=python_log, metrics=bool(self.sinks))
         self.parse_errors += parse_errors
-        with self._lock:
-            self._latest_metrics = metrics
         self.reports += 1
-        if self.report_log is not None:
+        if log_error is not None:
+            self.errors.report("report log", OSError(log_error))
+        if python_log:
             try:
                 self.report_log.write_line(line)
             except Exception as e:

@@ -89,8 +89,9 @@ class SideChannel:
         self.errors = errors
         self.broken = False
         self.rounds = 0
-        self._log_file = None
-        self._log_torn = False  # a failed write may have left half a line behind
+        self._log_errors = 0
+        if log_path is not None:
+            queue.set_log(os.fspath(log_path))  # take() appends to it, in C++ without the GIL
         self._buffer = []
         self._thread = threading.Thread(target=self._run, name="laggard-side-channel",
                                         daemon=True)
@@ -116,8 +117,10 @@ class SideChannel:
         try:
             while True:
                 rounds, items, closed = self.queue.take(0.5, self.BATCH_S)
+                if self.queue.log_errors != self._log_errors:  # a full disk, a removed dir
+                    self._log_errors = self.queue.log_errors
+                    self.errors.report("rank log", OSError(self.queue.log_error))
                 if items:
-                    self._write_log(items)
                     self._buffer.extend(items)
                 for _ in range(rounds):
                     self._round()
@@ -131,9 +134,9 @@ class SideChannel:
                     self.analysis.finish()
                 except Exception as e:
                     self.errors.report("live analysis", e)
-            if self._log_file is not None:
+            if self.log_path is not None:
                 try:
-                    self._log_file.close()
+                    self.queue.set_log("")  # closes the rank log
                 except Exception:
                     pass
 
@@ -157,26 +160,3 @@ class SideChannel:
                 self.analysis.add_round(gathered)
             except Exception as e:
                 self.errors.report("live analysis", e)
-
-    def _write_log(self, items):
-        if self.log_path is None:
-            return
-        try:
-            if self._log_file is None:
-                os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
-                self._log_file = open(self.log_path, "a", encoding="utf-8")
-            text = "".join(line + "\n" for _, line in items)
-            if self._log_torn:
-                text = "\n" + text  # end the torn line: only it is lost, not the next one
-            self._log_file.write(text)
-            self._log_file.flush()
-            self._log_torn = False
-        except Exception as e:  # a full disk, a removed directory: count it, keep going
-            self.errors.report("rank log", e)
-            self._log_torn = True
-            try:
-                if self._log_file is not None:
-                    self._log_file.close()
-            except Exception:
-                pass
-            self._log_file = None

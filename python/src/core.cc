@@ -9,7 +9,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -20,6 +23,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "laggard/laggard.hpp"
 #include "live/report_json.hpp"
@@ -42,6 +48,65 @@ namespace {
 /// Besides samples it counts *rounds*: one per sampled step the training thread finished. The
 /// consumer runs exactly one gather per round, so every rank runs the same number of
 /// collectives even when a sample was dropped or arrives later (device backends).
+/// Appends text to a file opened once (O_APPEND, created with its directory on first use).
+/// A failed write closes the file; the next write reopens it and starts with a newline, so only
+/// the torn line is lost, not the one after it. Not thread-safe.
+class AppendFile {
+ public:
+  explicit AppendFile(std::string path) : path_(std::move(path)) {}
+  ~AppendFile() { close(); }
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  /// False with `error` set when the text could not be written whole.
+  bool write(const std::string& text, std::string& error) {
+    if (fd_ < 0 && !open(error)) return false;
+    if (torn_) {
+      if (!write_all("\n", 1, error)) return false;
+      torn_ = false;
+    }
+    return write_all(text.data(), text.size(), error);
+  }
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  bool open(std::string& error) {
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      error = path_ + ": " + std::strerror(errno);
+      return false;
+    }
+    return true;
+  }
+
+  bool write_all(const char* data, std::size_t size, std::string& error) {
+    while (size > 0) {
+      const ssize_t n = ::write(fd_, data, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error = path_ + ": " + (n < 0 ? std::strerror(errno) : "nothing written");
+        torn_ = true;
+        close();
+        return false;
+      }
+      data += n;
+      size -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  bool torn_ = false;
+};
+
 class SampleQueue {
  public:
   struct Entry {
@@ -130,8 +195,30 @@ class SampleQueue {
     count_ = 0;
     Taken t{rounds_, closed_};
     rounds_ = 0;
+    lock.unlock();
+    if (log_ && !out.empty()) {  // the consumer's own: no lock needed
+      log_text_.clear();
+      for (const Entry& e : out) {
+        log_text_ += e.line;
+        log_text_ += '\n';
+      }
+      std::string error;
+      if (!log_->write(log_text_, error)) {
+        ++log_errors_;
+        log_error_ = std::move(error);
+      }
+    }
     return t;
   }
+
+  /// Consumer side: take() appends every sample it takes to `path` (the rank log), one line
+  /// each, before returning them. Empty: no log.
+  void set_log(const std::string& path) {
+    log_ = path.empty() ? nullptr : std::make_unique<AppendFile>(path);
+  }
+  /// Failed log writes so far, and the latest one's reason (consumer side).
+  std::uint64_t log_errors() const { return log_errors_; }
+  const std::string& log_error() const { return log_error_; }
 
   std::uint64_t pushed() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -179,6 +266,11 @@ class SampleQueue {
   std::uint64_t dropped_ = 0;
   bool closed_ = false;
   std::string scratch_;  // producer only
+  // Consumer only:
+  std::unique_ptr<AppendFile> log_;
+  std::string log_text_;
+  std::uint64_t log_errors_ = 0;
+  std::string log_error_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -347,13 +439,16 @@ Window make_window(std::vector<StepSample> samples, std::optional<std::int64_t> 
 /// dict is built only when asked for (latest_report).
 class LiveDetector {
  public:
-  LiveDetector(const DetectorOptions& options, int local_rank)
-      : detector_(options), local_rank_(local_rank) {}
+  LiveDetector(const DetectorOptions& options, int local_rank, const std::string& report_log)
+      : detector_(options), local_rank_(local_rank) {
+    if (!report_log.empty()) report_log_ = std::make_unique<AppendFile>(report_log);
+  }
 
   struct Result {
     Metrics metrics;
     std::string report_line;
     std::size_t parse_errors = 0;
+    std::string log_error;  // set when the reports.jsonl line could not be written
   };
 
   // Thread-safe against report(); called from one thread.
@@ -386,10 +481,24 @@ class LiveDetector {
     out.metrics["straggler/report_errors"] = report_errors;
     out.metrics["straggler/dropped_samples"] = dropped_samples;
     out.metrics["straggler/incomplete_windows"] = incomplete_windows;
-    if (want_line) append_report_json(step, out.metrics, report_, out.report_line);
+    if (want_line || report_log_) append_report_json(step, out.metrics, report_, out.report_line);
+    if (report_log_ && !report_log_->write(out.report_line, out.log_error) &&
+        out.log_error.empty())
+      out.log_error = "reports.jsonl: write failed";
     metrics_ = out.metrics;
     has_report_ = true;
     return out;
+  }
+
+  // The latest metrics as a dict ({} before the first report).
+  py::dict latest_metrics() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return metrics_dict(metrics_);
+  }
+
+  void close_log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    report_log_.reset();
   }
 
   // The latest report as laggard.Detector.observe returns it, metrics with the live extras.
@@ -413,6 +522,7 @@ class LiveDetector {
   Report report_;  // reused likewise
   Metrics metrics_;
   bool has_report_ = false;
+  std::unique_ptr<AppendFile> report_log_;
 };
 
 }  // namespace
@@ -516,6 +626,13 @@ PYBIND11_MODULE(_core, m) {
           "(several rounds per wake-up; cut short by close or a half-full queue); returns "
           "(rounds, [(step, line)], closed).",
           "timeout_s"_a, "linger_s"_a = 0.0)
+      .def("set_log", &SampleQueue::set_log,
+           "take() appends the samples it takes to this file (the rank log); '' for none.",
+           "path"_a)
+      .def_property_readonly("log_errors", &SampleQueue::log_errors,
+                             "Failed rank-log writes so far.")
+      .def_property_readonly("log_error", &SampleQueue::log_error,
+                             "Why the latest rank-log write failed.")
       .def("push", &SampleQueue::push, "sample"_a)
       .def("push_line", &SampleQueue::push_line, "step"_a, "line"_a)
       .def("mark_round", &SampleQueue::mark_round)
@@ -686,29 +803,36 @@ PYBIND11_MODULE(_core, m) {
                            "The analysis rank's per-window step of the live analysis "
                            "(laggard.live): parse, detect, live metrics and the reports.jsonl "
                            "line in one call without the GIL.")
-      .def(py::init<const DetectorOptions&, int>(), "options"_a, "local_rank"_a = 0)
+      .def(py::init<const DetectorOptions&, int, const std::string&>(), "options"_a,
+           "local_rank"_a = 0, "report_log"_a = "")
       .def(
           "observe_lines",
           [](LiveDetector& d, const std::vector<std::string>& lines, std::int64_t step,
              double report_errors, double dropped_samples, double incomplete_windows,
-             bool report_line) {
+             bool report_line, bool metrics) {
             LiveDetector::Result r;
             {
               py::gil_scoped_release nogil;
               r = d.observe(lines, step, report_errors, dropped_samples, incomplete_windows,
                             report_line);
             }
-            return py::make_tuple(metrics_dict(r.metrics),
-                                  report_line ? py::object(py::str(r.report_line)) : py::none(),
-                                  r.parse_errors);
+            return py::make_tuple(
+                metrics ? py::object(metrics_dict(r.metrics)) : py::none(),
+                report_line ? py::object(py::str(r.report_line)) : py::none(), r.parse_errors,
+                r.log_error.empty() ? py::none() : py::object(py::str(r.log_error)));
           },
-          "Analyses one window given as sample JSON lines; returns (metrics, reports.jsonl line "
-          "or None, malformed lines). The metrics include straggler/num_confirmed, confirmed, "
-          "report_errors, dropped_samples and incomplete_windows (the values given).",
+          "Analyses one window given as sample JSON lines; returns (metrics or None, "
+          "reports.jsonl line or None, malformed lines, report-log error or None). The metrics "
+          "include straggler/num_confirmed, confirmed, report_errors, dropped_samples and "
+          "incomplete_windows (the values given). With a report_log path given at construction "
+          "the line is appended there too.",
           "lines"_a, "step"_a, "report_errors"_a = 0.0, "dropped_samples"_a = 0.0,
-          "incomplete_windows"_a = 0.0, "report_line"_a = false)
+          "incomplete_windows"_a = 0.0, "report_line"_a = false, "metrics"_a = true)
       .def("latest_report", &LiveDetector::report,
            "The latest window's full report (as Detector.observe returns it), or None.")
+      .def("latest_metrics", &LiveDetector::latest_metrics,
+           "The latest window's metrics ({} before the first).")
+      .def("close_log", &LiveDetector::close_log, "Closes the report log.")
       .def_property_readonly(
           "windows", [](const LiveDetector& d) { return d.detector().windows(); });
 
