@@ -26,6 +26,8 @@ import re
 
 from ._log import logger
 
+_LAZY_HOOKS = True  # attach on sampled steps only (False: always attached; for A/B runs)
+
 DEFAULT_MODULE_STAGE_PATTERNS = {
     "attention": r"attention|attn",
     "moe": r"moe|mixture_?of_?experts",
@@ -142,7 +144,7 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
             inst._detach()
             analyzer._errors.report("instrument", e)
 
-    if analyzer.options.get("interval") == 1:
+    if analyzer.options.get("interval") == 1 or not _LAZY_HOOKS:
         # Every step is sampled: attaching and detaching each step would only add work (a
         # training step evicts the caches, so each call costs tens of microseconds).
         attach()
