@@ -353,8 +353,10 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
   out.work = std::numeric_limits<double>::quiet_NaN();
 
   for (auto field_result : object) {
-    od::field field;
-    if (auto code = std::move(field_result).get(field)) return invalid_json(code);
+    // The field in place, not copied out of the result: copying it (a std::pair of iterators
+    // just built field by field) stalled on store forwarding at every field.
+    if (auto code = field_result.error()) return invalid_json(code);
+    od::field& field = field_result.value_unsafe();
     Field key;
     if (auto code = classify(field, sample_field, key)) return invalid_json(code);
     od::value& value = field.value();  // a reference: copying it stalls on store forwarding
@@ -505,9 +507,9 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
   StageFields& f = stage_fields_;
   f.reset();
   for (auto field_result : object) {
-    od::field field;
+    if ((json_error_ = field_result.error())) return false;
+    od::field& field = field_result.value_unsafe();  // in place (see parse)
     Field key;
-    if ((json_error_ = std::move(field_result).get(field))) return false;
     if ((json_error_ = classify(field, stage_field, key))) return false;
     od::value& v = field.value();  // a reference: copying it stalls on store forwarding
     // A field repeated after a bad value keeps its error: the later copy must not hide it (nor the
