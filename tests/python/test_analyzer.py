@@ -336,3 +336,35 @@ def test_timing_choice_is_logged_once(caplog):
         laggard.Analyzer(enabled=True, interval=1).close()
     msgs = [r.getMessage() for r in caplog.records if "timing" in r.getMessage()]
     assert len(msgs) == 1
+
+
+def test_unwritable_log_dir_is_counted_and_training_goes_on(tmp_path):
+    # The log directory cannot be created (a file is in the way): every write of the rank log
+    # and of reports.jsonl fails. Each failure is counted, the reports still reach the sinks,
+    # and nothing reaches the training loop.
+    blocker = tmp_path / "blocked"
+    blocker.write_text("not a directory")
+    got = []
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(blocker / "logs"),
+                          sinks=[lambda s, m: got.append(m)])
+    train(an, 3, ms=0.1)
+    an.close()
+    assert len(got) == 3
+    c = an.counters()
+    assert c["report_errors"] >= 2  # the rank log and reports.jsonl, at least once each
+    assert got[-1]["straggler/report_errors"] >= 1
+    assert blocker.read_text() == "not a directory"
+
+
+def test_rank_log_and_reports_written_by_the_background_thread(tmp_path):
+    an = laggard.Analyzer(enabled=True, interval=2, log_dir=str(tmp_path))
+    train(an, 6, ms=0.1)
+    an.close()
+    lines = (tmp_path / "rank-0.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 2, 4]
+    reports = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in reports] == [0, 2, 4]
+    for r in reports:
+        assert r["straggler/ranks"] == 1.0 and r["straggler/report_errors"] == 0.0
+        assert r["stragglers"] == [] and r["waiting"] == []
+        assert "straggler/forward/mean_ms" in r and "straggler/confirmed" in r
