@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,15 +38,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // The bounded sample queue between the training thread and the Python background thread.
 
-/// Finished samples as JSON lines, handed from the Recorder's callback (training thread, no GIL
-/// needed: plain C++) to the side-channel thread, which drains it with the GIL released.
-/// Fixed slots whose string buffers are reused: after warm-up a push does not allocate. When
-/// the queue is full the sample is dropped and counted; the producer never waits for the
-/// consumer. Thread-safe: one producer and one consumer (more of either also work).
-///
-/// Besides samples it counts *rounds*: one per sampled step the training thread finished. The
-/// consumer runs exactly one gather per round, so every rank runs the same number of
-/// collectives even when a sample was dropped or arrives later (device backends).
 /// Appends text to a file opened once (O_APPEND, created with its directory on first use).
 /// A failed write closes the file; the next write reopens it and starts with a newline, so only
 /// the torn line is lost, not the one after it. Not thread-safe.
@@ -107,21 +97,34 @@ class AppendFile {
   bool torn_ = false;
 };
 
+/// Finished samples, handed from the Recorder's callback (training thread, no GIL needed: plain
+/// C++) to the side-channel thread, which formats them as JSON lines and drains the queue with
+/// the GIL released. Fixed slots whose buffers are reused: after warm-up a push does not
+/// allocate, and it never makes a system call (the consumer polls; nothing wakes it). When the
+/// queue is full the sample is dropped and counted; the producer never waits for the consumer.
+/// Thread-safe: one producer and one consumer (more of either also work).
+///
+/// Besides samples it counts *rounds*: one per sampled step the training thread finished. The
+/// consumer runs exactly one gather per round, so every rank runs the same number of
+/// collectives even when a sample was dropped or arrives later (device backends).
 class SampleQueue {
  public:
   struct Entry {
     std::int64_t step = 0;
     std::string line;
+    StepSample sample;  // what the producer handed over; formatted into `line` by take()
+    bool formatted = false;
   };
 
   explicit SampleQueue(std::size_t capacity, std::size_t line_reserve = 1024) {
     if (capacity < 1) throw std::invalid_argument("SampleQueue: capacity must be >= 1");
     ring_.resize(capacity);
     for (Entry& e : ring_) e.line.reserve(line_reserve);
-    scratch_.reserve(line_reserve);
   }
 
-  /// Producer: formats the sample outside the lock, then swaps it into a free slot.
+  /// Producer: copies the sample into a free slot (its buffers are reused: no allocation after
+  /// warm-up). The JSON line is formatted by the consumer, off the training thread: formatting
+  /// there cost tens of microseconds per sampled step once training had evicted the caches.
   void push(const StepSample& sample) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -129,36 +132,43 @@ class SampleQueue {
         ++dropped_;
         return;
       }
+      Entry& slot = ring_[(head_ + count_) % ring_.size()];
+      slot.step = sample.step;
+      slot.sample = sample;
+      slot.formatted = false;
+      ++count_;
+      ++pushed_;
     }
-    scratch_.clear();
-    append_sample_json(sample, scratch_);
-    if (!scratch_.empty() && scratch_.back() == '\n') scratch_.pop_back();
-    push_formatted(sample.step);
   }
 
   /// Producer: a line formatted elsewhere (tests, replays).
   void push_line(std::int64_t step, const std::string& line) {
-    scratch_.assign(line);
-    push_formatted(step);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (count_ == ring_.size()) {
+        ++dropped_;
+        return;
+      }
+      Entry& slot = ring_[(head_ + count_) % ring_.size()];
+      slot.step = step;
+      slot.line.assign(line);
+      slot.formatted = true;
+      ++count_;
+      ++pushed_;
+    }
   }
 
   /// Producer: one sampled step finished (whether or not its sample is in the queue yet).
   void mark_round() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++rounds_;
-      ++rounds_total_;
-    }
-    cv_.notify_one();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++rounds_;
+    ++rounds_total_;
   }
 
   /// Wakes the consumer for good; later waits return at once with closed = true.
   void close() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-    }
-    cv_.notify_all();
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
   }
 
   struct Taken {
@@ -169,11 +179,19 @@ class SampleQueue {
   /// Consumer: waits up to `timeout_s` for a round, a sample or close; then, unless closed,
   /// lingers `linger_s` more so that several rounds come out of one wake-up; moves every queued
   /// sample into `out` (swapping buffers, so neither side allocates) and takes the rounds.
-  Taken take(double timeout_s, std::vector<Entry>& out, double linger_s = 0.0) {
+  Taken take(double timeout_s, double linger_s = 0.0) {
+    std::vector<Entry>& out = taken_;  // reused: swapping with the ring keeps both sides' buffers
     std::unique_lock<std::mutex> lock(mu_);
     const auto ready = [&] { return rounds_ > 0 || count_ > 0 || closed_; };
-    if (timeout_s > 0)
-      cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), ready);
+    // Polls (every 5 ms) rather than waiting on the condition variable: the training thread
+    // then never wakes this one, and its push costs no system call (as in the C++ Analyzer).
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
+    while (!ready() && std::chrono::steady_clock::now() < deadline) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      lock.lock();
+    }
     // Lingering sleeps instead of waiting on the condition variable: the producer's notify then
     // finds no waiter and costs no system call on the training thread. Checked every 5 ms, and
     // never past half the queue (a full queue drops samples) or a close.
@@ -185,21 +203,34 @@ class SampleQueue {
         lock.lock();
       }
     }
-    out.resize(count_);
-    for (std::size_t i = 0; i < count_; ++i) {
+    if (out.size() < count_) out.resize(count_);
+    taken_count_ = count_;
+    for (std::size_t i = 0; i < count_; ++i) {  // swaps: neither side allocates
       Entry& slot = ring_[(head_ + i) % ring_.size()];
       out[i].step = slot.step;
-      out[i].line.swap(slot.line);
+      out[i].formatted = slot.formatted;
+      if (slot.formatted)
+        out[i].line.swap(slot.line);
+      else
+        std::swap(out[i].sample, slot.sample);
     }
     head_ = (head_ + count_) % ring_.size();
     count_ = 0;
     Taken t{rounds_, closed_};
     rounds_ = 0;
     lock.unlock();
-    if (log_ && !out.empty()) {  // the consumer's own: no lock needed
+    for (std::size_t i = 0; i < taken_count_; ++i) {
+      Entry& e = out[i];
+      if (e.formatted) continue;
+      e.line.clear();
+      append_sample_json(e.sample, e.line);
+      if (!e.line.empty() && e.line.back() == '\n') e.line.pop_back();
+      e.formatted = true;
+    }
+    if (log_ && taken_count_ > 0) {  // the consumer's own: no lock needed
       log_text_.clear();
-      for (const Entry& e : out) {
-        log_text_ += e.line;
+      for (std::size_t i = 0; i < taken_count_; ++i) {
+        log_text_ += out[i].line;
         log_text_ += '\n';
       }
       std::string error;
@@ -210,6 +241,10 @@ class SampleQueue {
     }
     return t;
   }
+
+  /// Consumer side: the samples the latest take() took, formatted (the first taken_count()).
+  const std::vector<Entry>& taken() const { return taken_; }
+  std::size_t taken_count() const { return taken_count_; }
 
   /// Consumer side: take() appends every sample it takes to `path` (the rank log), one line
   /// each, before returning them. Empty: no log.
@@ -239,24 +274,7 @@ class SampleQueue {
   std::size_t capacity() const { return ring_.size(); }
 
  private:
-  void push_formatted(std::int64_t step) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (count_ == ring_.size()) {
-        ++dropped_;
-        return;
-      }
-      Entry& slot = ring_[(head_ + count_) % ring_.size()];
-      slot.step = step;
-      slot.line.swap(scratch_);  // scratch_ takes the slot's old buffer: capacity is kept
-      ++count_;
-      ++pushed_;
-    }
-    cv_.notify_one();
-  }
-
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::vector<Entry> ring_;
   std::size_t head_ = 0;
   std::size_t count_ = 0;
@@ -265,8 +283,9 @@ class SampleQueue {
   std::uint64_t pushed_ = 0;
   std::uint64_t dropped_ = 0;
   bool closed_ = false;
-  std::string scratch_;  // producer only
   // Consumer only:
+  std::vector<Entry> taken_;
+  std::size_t taken_count_ = 0;
   std::unique_ptr<AppendFile> log_;
   std::string log_text_;
   std::uint64_t log_errors_ = 0;
@@ -606,20 +625,20 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<SampleQueue, std::shared_ptr<SampleQueue>>(
       m, "SampleQueue",
-      "Bounded queue of finished samples (JSON lines) from the recorder to a drain thread. "
-      "Full: the sample is dropped and counted; the producer never waits.")
+      "Bounded queue of finished samples from the recorder to a drain thread, which gets them "
+      "as JSON lines. Full: the sample is dropped and counted; the producer never waits.")
       .def(py::init<std::size_t, std::size_t>(), "capacity"_a = 64, "line_reserve"_a = 1024)
       .def(
           "take",
           [](SampleQueue& q, double timeout_s, double linger_s) {
-            std::vector<SampleQueue::Entry> entries;
             SampleQueue::Taken t;
             {
               py::gil_scoped_release nogil;
-              t = q.take(timeout_s, entries, linger_s);
+              t = q.take(timeout_s, linger_s);
             }
             py::list lines;
-            for (const auto& e : entries) lines.append(py::make_tuple(e.step, e.line));
+            for (std::size_t i = 0; i < q.taken_count(); ++i)
+              lines.append(py::make_tuple(q.taken()[i].step, q.taken()[i].line));
             return py::make_tuple(t.rounds, lines, t.closed);
           },
           "Waits up to timeout_s (GIL released) for work, then lingers up to linger_s for more "
