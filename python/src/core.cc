@@ -183,23 +183,25 @@ class SampleQueue {
     std::vector<Entry>& out = taken_;  // reused: swapping with the ring keeps both sides' buffers
     std::unique_lock<std::mutex> lock(mu_);
     const auto ready = [&] { return rounds_ > 0 || count_ > 0 || closed_; };
-    // Polls (every 5 ms) rather than waiting on the condition variable: the training thread
-    // then never wakes this one, and its push costs no system call (as in the C++ Analyzer).
+    // Polls rather than waiting on a condition variable: the training thread then never wakes
+    // this one, and its push costs no system call (a wake-up cost ~35 us of the training
+    // thread's time per sampled step on a VM; the C++ Analyzer polls too). Every 20 ms: the
+    // thread's wake-ups cost well under 0.1 % of a core.
+    const auto step = std::chrono::milliseconds(20);
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
     while (!ready() && std::chrono::steady_clock::now() < deadline) {
       lock.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(step);
       lock.lock();
     }
-    // Lingering sleeps instead of waiting on the condition variable: the producer's notify then
-    // finds no waiter and costs no system call on the training thread. Checked every 5 ms, and
-    // never past half the queue (a full queue drops samples) or a close.
+    // Then lingers, so that several rounds come out of one wake-up; never past half the queue
+    // (a full queue drops samples) or a close.
     if (linger_s > 0 && (rounds_ > 0 || count_ > 0)) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(linger_s);
       while (!closed_ && count_ * 2 < ring_.size() && std::chrono::steady_clock::now() < until) {
         lock.unlock();
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::this_thread::sleep_for(step / 2);
         lock.lock();
       }
     }
