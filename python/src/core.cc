@@ -9,24 +9,19 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <filesystem>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "laggard/laggard.hpp"
+#include "live/line_file.hpp"
 #include "live/report_json.hpp"
 
 namespace py = pybind11;
@@ -37,65 +32,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // The bounded sample queue between the training thread and the Python background thread.
-
-/// Appends text to a file opened once (O_APPEND, created with its directory on first use).
-/// A failed write closes the file; the next write reopens it and starts with a newline, so only
-/// the torn line is lost, not the one after it. Not thread-safe.
-class AppendFile {
- public:
-  explicit AppendFile(std::string path) : path_(std::move(path)) {}
-  ~AppendFile() { close(); }
-  AppendFile(const AppendFile&) = delete;
-  AppendFile& operator=(const AppendFile&) = delete;
-
-  /// False with `error` set when the text could not be written whole.
-  bool write(const std::string& text, std::string& error) {
-    if (fd_ < 0 && !open(error)) return false;
-    if (torn_) {
-      if (!write_all("\n", 1, error)) return false;
-      torn_ = false;
-    }
-    return write_all(text.data(), text.size(), error);
-  }
-
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  bool open(std::string& error) {
-    std::error_code ec;
-    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      error = path_ + ": " + std::strerror(errno);
-      return false;
-    }
-    return true;
-  }
-
-  bool write_all(const char* data, std::size_t size, std::string& error) {
-    while (size > 0) {
-      const ssize_t n = ::write(fd_, data, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        error = path_ + ": " + (n < 0 ? std::strerror(errno) : "nothing written");
-        torn_ = true;
-        close();
-        return false;
-      }
-      data += n;
-      size -= static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  bool torn_ = false;
-};
 
 /// Finished samples, handed from the Recorder's callback (training thread, no GIL needed: plain
 /// C++) to the side-channel thread, which formats them as JSON lines and drains the queue with
@@ -229,14 +165,14 @@ class SampleQueue {
       if (!e.line.empty() && e.line.back() == '\n') e.line.pop_back();
       e.formatted = true;
     }
-    if (log_ && taken_count_ > 0) {  // the consumer's own: no lock needed
+    if (!log_path_.empty() && taken_count_ > 0) {  // the consumer's own: no lock needed
       log_text_.clear();
       for (std::size_t i = 0; i < taken_count_; ++i) {
         log_text_ += out[i].line;
         log_text_ += '\n';
       }
       std::string error;
-      if (!log_->write(log_text_, error)) {
+      if (!log_.write(log_path_, log_text_, error)) {
         ++log_errors_;
         log_error_ = std::move(error);
       }
@@ -251,7 +187,8 @@ class SampleQueue {
   /// Consumer side: take() appends every sample it takes to `path` (the rank log), one line
   /// each, before returning them. Empty: no log.
   void set_log(const std::string& path) {
-    log_ = path.empty() ? nullptr : std::make_unique<AppendFile>(path);
+    log_.close();
+    log_path_ = path;
   }
   /// Failed log writes so far, and the latest one's reason (consumer side).
   std::uint64_t log_errors() const { return log_errors_; }
@@ -288,7 +225,8 @@ class SampleQueue {
   // Consumer only:
   std::vector<Entry> taken_;
   std::size_t taken_count_ = 0;
-  std::unique_ptr<AppendFile> log_;
+  std::string log_path_;
+  LineFile log_;
   std::string log_text_;
   std::uint64_t log_errors_ = 0;
   std::string log_error_;
@@ -462,7 +400,7 @@ class LiveDetector {
  public:
   LiveDetector(const DetectorOptions& options, int local_rank, const std::string& report_log)
       : detector_(options), local_rank_(local_rank) {
-    if (!report_log.empty()) report_log_ = std::make_unique<AppendFile>(report_log);
+    report_log_path_ = report_log;
   }
 
   struct Result {
@@ -502,10 +440,9 @@ class LiveDetector {
     out.metrics["straggler/report_errors"] = report_errors;
     out.metrics["straggler/dropped_samples"] = dropped_samples;
     out.metrics["straggler/incomplete_windows"] = incomplete_windows;
-    if (want_line || report_log_) append_report_json(step, out.metrics, report_, out.report_line);
-    if (report_log_ && !report_log_->write(out.report_line, out.log_error) &&
-        out.log_error.empty())
-      out.log_error = "reports.jsonl: write failed";
+    const bool log = !report_log_path_.empty();
+    if (want_line || log) append_report_json(step, out.metrics, report_, out.report_line);
+    if (log) report_log_.write(report_log_path_, out.report_line, out.log_error);
     metrics_ = out.metrics;
     has_report_ = true;
     return out;
@@ -519,7 +456,7 @@ class LiveDetector {
 
   void close_log() {
     std::lock_guard<std::mutex> lock(mu_);
-    report_log_.reset();
+    report_log_.close();
   }
 
   // The latest report as laggard.Detector.observe returns it, metrics with the live extras.
@@ -543,7 +480,8 @@ class LiveDetector {
   Report report_;  // reused likewise
   Metrics metrics_;
   bool has_report_ = false;
-  std::unique_ptr<AppendFile> report_log_;
+  std::string report_log_path_;
+  LineFile report_log_;
 };
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "laggard/cuda.hpp"
 #include "laggard/jsonl.hpp"
 #include "live/error_counter.hpp"
+#include "live/line_file.hpp"
 #include "live/report_json.hpp"
 #include "live/sample_ring.hpp"
 #include "live/window_assembler.hpp"
@@ -84,45 +85,6 @@ void validate(const AnalyzerOptions& o) {
           "poll_interval_s must be in (0, 1]");
   require(!o.log_dir || !o.log_dir->empty(), "log_dir must not be empty when set");
 }
-
-// An append-only JSON Lines file, opened on first use and flushed per line. A failed write
-// may leave half a line behind; the next write starts on a fresh line, so only that one is lost.
-class LineFile {
- public:
-  ~LineFile() { close(); }
-  /// False on failure, with `error` saying why.
-  bool write(const std::string& path, std::string_view line, std::string& error) {
-    if (file_ == nullptr) {
-      std::error_code ec;
-      const auto parent = std::filesystem::path(path).parent_path();
-      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-      file_ = std::fopen(path.c_str(), "a");
-      if (file_ == nullptr) {
-        error = "cannot open " + path + ": " + std::strerror(errno);
-        return false;
-      }
-    }
-    if (torn_) std::fputc('\n', file_);
-    const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() &&
-                    std::fflush(file_) == 0;
-    if (!ok) {
-      error = "cannot write " + path + ": " + std::strerror(errno);
-      torn_ = true;
-      close();  // reopened next time: the directory may come back
-      return false;
-    }
-    torn_ = false;
-    return true;
-  }
-  void close() {
-    if (file_ != nullptr) std::fclose(file_);
-    file_ = nullptr;
-  }
-
- private:
-  std::FILE* file_ = nullptr;
-  bool torn_ = false;
-};
 
 // Everything the background thread uses. Shared with that thread, so that a thread left behind
 // by close() (stuck in a user's sink, say) never outlives what it touches.
