@@ -131,7 +131,7 @@ class Analyzer:
             raise ImportError("laggard._core is not built (configure with "
                               "-DLAGGARD_BUILD_PYTHON=ON and build the _core target): %s" % e) \
                 from e
-        from .sinks import JsonlReportSink, as_sink
+        from .sinks import as_sink
 
         options = _core.DetectorOptions(ref=ref, relative_threshold=float(relative_threshold),
                                         absolute_ms_threshold=float(absolute_ms_threshold),
@@ -194,12 +194,12 @@ class Analyzer:
                      "is not initialized: analysing this rank alone", self.world_size)
 
         log_path = None
-        report_log = None
+        report_log = None  # reports.jsonl, written by the live analysis (in C++)
         if log_dir is not None:
             log_dir = os.fspath(log_dir)
             log_path = os.path.join(log_dir, "rank-%d.jsonl" % self.rank)
             if self.is_analysis_rank:
-                report_log = JsonlReportSink(os.path.join(log_dir, "reports.jsonl"))
+                report_log = os.path.join(log_dir, "reports.jsonl")
         if self.is_analysis_rank and exchange is not None:
             late_rounds = 2 if self.backend_name == "host-clock" else max_pending + 2
             self._analysis = _live_analysis(options, exchange.world_size, self.rank, sink_list,

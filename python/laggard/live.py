@@ -14,10 +14,8 @@ from ._log import logger
 class LiveAnalysis:
     def __init__(self, options, world_size, local_rank, sinks, errors, report_log=None,
                  late_rounds=2):
-        # The reports.jsonl sink is written by the C++ side, without the GIL.
-        path = getattr(report_log, "path", None) if report_log is not None else None
-        self._report_log_in_cpp = path is not None
-        self.detector = _core.LiveDetector(options, int(local_rank), path or "")
+        # report_log: the path of reports.jsonl, appended by the C++ side without the GIL.
+        self.detector = _core.LiveDetector(options, int(local_rank), report_log or "")
         self.world_size = int(world_size)
         self.local_rank = int(local_rank)
         self.sinks = list(sinks)
@@ -78,7 +76,6 @@ class LiveAnalysis:
             if self.report_log is not None:
                 try:
                     self.detector.close_log()
-                    self.report_log.close()
                 except Exception as e:
                     self.errors.report("report log", e)
 
@@ -100,22 +97,15 @@ class LiveAnalysis:
         # Parsing, the detector, the live metrics and the reports.jsonl line: one C++ call
         # without the GIL, so that the training thread does not wait for this thread. The
         # metrics become a dict only for sinks (latest_metrics() converts on request).
-        python_log = self.report_log is not None and not self._report_log_in_cpp
-        metrics, line, parse_errors, log_error = self.detector.observe_lines(
+        metrics, parse_errors, log_error = self.detector.observe_lines(
             lines, step,
             report_errors=float(self.errors.total + sum(self._remote_errors.values())),
             dropped_samples=float(sum(self._dropped.values()) + self.late_samples),
-            incomplete_windows=float(self.incomplete_windows),
-            report_line=python_log, metrics=bool(self.sinks))
+            incomplete_windows=float(self.incomplete_windows), metrics=bool(self.sinks))
         self.parse_errors += parse_errors
         self.reports += 1
         if log_error is not None:
             self.errors.report("report log", OSError(log_error))
-        if python_log:
-            try:
-                self.report_log.write_line(line)
-            except Exception as e:
-                self.errors.report("report log", e)
         for sink in self.sinks:
             try:
                 sink(step, dict(metrics))

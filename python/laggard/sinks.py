@@ -59,23 +59,13 @@ class JsonlReportSink:
             record.update(findings)
         line = json.dumps(_json_value(record), separators=(",", ":"), sort_keys=False) + "\n"
         with self._lock:
-            self._open()
+            if self._file is None:
+                parent = os.path.dirname(self.path)
+                if parent:
+                    os.makedirs(parent, exist_ok=True)
+                self._file = open(self.path, "a", encoding="utf-8")
             self._file.write(line)
             self._file.flush()
-
-    def write_line(self, line):
-        """Appends a line already formatted (the live analysis formats it in C++)."""
-        with self._lock:
-            self._open()
-            self._file.write(line)
-            self._file.flush()
-
-    def _open(self):
-        if self._file is None:
-            parent = os.path.dirname(self.path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")
 
     def close(self):
         with self._lock:

@@ -405,14 +405,13 @@ class LiveDetector {
 
   struct Result {
     Metrics metrics;
-    std::string report_line;
     std::size_t parse_errors = 0;
     std::string log_error;  // set when the reports.jsonl line could not be written
   };
 
   // Thread-safe against report(); called from one thread.
   Result observe(const std::vector<std::string>& lines, std::int64_t step, double report_errors,
-                 double dropped_samples, double incomplete_windows, bool want_line) {
+                 double dropped_samples, double incomplete_windows) {
     Result out;
     std::lock_guard<std::mutex> lock(mu_);
     window_.step = step;
@@ -427,22 +426,12 @@ class LiveDetector {
     window_.samples.resize(n);
     detector_.observe(window_, report_);
     out.metrics = report_.metrics(local_rank_);
-    std::string confirmed;
-    int num_confirmed = 0;
-    for (const RankFinding& f : report_.stragglers) {
-      if (!f.confirmed) continue;
-      ++num_confirmed;
-      if (!confirmed.empty()) confirmed += ',';
-      confirmed += std::to_string(f.rank) + ":" + f.stage;
+    add_live_metrics(report_, report_errors, dropped_samples, incomplete_windows, out.metrics);
+    if (!report_log_path_.empty()) {
+      report_line_.clear();
+      append_report_json(step, out.metrics, report_, report_line_);
+      report_log_.write(report_log_path_, report_line_, out.log_error);
     }
-    out.metrics["straggler/num_confirmed"] = static_cast<double>(num_confirmed);
-    out.metrics["straggler/confirmed"] = std::move(confirmed);
-    out.metrics["straggler/report_errors"] = report_errors;
-    out.metrics["straggler/dropped_samples"] = dropped_samples;
-    out.metrics["straggler/incomplete_windows"] = incomplete_windows;
-    const bool log = !report_log_path_.empty();
-    if (want_line || log) append_report_json(step, out.metrics, report_, out.report_line);
-    if (log) report_log_.write(report_log_path_, out.report_line, out.log_error);
     metrics_ = out.metrics;
     has_report_ = true;
     return out;
@@ -482,6 +471,7 @@ class LiveDetector {
   bool has_report_ = false;
   std::string report_log_path_;
   LineFile report_log_;
+  std::string report_line_;  // reused
 };
 
 }  // namespace
@@ -768,25 +758,23 @@ PYBIND11_MODULE(_core, m) {
           "observe_lines",
           [](LiveDetector& d, const std::vector<std::string>& lines, std::int64_t step,
              double report_errors, double dropped_samples, double incomplete_windows,
-             bool report_line, bool metrics) {
+             bool metrics) {
             LiveDetector::Result r;
             {
               py::gil_scoped_release nogil;
-              r = d.observe(lines, step, report_errors, dropped_samples, incomplete_windows,
-                            report_line);
+              r = d.observe(lines, step, report_errors, dropped_samples, incomplete_windows);
             }
             return py::make_tuple(
-                metrics ? py::object(metrics_dict(r.metrics)) : py::none(),
-                report_line ? py::object(py::str(r.report_line)) : py::none(), r.parse_errors,
+                metrics ? py::object(metrics_dict(r.metrics)) : py::none(), r.parse_errors,
                 r.log_error.empty() ? py::none() : py::object(py::str(r.log_error)));
           },
-          "Analyses one window given as sample JSON lines; returns (metrics or None, "
-          "reports.jsonl line or None, malformed lines, report-log error or None). The metrics "
-          "include straggler/num_confirmed, confirmed, report_errors, dropped_samples and "
-          "incomplete_windows (the values given). With a report_log path given at construction "
-          "the line is appended there too.",
+          "Analyses one window given as sample JSON lines; returns (metrics or None, malformed "
+          "lines, report-log error or None). The metrics include straggler/num_confirmed, "
+          "confirmed, report_errors, dropped_samples and incomplete_windows (the values given). "
+          "With a report_log path given at construction, the window's reports.jsonl line is "
+          "appended there.",
           "lines"_a, "step"_a, "report_errors"_a = 0.0, "dropped_samples"_a = 0.0,
-          "incomplete_windows"_a = 0.0, "report_line"_a = false, "metrics"_a = true)
+          "incomplete_windows"_a = 0.0, "metrics"_a = true)
       .def("latest_report", &LiveDetector::report,
            "The latest window's full report (as Detector.observe returns it), or None.")
       .def("latest_metrics", &LiveDetector::latest_metrics,

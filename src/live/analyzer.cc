@@ -310,24 +310,13 @@ void Background::analyse(bool final) {
 
 void Background::publish(std::int64_t step, Report&& report) {
   Metrics metrics = report.metrics(rank);
-  std::string confirmed;
-  int num_confirmed = 0;
-  for (const RankFinding& f : report.stragglers) {
-    if (!f.confirmed) continue;
-    ++num_confirmed;
-    if (!confirmed.empty()) confirmed += ',';
-    confirmed += std::to_string(f.rank) + ":" + f.stage;
-  }
   std::uint64_t remote_err = 0;
   std::uint64_t dropped = ring.dropped() + late_samples.load(std::memory_order_relaxed);
   for (const auto& [r, n] : remote_errors) remote_err += n;
   for (const auto& [r, n] : remote_dropped) dropped += n;
-  metrics["straggler/num_confirmed"] = static_cast<double>(num_confirmed);
-  metrics["straggler/confirmed"] = std::move(confirmed);
-  metrics["straggler/report_errors"] = static_cast<double>(errors.total() + remote_err);
-  metrics["straggler/dropped_samples"] = static_cast<double>(dropped);
-  metrics["straggler/incomplete_windows"] =
-      static_cast<double>(incomplete.load(std::memory_order_relaxed));
+  add_live_metrics(report, static_cast<double>(errors.total() + remote_err),
+                   static_cast<double>(dropped),
+                   static_cast<double>(incomplete.load(std::memory_order_relaxed)), metrics);
 
   if (!report_log_path.empty()) {
     report_line.clear();

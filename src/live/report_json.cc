@@ -4,7 +4,9 @@
 
 #include <charconv>
 #include <cmath>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 
 namespace laggard {
@@ -62,6 +64,23 @@ void append_report_json(std::int64_t step, const Metrics& metrics, const Report&
   append_findings("stragglers", report.stragglers, out);
   append_findings("waiting", report.waiting, out);
   out += "}\n";
+}
+
+void add_live_metrics(const Report& report, double report_errors, double dropped_samples,
+                      double incomplete_windows, Metrics& metrics) {
+  std::string confirmed;
+  int num_confirmed = 0;
+  for (const RankFinding& f : report.stragglers) {
+    if (!f.confirmed) continue;
+    ++num_confirmed;
+    if (!confirmed.empty()) confirmed += ',';
+    confirmed += std::to_string(f.rank) + ":" + f.stage;
+  }
+  metrics["straggler/num_confirmed"] = static_cast<double>(num_confirmed);
+  metrics["straggler/confirmed"] = std::move(confirmed);
+  metrics["straggler/report_errors"] = report_errors;
+  metrics["straggler/dropped_samples"] = dropped_samples;
+  metrics["straggler/incomplete_windows"] = incomplete_windows;
 }
 
 }  // namespace laggard

@@ -1,4 +1,5 @@
-// One line of reports.jsonl. Private.
+// What the live analysis reports per window beyond the detector: its metrics and one line of
+// reports.jsonl. Shared by the C++ Analyzer and the Python side channel. Private.
 #pragma once
 
 #include <cstdint>
@@ -12,5 +13,11 @@ namespace laggard {
 /// `out` (the layout the Python JsonlReportSink writes). Non-finite numbers become null.
 void append_report_json(std::int64_t step, const Metrics& metrics, const Report& report,
                         std::string& out);
+
+/// Adds the live analysis's metrics to `metrics`: straggler/num_confirmed and
+/// straggler/confirmed ("rank:stage,..." of the report's confirmed stragglers), and the counts
+/// given as straggler/report_errors, straggler/dropped_samples, straggler/incomplete_windows.
+void add_live_metrics(const Report& report, double report_errors, double dropped_samples,
+                      double incomplete_windows, Metrics& metrics);
 
 }  // namespace laggard
