@@ -162,23 +162,25 @@ double median_inplace(double* buf, std::size_t count) {
   return middle_of(buf, n, n / 2, n % 2 == 0);
 }
 
-double median_of(const double* data, std::size_t n, std::vector<double>& scratch) {
-  if (n == 0) return 0.0;
-  const Values values{data, 0.0, false};
-  if (n >= kSampleFrom) return sampled_median(n, values, scratch);
-  if (scratch.size() < n) scratch.resize(n);
-  std::copy(data, data + n, scratch.data());
-  return median_inplace(scratch.data(), n);
-}
+namespace {
 
-double median_abs_deviation(const double* data, std::size_t n, double center,
-                            std::vector<double>& scratch) {
+double median_of_values(std::size_t n, const Values& values, std::vector<double>& scratch) {
   if (n == 0) return 0.0;
-  const Values values{data, center, true};
   if (n >= kSampleFrom) return sampled_median(n, values, scratch);
   if (scratch.size() < n) scratch.resize(n);
   for (std::size_t i = 0; i < n; ++i) scratch[i] = values(static_cast<std::ptrdiff_t>(i));
   return median_inplace(scratch.data(), n);
+}
+
+}  // namespace
+
+double median_of(const double* data, std::size_t n, std::vector<double>& scratch) {
+  return median_of_values(n, Values{data, 0.0, false}, scratch);
+}
+
+double median_abs_deviation(const double* data, std::size_t n, double center,
+                            std::vector<double>& scratch) {
+  return median_of_values(n, Values{data, center, true}, scratch);
 }
 
 }  // namespace laggard::detail
