@@ -72,10 +72,18 @@ class Copy:
         self.step = 0
         self.losses = []
         self.acc = Account() if account else None
+        kwargs = dict(kwargs)
+        always_attached = kwargs.pop("hooks_always_attached", False)
         self.an = laggard.Analyzer(timing="host", **kwargs)
         if self.acc is not None:
             self._wrap_before_instrument()
-        self.inst = laggard.torch.instrument(self.an, model=self.model, optimizer=self.opt)
+        # instrument() attaches its hooks on sampled steps only; --always-attached compares that
+        # with hooks attached for good (a private switch of laggard.torch, for this A/B).
+        laggard.torch._LAZY_HOOKS = not always_attached
+        try:
+            self.inst = laggard.torch.instrument(self.an, model=self.model, optimizer=self.opt)
+        finally:
+            laggard.torch._LAZY_HOOKS = True
         if self.acc is not None:
             self._wrap_after_instrument()
 
@@ -257,7 +265,14 @@ def main(argv=None):
     p.add_argument("--breakdown", action="store_true",
                    help="also print the accounted cost of each kind of laggard call")
     p.add_argument("--quick", action="store_true", help="a short run: 30 rounds, 10 accounted")
+    p.add_argument("--always-attached", action="store_true",
+                   help="add a fourth copy: interval 10 with instrument's hooks attached for good "
+                        "instead of on sampled steps only")
     a = p.parse_args(argv)
+    modes = list(MODES)
+    if a.always_attached:
+        modes.append(("on, interval 10, hooks always attached",
+                      dict(enabled=True, interval=10, hooks_always_attached=True)))
     if a.quick:
         a.rounds, a.account_rounds, a.warmup_rounds = 30, 10, 1
     if a.block < 1 or a.block % 10:
@@ -270,7 +285,7 @@ def main(argv=None):
 
     load0 = os.getloadavg()
     t_start = time.monotonic()
-    copies = [Copy(name, kw, dims, data) for name, kw in MODES]
+    copies = [Copy(name, kw, dims, data) for name, kw in modes]
     walls = {c.name: [] for c in copies}
     cpus = {c.name: [] for c in copies}
     procs = {c.name: [] for c in copies}
@@ -283,7 +298,7 @@ def main(argv=None):
                 cpus[c.name].append(cpu)
                 procs[c.name].append(proc)
 
-    accounted = [Copy(name, kw, dims, data, account=True) for name, kw in MODES]
+    accounted = [Copy(name, kw, dims, data, account=True) for name, kw in modes]
     timer_ns = timer_cost_ns()
     acc_walls = {c.name: [] for c in accounted}
     for c in accounted:

@@ -26,7 +26,7 @@ import re
 
 from ._log import logger
 
-_LAZY_HOOKS = True  # attach on sampled steps only (False: always attached; for A/B runs)
+_LAZY_HOOKS = True  # attach on sampled steps only (False: always; bench/overhead.py --always-attached)
 
 DEFAULT_MODULE_STAGE_PATTERNS = {
     "attention": r"attention|attn",
