@@ -6,13 +6,17 @@
 //   BM_EvaluateFresh/<scenario>: evaluate_window returning a new Report each time (mean).
 //   BM_Observe/<scenario>: Detector::observe (evaluate + persistence) into a reused Report,
 //     default options.
+//   BM_Median/<how>: the median of one stage's 16,384 times; 0 the sampled selection the
+//     detector uses (median_of), 1 a copy and a quickselect (median_inplace), as before.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "analysis/median.hpp"
 #include "laggard/detector.hpp"
 
 namespace {
@@ -116,6 +120,27 @@ void BM_Observe(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kRanks * kStages);
 }
 BENCHMARK(BM_Observe)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+void BM_Median(benchmark::State& state) {
+  const laggard::Window& w = window(0);
+  std::vector<double> column;
+  for (const laggard::StepSample& s : w.samples) column.push_back(s.stages[1].ms);  // forward
+  std::vector<double> scratch(column.size());
+  const bool sampled = state.range(0) == 0;
+  for (auto _ : state) {
+    double m;
+    if (sampled) {
+      m = laggard::detail::median_of(column.data(), column.size(), scratch);
+    } else {
+      std::copy(column.begin(), column.end(), scratch.begin());
+      m = laggard::detail::median_inplace(scratch.data(), scratch.size());
+    }
+    benchmark::DoNotOptimize(m);
+  }
+  state.SetItemsProcessed(state.iterations() * kRanks);
+  state.SetLabel(sampled ? "sampled selection" : "copy + quickselect");
+}
+BENCHMARK(BM_Median)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -120,9 +120,9 @@ class SampleQueue {
     std::unique_lock<std::mutex> lock(mu_);
     const auto ready = [&] { return rounds_ > 0 || count_ > 0 || closed_; };
     // Polls rather than waiting on a condition variable: the training thread then never wakes
-    // this one, and its push costs no system call (a wake-up cost ~35 us of the training
-    // thread's time per sampled step on a VM; the C++ Analyzer polls too). Every 20 ms: the
-    // thread's wake-ups cost well under 0.1 % of a core.
+    // this one, and its push costs no system call (the wake-up was most of a sampled end_step
+    // in bench/overhead.py --breakdown; the C++ Analyzer polls too). Every 20 ms: 50 wake-ups
+    // a second at most.
     const auto step = std::chrono::milliseconds(20);
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));

@@ -138,8 +138,9 @@ struct ColumnResult {
 };
 
 // Everything an evaluation needs besides its output, kept per thread between windows. A window
-// of 16,384 ranks x 16 stages needs ~3 MB of it; allocating (and page-faulting) that afresh for
-// every window cost a fifth of the evaluation (bench/detector_bench.cc).
+// of 16,384 ranks x 16 stages needs ~3 MB of it; allocated afresh for every window, its page
+// faults were the largest item after the evaluator itself in a profile of
+// bench/detector_bench.cc.
 struct Workspace {
   std::vector<Cohort> cohorts;  // the first `cohorts_used` are this window's
   std::size_t cohorts_used = 0;

@@ -122,8 +122,8 @@ constexpr double kBandSigmas = 3.9;
 
 // Floyd–Rivest's idea: two pivots from a random sample bracket the median closely; one pass
 // counts the values below the lower pivot and keeps those between the pivots (a sixth of
-// them), and the median is selected among the kept ones. 3x faster than copying and
-// selecting at 16k values (bench/detector_bench.cc).
+// them), and the median is selected among the kept ones. ~3x faster than copying and
+// selecting at 16k values (BM_Median in bench/detector_bench.cc).
 double sampled_median(std::size_t count, const Values& value, std::vector<double>& scratch) {
   const auto n = static_cast<std::ptrdiff_t>(count);
   const std::ptrdiff_t k_hi = n / 2;  // the upper middle; the lower one is k_hi - 1 for even n
