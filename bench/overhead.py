@@ -81,7 +81,9 @@ class Copy:
         # with hooks attached for good (a private switch of laggard.torch, for this A/B).
         laggard.torch._LAZY_HOOKS = not always_attached
         try:
-            self.inst = laggard.torch.instrument(self.an, model=self.model, optimizer=self.opt)
+            self.inst = laggard.torch.instrument(
+                self.an, model=self.model, optimizer=self.opt,
+                _wrap=self._timed_hook if self.acc is not None else None)
         finally:
             laggard.torch._LAZY_HOOKS = True
         if self.acc is not None:
@@ -91,7 +93,7 @@ class Copy:
 
     def _wrap_before_instrument(self):
         acc, an = self.acc, self.an
-        if an.enabled:  # instrument's hooks capture recorder.begin/end: give them timed ones
+        if an.enabled:  # instrument's hooks capture the recorder's marks: give them timed ones
             an._recorder = RecorderProxy(an._recorder, acc)
 
     def _wrap_after_instrument(self):
@@ -104,15 +106,14 @@ class Copy:
             return TimedSection(acc.timed(section, "Analyzer.section")(name, kind), acc)
 
         an.section = timed_section
-        # instrument's hooks, attached on sampled steps only (attaching and detaching them is
-        # part of begin_step and end_step).
-        names = {"forward_pre": "forward hook", "forward": "forward hook",
-                 "optimizer_pre": "optimizer hook", "optimizer_post": "optimizer hook"}
-        for key in list(self.inst.hooks):
-            self.inst.hooks[key] = acc.timed(self.inst.hooks[key], names.get(key, key))
-        if self.inst._attached:  # interval 1: attached for good at instrument(); re-attach the
-            self.inst._detach()  # timed ones
-            self.inst._attach()
+
+    HOOK_NAMES = {"forward_pre": "forward pre-hook", "forward": "forward hook",
+                  "optimizer_pre": "optimizer hook", "optimizer_post": "optimizer hook"}
+
+    def _timed_hook(self, name, fn):
+        """instrument()'s hooks, timed (attached on sampled steps only; attaching and detaching
+        them is part of begin_step and end_step)."""
+        return self.acc.timed(fn, self.HOOK_NAMES.get(name, name))
 
     # -- training ------------------------------------------------------------------------------
 
@@ -203,12 +204,16 @@ class TimedSection:
 
 
 class RecorderProxy:
-    """The recorder with timed begin/end (what instrument's backward hooks call)."""
+    """The recorder with timed marks (the stage begin/end builtins instrument's hooks call)."""
 
     def __init__(self, rec, acc):
         self._rec = rec
-        self.begin = acc.timed(rec.begin, "recorder.begin (backward hooks)")
-        self.end = acc.timed(rec.end, "recorder.end (backward hooks)")
+        self._acc = acc
+
+    def marks(self, stage_id):
+        begin, end = self._rec.marks(stage_id)
+        return (self._acc.timed(begin, "recorder mark (backward hooks)"),
+                self._acc.timed(end, "recorder mark (backward hooks)"))
 
     def __getattr__(self, name):
         return getattr(self._rec, name)

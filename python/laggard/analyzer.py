@@ -99,7 +99,7 @@ class Analyzer:
         self.module_stages = bool(module_stages)
         self.module_stage_patterns = module_stage_patterns
         self._sections = {}
-        self._on_sampled_step = []  # instrument(): attach hooks, reset state
+        self._on_sampled_step = []  # instrument(): attach hooks (a true result is a failure)
         self._on_step_end = []  # instrument(): detach the sampled step's hooks
         self._errors = ErrorCounter()
         self._recorder = None
@@ -166,6 +166,11 @@ class Analyzer:
             host=host if host is not None else socket.gethostname(), cohort=str(cohort),
             max_pending_steps=max_pending, backend=backend, device=device)
         self.backend_name = self._recorder.backend_name
+        # The training thread's calls into the recorder: CPython builtins, not pybind11 methods
+        # (after a training step has evicted the caches, a pybind11 call costs ~8 µs more;
+        # bench/cold_calls.py).
+        self._rec_begin_step, self._rec_end_step, self._rec_set_stream = \
+            self._recorder.step_calls()
         if backend == "cuda" and self._recorder.backend_reason:
             level = logging.WARNING if timing == "cuda" else logging.INFO
             log_once("timing", level, "laggard: CUDA event timing unavailable (%s); using the "
@@ -270,15 +275,21 @@ class Analyzer:
                 # into the extension costs microseconds when training has just evicted the
                 # CPU caches (bench/overhead.py).
                 return
-            self._sampled = sampled = self._recorder.begin_step(step)
-            if sampled:
-                if self._stream is not None:
-                    self._recorder.set_stream(self._stream())
-                for hook in self._on_sampled_step:
-                    hook()
+            self._sampled = sampled = self._rec_begin_step(step)
+            if sampled and self._stream is not None:
+                self._rec_set_stream(self._stream())
         except Exception as e:
             self._sampled = False
             self._errors.report("begin_step", e)
+            return
+        if sampled:
+            for hook in self._on_sampled_step:  # instrument(): attach its hooks
+                try:
+                    if hook():  # a true result: something could not be attached
+                        self._errors.report("begin_step", RuntimeError(
+                            "laggard.torch: some hooks could not be attached"))
+                except Exception as e:
+                    self._errors.report("begin_step", e)
 
     def section(self, name, kind=None):
         """A context manager timing one entry of stage `name` in this step.
@@ -331,12 +342,14 @@ class Analyzer:
             return
         try:
             self._sampled = False
-            self._recorder.end_step()
+            self._rec_end_step()
         except Exception as e:
             self._errors.report("end_step", e)
-        for hook in self._on_step_end:
+        for hook in self._on_step_end:  # instrument(): detach its hooks
             try:
-                hook()
+                if hook():  # a true result: something could not be detached
+                    self._errors.report("end_step", RuntimeError(
+                        "laggard.torch: some hooks could not be detached"))
             except Exception as e:
                 self._errors.report("end_step", e)
 

@@ -23,6 +23,7 @@ Works with torch 1.13 and 2.x; uses no API 2.x removed.
 """
 
 import re
+from collections import OrderedDict
 
 from ._log import logger
 
@@ -40,31 +41,43 @@ class Instrumentation:
     Hooks are attached only for the duration of a sampled step (begin_step of a sampled step
     attaches them, its end_step detaches them): on the other steps the model runs without
     hooks, so torch takes its fast path and laggard costs nothing there. With interval 1 every
-    step is sampled and the hooks stay attached. `hooks` holds the hook
-    functions by name, as they are registered at each attach (bench/overhead.py wraps them to
-    account their time)."""
+    step is sampled and the hooks stay attached. `hooks` holds the hook functions by name.
+
+    Attaching is one call of a _core.HookSwitch, which stores the hooks straight into torch's
+    hook dicts (the dict and key of each come from registering it once through torch's public
+    call at install). Where that is not possible — torch 1.13's optimizer has no step hooks, so
+    its step is wrapped; a hook dict this does not know — a Python fallback attaches and
+    detaches the hook at every sampled step."""
 
     def __init__(self):
         self._undo = []
-        self._attachers = []  # functions registering this step's hooks; each returns handles
-        self._attached = []  # handles of the hooks attached for the current sampled step
+        self._pending = []  # (obj, register, attr, hook name), made into the switch at install
+        self._switch = None  # _core.HookSwitch of the hooks whose dicts are known
+        self._fallbacks = []  # (attach, detach) Python functions; each returns its failures
         self.hooks = {}
         self.stages = []
         self.notes = []
 
+    def _on_calls(self):
+        """What attaches everything, and what detaches it: lists of calls without arguments,
+        each returning a true value when something failed."""
+        on = [self._switch.on] if self._switch is not None else []
+        off = [self._switch.off] if self._switch is not None else []
+        on += [attach for attach, _ in self._fallbacks]
+        off += [detach for _, detach in self._fallbacks]
+        return on, off
+
     def _attach(self):
-        if self._attached:
-            return
-        for attach in self._attachers:
-            self._attached.extend(attach())
+        return sum(int(bool(call())) for call in self._on_calls()[0])
 
     def _detach(self):
-        attached, self._attached = self._attached, []
-        for h in attached:
+        failed = 0
+        for call in self._on_calls()[1]:
             try:
-                h.remove()
+                failed += int(bool(call()))
             except Exception:
-                pass
+                failed += 1
+        return failed
 
     def remove(self):
         self._detach()
@@ -74,25 +87,66 @@ class Instrumentation:
             except Exception:
                 pass
         self._undo = []
-        self._attachers = []
+        self._fallbacks = []
+        self._switch = None
+        self.stages = []  # nothing is timed any more
 
 
-class _Restore:
-    """A handle that puts back an instance attribute replaced for one sampled step."""
+class _HookSlot:
+    """Fallback for a hook whose dict is unknown: registered through torch's public call at
+    every attach, removed through its handle at detach."""
 
-    __slots__ = ("obj", "name", "value", "previous")
-    _MISSING = object()
+    __slots__ = ("_register", "_hooks", "_name", "_handle")
 
-    def __init__(self, obj, name, value, previous):
-        self.obj, self.name, self.value, self.previous = obj, name, value, previous
+    def __init__(self, register, hooks, name):
+        self._register = register  # e.g. model.register_forward_hook
+        self._hooks = hooks  # Instrumentation.hooks
+        self._name = name
+        self._handle = None
 
-    def remove(self):
-        if self.obj.__dict__.get(self.name) is not self.value:
-            return  # replaced again by someone else meanwhile: leave theirs
-        if self.previous is _Restore._MISSING:
-            delattr(self.obj, self.name)
+    def attach(self):
+        if self._handle is None:
+            self._handle = self._register(self._hooks[self._name])
+        return 0
+
+    def detach(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.remove()
+        return 0
+
+
+def _switch_entry(obj, register, attr, fn):
+    """(dict, key, fn) for a HookSwitch when torch's register call puts `fn` into the dict
+    getattr(obj, attr) (it has from 1.13 to 2.x: _forward_pre_hooks, _forward_hooks,
+    _optimizer_step_pre_hooks, _optimizer_step_post_hooks); else None. Registers and removes
+    the hook once, for its key. On sampled steps the hook then goes back in at the end of its
+    dict, so it runs after hooks registered later than instrument(). (torch makes these dicts
+    once per module or optimizer and never replaces them.)"""
+    handle = register(fn)
+    try:
+        ref = getattr(handle, "hooks_dict_ref", None)
+        key = getattr(handle, "id", None)
+        hooks = getattr(obj, attr, None)
+        if callable(ref) and key is not None and hooks is not None and ref() is hooks:
+            return (hooks, key, fn)
+        return None
+    finally:
+        handle.remove()
+
+
+def _build_switch(inst, core):
+    entries = []
+    for obj, register, attr, name in inst._pending:
+        entry = _switch_entry(obj, register, attr, inst.hooks[name])
+        if entry is not None:
+            entries.append(entry)
         else:
-            setattr(self.obj, self.name, self.previous)
+            slot = _HookSlot(register, inst.hooks, name)
+            inst._fallbacks.append((slot.attach, slot.detach))
+    inst._pending = []
+    if entries:
+        inst._switch = core.HookSwitch(entries)
 
 
 def _is_ddp(model):
@@ -119,49 +173,96 @@ def _tensors(obj, out, depth=0):
     return out
 
 
+_HOOK_KEY = "laggard.backward"  # our key in a tensor's hook dict (torch's own keys are ints)
+
+
+def _tensor_hook_registrar(torch, fn):
+    """A function that adds `fn` as a gradient hook of a tensor: on a step's model output, run
+    when that output's gradient arrives, i.e. when the model's backward starts.
+
+    It does what Tensor.register_hook does, minus the RemovableHandle (which nothing here would
+    use: the hook lives and dies with the output tensor of one step). Creating that handle is
+    about half of register_hook's cost on a training thread whose caches the step has just
+    evicted (~11 of ~27 µs, bench/cold_calls.py). It relies on two attributes torch has kept from
+    0.4 to 2.x (Tensor._backward_hooks, grad_fn._register_hook_dict); where they are missing, or
+    for a tensor subclass or under a __torch_function__ mode, it calls register_hook."""
+    tensor_type = torch.Tensor
+    has_torch_function = getattr(torch._C, "_has_torch_function_unary", None)
+    fast = has_torch_function is not None and hasattr(tensor_type, "_backward_hooks")
+
+    def public(t):
+        t.register_hook(fn)
+
+    def add_hook(t):
+        if type(t) is not tensor_type or has_torch_function(t):
+            return public(t)
+        hooks = t._backward_hooks
+        if hooks is None:
+            grad_fn = t.grad_fn
+            if grad_fn is None or not hasattr(grad_fn, "_register_hook_dict"):
+                return public(t)  # a leaf, or a node type without the dict (never seen)
+            t._backward_hooks = hooks = OrderedDict()
+            grad_fn._register_hook_dict(t)
+        hooks[_HOOK_KEY] = fn
+        return None
+
+    return add_hook if fast else public
+
+
 def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=True,
-               optimizer_stage=True, module_stages=None, module_stage_patterns=None):
+               optimizer_stage=True, module_stages=None, module_stage_patterns=None,
+               _wrap=None):
     """Times forward, backward (and, for DDP, communication), optimizer and optionally module
     stages without hand-written sections. Returns an Instrumentation (call .remove() to undo).
 
     On a disabled analyzer nothing is installed. Call it once per model and optimizer, before
     training. Never raises into training: a failure to install a hook is logged and skipped.
+    (_wrap(name, fn) -> fn: replaces each hook function before it is installed;
+    bench/overhead.py times them with it.)
     """
     inst = Instrumentation()
     if analyzer is None or not analyzer.enabled:
         return inst
     try:
+        from . import _core
+
         _install(inst, analyzer, model, optimizer, forward, backward, optimizer_stage,
                  module_stages, module_stage_patterns)
+        if _wrap is not None:
+            for name in list(inst.hooks):  # in place: the optimizer wrapper reads this dict
+                inst.hooks[name] = _wrap(name, inst.hooks[name])
+        _build_switch(inst, _core)
     except Exception as e:
         analyzer._errors.report("instrument", e)
+        inst.remove()
         return inst
 
-    def attach():
+    def attach_now():
         try:
-            inst._attach()
+            if inst._attach():
+                raise RuntimeError("some hooks could not be attached")
         except Exception as e:
-            inst._detach()
             analyzer._errors.report("instrument", e)
 
     if analyzer.options.get("interval") == 1 or not _LAZY_HOOKS:
-        # Every step is sampled: attaching and detaching each step would only add work (a
-        # training step evicts the caches, so each call costs tens of microseconds).
-        attach()
-        inst._undo.append(inst._detach)
+        # Every step is sampled: attaching and detaching each step would only add work.
+        attach_now()
         return inst
-    analyzer._on_sampled_step.append(attach)
-    analyzer._on_step_end.append(inst._detach)
+    # The analyzer calls these directly at the start and end of each sampled step (with the
+    # switch alone, i.e. from torch 2.0 on: one builtin call each, no Python frame).
+    on, off = inst._on_calls()
+    analyzer._on_sampled_step.extend(on)
+    analyzer._on_step_end.extend(off)
 
     def undo():
-        for hooks, fn in ((analyzer._on_sampled_step, attach), (analyzer._on_step_end,
-                                                                 inst._detach)):
-            if fn in hooks:
-                hooks.remove(fn)
+        for hooks, fns in ((analyzer._on_sampled_step, on), (analyzer._on_step_end, off)):
+            for fn in fns:
+                if fn in hooks:
+                    hooks.remove(fn)
 
     inst._undo.append(undo)
     if analyzer.sampled:  # instrumented inside a sampled step: from now on
-        attach()
+        attach_now()
     return inst
 
 
@@ -170,62 +271,64 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
     import torch
 
     rec = an._recorder
-    begin, end = rec.begin, rec.end
 
     if model is not None and (forward or backward):
         ddp = _is_ddp(model)
         fwd_id = rec.stage("forward") if forward else -1
         bwd_id = rec.stage("backward") if backward else -1
         comm_id = rec.stage("communication", "communication") if (backward and ddp) else -1
+        # Recorder marks: builtins that begin/end one stage (no-ops unless the step is sampled)
+        # and ignore their arguments, so a mark can be a hook itself.
+        fwd_begin, fwd_end = rec.marks(fwd_id)
+        bwd_begin, bwd_end = rec.marks(bwd_id)
+        comm_begin, comm_end = rec.marks(comm_id)
         queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+        is_grad_enabled = torch.is_grad_enabled
+        tensor_type = torch.Tensor
         state = {"in_backward": False}
-
-        def reset():
-            state["in_backward"] = False
-
-        an._on_sampled_step.append(reset)
-        inst._undo.append(lambda: reset in an._on_sampled_step and
-                          an._on_sampled_step.remove(reset))
-
-        def comm_done():
-            end(comm_id)
 
         def compute_done():
             # Every gradient of this backward is computed (and, under DDP, handed to the
             # all-reduce); DDP's finalize — the wait — was queued after us and runs next.
-            end(bwd_id)
+            bwd_end()
             state["in_backward"] = False
             if comm_id >= 0:
-                begin(comm_id)
-                queue_callback(comm_done)
+                comm_begin()
+                queue_callback(comm_end)
 
         def on_output_grad(grad):
             if an._sampled and not state["in_backward"]:
                 state["in_backward"] = True
-                begin(bwd_id)
+                bwd_begin()
                 queue_callback(compute_done)
             return None
 
-        def pre_forward(module, inputs):
-            if an._sampled and fwd_id >= 0:
-                begin(fwd_id)
+        hook_tensor = _tensor_hook_registrar(torch, on_output_grad)
 
         def post_forward(module, inputs, output):
             if not an._sampled:
                 return None
-            if fwd_id >= 0:
-                end(fwd_id)
-            if bwd_id >= 0 and torch.is_grad_enabled():
+            fwd_end()  # without a forward stage (id -1) a no-op
+            # A new output: its backward is still to come (also after a backward that never
+            # finished, e.g. one that raised).
+            state["in_backward"] = False
+            if bwd_id >= 0 and is_grad_enabled():
+                if type(output) is tensor_type:  # the common case, without a list
+                    if output.requires_grad:
+                        hook_tensor(output)
+                    return None
                 for t in _tensors(output, []):
                     if t.requires_grad:
-                        t.register_hook(on_output_grad)
+                        hook_tensor(t)
             return None
 
-        inst.hooks["forward_pre"] = pre_forward
+        # The pre-hook is the forward mark itself: one builtin call, no Python frame.
+        inst.hooks["forward_pre"] = fwd_begin
         inst.hooks["forward"] = post_forward
-        inst._attachers.append(lambda: [
-            model.register_forward_pre_hook(inst.hooks["forward_pre"]),
-            model.register_forward_hook(inst.hooks["forward"])])
+        if forward:
+            inst._pending.append((model, model.register_forward_pre_hook, "_forward_pre_hooks",
+                                  "forward_pre"))
+        inst._pending.append((model, model.register_forward_hook, "_forward_hooks", "forward"))
         inst.stages += [s for s, i in (("forward", fwd_id), ("backward", bwd_id),
                                        ("communication", comm_id)) if i >= 0]
 
@@ -242,52 +345,75 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
 
 def _instrument_optimizer(inst, an, optimizer):
     rec = an._recorder
-    opt_id = rec.stage("optimizer")
-    begin, end = rec.begin, rec.end
-
-    def pre(*args):
-        if an._sampled:
-            begin(opt_id)
-
-    def post(*args):
-        if an._sampled:
-            end(opt_id)
-
-    inst.hooks["optimizer_pre"] = pre
-    inst.hooks["optimizer_post"] = post
+    # The step hooks are the optimizer stage's marks (see _install).
+    inst.hooks["optimizer_pre"], inst.hooks["optimizer_post"] = rec.marks(rec.stage("optimizer"))
     if hasattr(optimizer, "register_step_pre_hook") and \
             hasattr(optimizer, "register_step_post_hook"):  # torch >= 2.0
-        inst._attachers.append(lambda: [
-            optimizer.register_step_pre_hook(inst.hooks["optimizer_pre"]),
-            optimizer.register_step_post_hook(inst.hooks["optimizer_post"])])
+        inst._pending += [
+            (optimizer, optimizer.register_step_pre_hook, "_optimizer_step_pre_hooks",
+             "optimizer_pre"),
+            (optimizer, optimizer.register_step_post_hook, "_optimizer_step_post_hooks",
+             "optimizer_post")]
     else:  # torch 1.13: wrap the instance's step, keeping its attributes (lr_scheduler's marker)
-        import functools
+        inst._fallbacks.append(_step_wrapper(optimizer, inst.hooks))
+    inst.stages.append("optimizer")
 
-        def attach():
-            previous = optimizer.__dict__.get("step", _Restore._MISSING)
+
+def _step_wrapper(optimizer, hooks):
+    """(attach, detach) that put a wrapper of optimizer.step, calling hooks["optimizer_pre"] and
+    hooks["optimizer_post"] around it, into the instance's __dict__ and take it out again.
+
+    The wrapper is made once and made again only when the step it wraps was replaced (e.g. an
+    lr_scheduler, created later, wrapped the instance's step with its counter); detach puts
+    back what was there and leaves a step someone else installed meanwhile alone."""
+    import functools
+
+    missing = object()
+    state = {"wraps": missing, "wrapper": None, "previous": missing, "on": False}
+
+    def attach():
+        if state["on"]:
+            return 0
+        d = optimizer.__dict__
+        previous = d.get("step", missing)
+        if state["wrapper"] is None or state["wraps"] is not previous:
             original = optimizer.step
 
             @functools.wraps(original)
             def step(*args, **kwargs):
-                inst.hooks["optimizer_pre"](optimizer, args, kwargs)
+                hooks["optimizer_pre"](optimizer, args, kwargs)
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    inst.hooks["optimizer_post"](optimizer, args, kwargs)
+                    hooks["optimizer_post"](optimizer, args, kwargs)
 
-            optimizer.step = step
-            return [_Restore(optimizer, "step", step, previous)]
+            state["wraps"], state["wrapper"] = previous, step
+        d["step"] = state["wrapper"]
+        state["previous"], state["on"] = previous, True
+        return 0
 
-        inst._attachers.append(attach)
-    inst.stages.append("optimizer")
+    def detach():
+        if not state["on"]:
+            return 0
+        state["on"] = False
+        d = optimizer.__dict__
+        if d.get("step") is not state["wrapper"]:
+            return 0  # replaced again by someone else meanwhile: leave theirs
+        if state["previous"] is missing:
+            del d["step"]
+        else:
+            d["step"] = state["previous"]
+        return 0
+
+    return attach, detach
 
 
 def _instrument_modules(inst, an, model, patterns):
     rec = an._recorder
-    begin, end = rec.begin, rec.end
     compiled = [(stage, re.compile(p, re.IGNORECASE)) for stage, p in patterns.items()]
     for stage, regex in compiled:
         stage_id = rec.stage(stage)
+        pre, post = rec.marks(stage_id)  # the module hooks (see _install)
         matched = []  # module names; descendants of a match are skipped (outermost only)
         for name, module in model.named_modules():
             if not regex.search(type(module).__name__):
@@ -297,17 +423,11 @@ def _instrument_modules(inst, an, model, patterns):
             if "" in matched:
                 continue
             matched.append(name)
-
-            def pre(mod, inputs, _id=stage_id):
-                if an._sampled:
-                    begin(_id)
-
-            def post(mod, inputs, output, _id=stage_id):
-                if an._sampled:
-                    end(_id)
-
-            inst._attachers.append(lambda module=module, pre=pre, post=post: [
-                module.register_forward_pre_hook(pre), module.register_forward_hook(post)])
+            key = "%s %s" % (stage, name or "(model)")
+            inst.hooks[key + " pre"], inst.hooks[key] = pre, post
+            inst._pending += [
+                (module, module.register_forward_pre_hook, "_forward_pre_hooks", key + " pre"),
+                (module, module.register_forward_hook, "_forward_hooks", key)]
         if matched:
             inst.stages.append(stage)
             inst.notes.append("%s: %d modules" % (stage, len(matched)))

@@ -300,13 +300,130 @@ class PyRecorder {
   std::string reason_;
 };
 
-/// A sampled section of one stage as a Python context manager: `with` calls straight into
-/// Recorder::begin/end, with no Python frame in between (the sampled path's cost is mostly
-/// call overhead). Holds the recorder alive.
-struct SectionScope {
-  PyRecorder* recorder;
+// ---------------------------------------------------------------------------------------------
+// Training-thread calls without pybind11's dispatcher.
+//
+// A pybind11 call is cheap in a loop (~0.5 µs) but not on a training thread: a training step
+// evicts the CPU caches, and the first call after it runs pybind11's generic dispatcher (function
+// record, argument casters, overload loop) from cold memory, ~8 µs more than a plain CPython
+// builtin (measured in bench/cold_calls.py). Sampled steps make ~10 such calls, so the calls the
+// training thread makes on a sampled step — the recorder's begin_step/end_step/set_stream, a
+// stage's begin and end, a section's __enter__/__exit__ — are CPython builtins and one small
+// context-manager type written against the C API. Each holds a strong reference to its
+// _core.Recorder.
+
+/// What the builtins are bound to (their `self`): the recorder and one stage id.
+struct HotHandle {
+  PyObject_HEAD
+  PyObject* owner;  // the _core.Recorder, kept alive
+  PyRecorder* rec;
   int id;
 };
+
+void hot_handle_dealloc(PyObject* self) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  Py_XDECREF(h->owner);
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);  // heap type instances own a reference to their type
+}
+
+PyObject* hot_begin(PyObject* self, PyObject* const*, Py_ssize_t) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  h->rec->rec().begin(h->id);
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  h->rec->rec().end(h->id);
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_begin_step(PyObject* self, PyObject* arg) {
+  const long long step = PyLong_AsLongLong(arg);
+  if (step == -1 && PyErr_Occurred()) return nullptr;
+  const bool sampled = reinterpret_cast<HotHandle*>(self)->rec->begin_step(step);
+  return PyBool_FromLong(sampled);
+}
+
+PyObject* hot_end_step(PyObject* self, PyObject*) {
+  reinterpret_cast<HotHandle*>(self)->rec->end_step();
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_set_stream(PyObject* self, PyObject* arg) {
+  const unsigned long long handle = PyLong_AsUnsignedLongLong(arg);
+  if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  if (TimingBackend* b = reinterpret_cast<HotHandle*>(self)->rec->rec().backend())
+    b->set_stream(reinterpret_cast<void*>(static_cast<std::uintptr_t>(handle)));
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
+
+PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
+  reinterpret_cast<HotHandle*>(self)->rec->rec().end(reinterpret_cast<HotHandle*>(self)->id);
+  Py_RETURN_FALSE;  // exceptions of the with-body pass through
+}
+
+PyObject* hot_scope_id(PyObject* self, void*) {
+  return PyLong_FromLong(reinterpret_cast<HotHandle*>(self)->id);
+}
+
+// Static: a builtin keeps a pointer to its PyMethodDef.
+PyMethodDef kHotBegin = {"begin", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_begin)),
+                         METH_FASTCALL, "Begins this stage (any arguments are ignored)."};
+PyMethodDef kHotEnd = {"end", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_end)),
+                       METH_FASTCALL, "Ends this stage (any arguments are ignored)."};
+PyMethodDef kHotBeginStep = {"begin_step", hot_begin_step, METH_O,
+                             "Starts a step; returns whether it is sampled."};
+PyMethodDef kHotEndStep = {"end_step", hot_end_step, METH_NOARGS, "Ends the step."};
+PyMethodDef kHotSetStream = {"set_stream", hot_set_stream, METH_O,
+                             "Device backends: later marks go on this stream (an int handle)."};
+
+PyMethodDef kScopeMethods[] = {
+    {"__enter__", hot_enter, METH_NOARGS, nullptr},
+    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_exit)),
+     METH_FASTCALL, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+PyGetSetDef kScopeGetSet[] = {{"id", hot_scope_id, nullptr, "The stage id.", nullptr},
+                              {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot kHandleSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(hot_handle_dealloc)},
+                              {Py_tp_doc, const_cast<char*>("A recorder and a stage id, bound to "
+                                                            "laggard's training-thread builtins.")},
+                              {0, nullptr}};
+PyType_Spec kHandleSpec = {"laggard._core.RecorderHandle", sizeof(HotHandle), 0,
+                           Py_TPFLAGS_DEFAULT, kHandleSlots};
+PyType_Slot kScopeSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(hot_handle_dealloc)},
+    {Py_tp_methods, kScopeMethods},
+    {Py_tp_getset, kScopeGetSet},
+    {Py_tp_doc, const_cast<char*>("Context manager of one stage (Recorder.section): begin on "
+                                  "enter, end on exit.")},
+    {0, nullptr}};
+PyType_Spec kScopeSpec = {"laggard._core.SectionScope", sizeof(HotHandle), 0, Py_TPFLAGS_DEFAULT,
+                          kScopeSlots};
+
+PyTypeObject* g_handle_type = nullptr;  // set at module init, alive as long as the module
+PyTypeObject* g_scope_type = nullptr;
+
+py::object new_handle(PyTypeObject* type, const py::object& owner, int id) {
+  PyObject* obj = type->tp_alloc(type, 0);
+  if (!obj) throw py::error_already_set();
+  auto* h = reinterpret_cast<HotHandle*>(obj);
+  h->owner = owner.inc_ref().ptr();
+  h->rec = &owner.cast<PyRecorder&>();
+  h->id = id;
+  return py::reinterpret_steal<py::object>(obj);
+}
+
+py::object new_builtin(PyMethodDef* def, const py::object& handle) {
+  PyObject* fn = PyCFunction_NewEx(def, handle.ptr(), nullptr);
+  if (!fn) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Conversions
@@ -474,6 +591,181 @@ class LiveDetector {
   std::string report_line_;  // reused
 };
 
+// ---------------------------------------------------------------------------------------------
+// HookSwitch: puts a set of hooks into their dicts at the start of a sampled step and takes them
+// out at its end (laggard.torch attaches its hooks on sampled steps only), in two builtin calls.
+//
+// An entry (dict, key, value) means: `dict` holds `value` under `key` while the switch is on.
+// on() remembers what was there before (usually nothing); off() puts that back, but only where
+// the entry still holds `value` (if someone replaced it meanwhile, theirs stays). Writes go
+// through the mapping protocol, so OrderedDicts (torch's hook dicts) keep their order
+// bookkeeping and dict subclasses their __setitem__. Failures are
+// not raised: on()/off() return how many entries could not be changed (the caller counts them
+// as errors), and an entry that failed to go in is not taken out.
+
+struct HookSwitch {
+  PyObject_HEAD
+  PyObject* entries;  // tuple of 3-tuples (dict, key, value)
+  PyObject* saved;    // list: what each key held before on(), g_missing, or g_not_in
+  int is_on;
+};
+
+PyObject* g_missing = nullptr;  // sentinels (set at module init): the key was absent before on()
+PyObject* g_not_in = nullptr;   // on() could not put this entry in
+
+PyObject* new_ref(PyObject* o) {
+  Py_INCREF(o);
+  return o;
+}
+
+/// dict[key] as a new reference; g_missing when absent; nullptr + error on failure. Read
+/// without raising a KeyError for an absent key (which costs more than the lookup); reading an
+/// OrderedDict this way leaves its order alone.
+PyObject* switch_get(PyObject* dict, PyObject* key) {
+  PyObject* v = PyDict_GetItemWithError(dict, key);  // borrowed
+  if (v) return new_ref(v);
+  return PyErr_Occurred() ? nullptr : new_ref(g_missing);
+}
+
+PyObject* switch_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject* seq = nullptr;
+  static const char* kwlist[] = {"entries", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:HookSwitch", const_cast<char**>(kwlist), &seq))
+    return nullptr;
+  PyObject* entries = PySequence_Tuple(seq);
+  if (!entries) return nullptr;
+  const Py_ssize_t n = PyTuple_GET_SIZE(entries);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* e = PyTuple_GET_ITEM(entries, i);
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 || !PyDict_Check(PyTuple_GET_ITEM(e, 0))) {
+      Py_DECREF(entries);
+      PyErr_Format(PyExc_TypeError,
+                   "HookSwitch: entry %zd must be a tuple (dict, key, value)", i);
+      return nullptr;
+    }
+  }
+  PyObject* saved = PyList_New(n);
+  if (!saved) {
+    Py_DECREF(entries);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(saved, i, new_ref(g_not_in));
+  auto* self = reinterpret_cast<HookSwitch*>(type->tp_alloc(type, 0));
+  if (!self) {
+    Py_DECREF(entries);
+    Py_DECREF(saved);
+    return nullptr;
+  }
+  self->entries = entries;
+  self->saved = saved;
+  self->is_on = 0;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int switch_traverse(PyObject* o, visitproc visit, void* arg) {
+  auto* self = reinterpret_cast<HookSwitch*>(o);
+  Py_VISIT(self->entries);
+  Py_VISIT(self->saved);
+  Py_VISIT(Py_TYPE(o));
+  return 0;
+}
+
+int switch_clear(PyObject* o) {
+  auto* self = reinterpret_cast<HookSwitch*>(o);
+  Py_CLEAR(self->entries);
+  Py_CLEAR(self->saved);
+  return 0;
+}
+
+void switch_dealloc(PyObject* o) {
+  PyObject_GC_UnTrack(o);
+  switch_clear(o);
+  PyTypeObject* type = Py_TYPE(o);
+  type->tp_free(o);
+  Py_DECREF(type);
+}
+
+PyObject* switch_on(PyObject* o, PyObject*) {
+  auto* self = reinterpret_cast<HookSwitch*>(o);
+  if (self->is_on || !self->entries) return PyLong_FromLong(0);
+  long failed = 0;
+  const Py_ssize_t n = PyTuple_GET_SIZE(self->entries);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* e = PyTuple_GET_ITEM(self->entries, i);
+    PyObject* target = PyTuple_GET_ITEM(e, 0);
+    PyObject* prev = switch_get(target, PyTuple_GET_ITEM(e, 1));
+    const bool ok =
+        prev && PyObject_SetItem(target, PyTuple_GET_ITEM(e, 1), PyTuple_GET_ITEM(e, 2)) == 0;
+    if (!ok) {
+      PyErr_Clear();
+      ++failed;
+      Py_XDECREF(prev);
+      prev = new_ref(g_not_in);  // off() leaves this entry alone
+    }
+    PyList_SetItem(self->saved, i, prev);  // steals prev
+  }
+  self->is_on = 1;
+  return PyLong_FromLong(failed);
+}
+
+PyObject* switch_off(PyObject* o, PyObject*) {
+  auto* self = reinterpret_cast<HookSwitch*>(o);
+  if (!self->is_on || !self->entries) return PyLong_FromLong(0);
+  long failed = 0;
+  const Py_ssize_t n = PyTuple_GET_SIZE(self->entries);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* prev = PyList_GET_ITEM(self->saved, i);
+    if (prev == g_not_in) continue;
+    PyObject* e = PyTuple_GET_ITEM(self->entries, i);
+    PyObject* target = PyTuple_GET_ITEM(e, 0);
+    PyObject* key = PyTuple_GET_ITEM(e, 1);
+    PyObject* now = switch_get(target, key);
+    bool ok;
+    if (!now) {
+      ok = false;
+    } else if (now != PyTuple_GET_ITEM(e, 2)) {  // gone or replaced meanwhile: leave theirs
+      ok = true;
+    } else if (prev == g_missing) {
+      ok = PyObject_DelItem(target, key) == 0;
+    } else {
+      ok = PyObject_SetItem(target, key, prev) == 0;
+    }
+    Py_XDECREF(now);
+    if (!ok) ++failed;
+    PyErr_Clear();
+    PyList_SetItem(self->saved, i, new_ref(g_not_in));
+  }
+  self->is_on = 0;
+  return PyLong_FromLong(failed);
+}
+
+PyObject* switch_is_on(PyObject* o, void*) {
+  return PyBool_FromLong(reinterpret_cast<HookSwitch*>(o)->is_on);
+}
+
+PyMethodDef kSwitchMethods[] = {
+    {"on", switch_on, METH_NOARGS,
+     "Puts every entry's value in; returns how many could not be (0 when already on)."},
+    {"off", switch_off, METH_NOARGS,
+     "Takes the values out again, putting back what was there; returns the failures."},
+    {nullptr, nullptr, 0, nullptr}};
+PyGetSetDef kSwitchGetSet[] = {{"is_on", switch_is_on, nullptr, "Whether on() is in effect.", nullptr},
+                               {nullptr, nullptr, nullptr, nullptr, nullptr}};
+PyType_Slot kSwitchSlots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(switch_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(switch_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(switch_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(switch_clear)},
+    {Py_tp_methods, kSwitchMethods},
+    {Py_tp_getset, kSwitchGetSet},
+    {Py_tp_doc, const_cast<char*>(
+                    "HookSwitch(entries): entries of (dict, key, value); on() puts each value "
+                    "under its key, off() takes it out again and puts back what was there. "
+                    "laggard.torch's hooks for sampled steps.")},
+    {0, nullptr}};
+PyType_Spec kSwitchSpec = {"laggard._core.HookSwitch", sizeof(HookSwitch), 0,
+                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, kSwitchSlots};
+
 }  // namespace
 }  // namespace laggard
 
@@ -483,6 +775,18 @@ PYBIND11_MODULE(_core, m) {
   m.attr("__version__") = kVersion;
   m.attr("SAMPLE_SCHEMA") = std::string(kSampleSchema);
   py::register_exception<InputError>(m, "InputError", PyExc_OSError);
+  g_handle_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHandleSpec));
+  g_scope_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeSpec));
+  auto* switch_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kSwitchSpec));
+  g_missing = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
+  g_not_in = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
+  if (!g_handle_type || !g_scope_type || !switch_type || !g_missing || !g_not_in)
+    throw py::error_already_set();
+  m.attr("HookSwitch") = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(switch_type));
+  m.attr("RecorderHandle") = py::reinterpret_borrow<py::object>(
+      reinterpret_cast<PyObject*>(g_handle_type));
+  m.attr("SectionScope") = py::reinterpret_borrow<py::object>(
+      reinterpret_cast<PyObject*>(g_scope_type));
 
   py::enum_<StageKind>(m, "StageKind", "What a stage's time means (compute, communication, ...).")
       .value("compute", StageKind::compute)
@@ -634,22 +938,32 @@ PYBIND11_MODULE(_core, m) {
           "default stream). No-op on the host clock.",
           "handle"_a)
       .def(
-          "section",
-          [](PyRecorder& r, int id) { return SectionScope{&r, id}; },
-          "A reusable context manager timing stage `id` (begin on enter, end on exit).", "id"_a,
-          py::keep_alive<0, 1>())
+          "section", [](py::object self, int id) { return new_handle(g_scope_type, self, id); },
+          "A reusable context manager timing stage `id` (begin on enter, end on exit); keeps "
+          "the recorder alive.",
+          "id"_a)
+      .def(
+          "marks",
+          [](py::object self, int id) {
+            py::object h = new_handle(g_handle_type, self, id);
+            return py::make_tuple(new_builtin(&kHotBegin, h), new_builtin(&kHotEnd, h));
+          },
+          "(begin, end): builtins that begin and end stage `id`, ignoring any arguments, so "
+          "they can be hooks themselves. The training-thread form of begin(id)/end(id).",
+          "id"_a)
+      .def(
+          "step_calls",
+          [](py::object self) {
+            py::object h = new_handle(g_handle_type, self, -1);
+            return py::make_tuple(new_builtin(&kHotBeginStep, h), new_builtin(&kHotEndStep, h),
+                                  new_builtin(&kHotSetStream, h));
+          },
+          "(begin_step, end_step, set_stream): builtins, the training-thread form of the "
+          "methods.")
       .def("attach_queue", &PyRecorder::attach, "Samples go to this queue (None: nowhere).",
            "queue"_a)
       .def_property_readonly("queue", &PyRecorder::queue);
 
-  py::class_<SectionScope>(m, "SectionScope", "Context manager of one stage (Recorder.section).")
-      .def("__enter__", [](SectionScope& s) { s.recorder->rec().begin(s.id); })
-      .def("__exit__",
-           [](SectionScope& s, py::handle, py::handle, py::handle) {
-             s.recorder->rec().end(s.id);
-             return false;
-           })
-      .def_property_readonly("id", [](const SectionScope& s) { return s.id; });
 
   py::enum_<Reference>(m, "Reference")
       .value("mean", Reference::mean)

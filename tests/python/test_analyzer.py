@@ -231,10 +231,15 @@ def test_public_methods_never_raise_into_training():
         def __getattr__(self, name):
             raise RuntimeError("recorder broke")
 
-    real = an._recorder
+    def broken(*args):
+        raise RuntimeError("recorder broke")
+
+    real = an._recorder, an._rec_begin_step, an._rec_end_step
     an._recorder = Broken()
+    an._rec_begin_step = an._rec_end_step = broken
     try:
         an.begin_step(0)  # fails inside: counted, step treated as unsampled
+        assert an._errors.total == 1 and not an.sampled
         with an.section("forward"):
             pass
         an.add("x", 1.0)
@@ -242,7 +247,7 @@ def test_public_methods_never_raise_into_training():
         assert an.counters()["report_errors"] >= 1
         assert an.latest_metrics() == {}
     finally:
-        an._recorder = real
+        an._recorder, an._rec_begin_step, an._rec_end_step = real
         an.close()
 
 

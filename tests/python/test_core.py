@@ -180,3 +180,105 @@ def test_section_scope_times_and_survives_exceptions():
         pass
     s = _core.StepSample.from_json(q.take(0)[1][0][1])
     assert s.find("forward").calls == 2 and s.find("forward").ms >= 1.8
+
+
+def test_marks_and_step_calls_are_the_training_thread_forms():
+    rec = _core.Recorder(interval=2)
+    q = _core.SampleQueue(4)
+    rec.attach_queue(q)
+    fwd = rec.stage("forward")
+    begin, end = rec.marks(fwd)
+    begin_step, end_step, set_stream = rec.step_calls()
+    assert begin_step(0) is True
+    begin(object(), (1, 2))  # arguments are ignored: a mark can be a hook itself
+    time.sleep(0.002)
+    end()
+    set_stream(0)  # host clock: nothing to do
+    end_step()
+    assert begin_step(1) is False
+    begin()  # not sampled: no-ops
+    end()
+    end_step()
+    c = rec.counters
+    assert c["samples_emitted"] == 1 and c["unbalanced"] == 0 and c["dropped_stages"] == 0
+    with pytest.raises(TypeError):
+        begin_step("two")
+    lines = q.take(0.0)
+    assert lines[0] == 1 and len(lines[1]) == 1  # one sampled step: one round, one sample
+    s = _core.StepSample.from_json(lines[1][0][1])
+    assert s.step == 0 and s.find("forward").calls == 1 and s.find("forward").ms >= 1.5
+    del rec  # the builtins keep the recorder alive
+    assert begin_step(2) is True
+    end_step()
+
+
+def test_marks_of_a_stage_that_has_no_slot_count_a_dropped_stage():
+    rec = _core.Recorder(interval=1)
+    begin, end = rec.marks(-1)
+    begin_step, end_step, _ = rec.step_calls()
+    begin_step(0)
+    begin()
+    end()
+    end_step()
+    assert rec.counters["dropped_stages"] == 1 and rec.counters["unbalanced"] == 0
+
+
+def test_hook_switch_puts_values_in_and_takes_them_out():
+    from collections import OrderedDict
+
+    class Owner:
+        pass
+
+    hooks = OrderedDict([(1, "theirs")])
+    o = Owner()
+    o.step = "original"
+
+    def fn():
+        return None
+
+    sw = _core.HookSwitch([(hooks, 7, fn), (o.__dict__, "step", "wrapped")])
+    assert not sw.is_on and sw.off() == 0
+    assert sw.on() == 0 and sw.is_on
+    assert list(hooks.items()) == [(1, "theirs"), (7, fn)] and o.step == "wrapped"
+    assert sw.on() == 0  # already on: nothing happens
+    assert sw.off() == 0
+    assert list(hooks.items()) == [(1, "theirs")] and o.step == "original"
+    hooks[2] = "later"
+    sw.on()
+    assert list(hooks) == [1, 2, 7]  # an OrderedDict keeps its order bookkeeping
+    hooks[7] = "replaced by someone else"
+    del o.step
+    assert sw.off() == 0
+    assert hooks[7] == "replaced by someone else" and "step" not in o.__dict__  # left alone
+    with pytest.raises(TypeError, match="entry 0 must be a tuple"):
+        _core.HookSwitch([("not", "a dict", 1)])
+
+
+def test_hook_switch_counts_what_fails_and_is_collected_in_a_cycle():
+    import gc
+    import weakref
+
+    class Refuses(dict):
+        armed = False
+
+        def __setitem__(self, key, value):
+            if self.armed:
+                raise RuntimeError("no")
+            super().__setitem__(key, value)
+
+    bad, good = Refuses(), {}
+    sw = _core.HookSwitch([(bad, "k", 1), (good, "k", 2)])
+    bad.armed = True
+    assert sw.on() == 1 and good == {"k": 2} and "k" not in bad
+    assert sw.off() == 0 and good == {}  # what never went in is not taken out
+
+    class Holder:
+        pass
+
+    h = Holder()
+    h.sw = _core.HookSwitch([(h.__dict__, "x", h)])  # a cycle through the switch
+    h.sw.on()
+    ref = weakref.ref(h)
+    del h
+    gc.collect()
+    assert ref() is None

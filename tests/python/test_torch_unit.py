@@ -199,3 +199,129 @@ def test_no_grad_forward_is_timed_without_backward_hooks(tmp_path):
     an.close()
     s = samples_of(tmp_path)[0]
     assert s.find("forward").calls == 1 and s.find("backward") is None
+
+
+def test_backward_hook_registrar_runs_when_the_outputs_gradient_arrives():
+    seen = []
+    add = lt._tensor_hook_registrar(torch, lambda grad: seen.append(tuple(grad.shape)))
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 3))
+    first = model[0].weight
+    first.register_hook(lambda g: seen.append("first layer"))  # computed last in backward
+    out = model(torch.randn(5, 8))
+    out.register_hook(lambda g: seen.append("user hook"))  # a hook the user had already
+    add(out)
+    add(out)  # the same output twice: still one hook
+    out.sum().backward()
+    assert seen == ["user hook", (5, 3), "first layer"]
+
+    class Sub(torch.Tensor):  # a tensor subclass takes torch's public register_hook
+        pass
+
+    seen.clear()
+    x = torch.randn(3, requires_grad=True)
+    y = (x * 2).as_subclass(Sub)
+    add(y)
+    y.sum().backward()
+    seen_leaf = []
+    leaf = torch.randn(3, requires_grad=True)  # a leaf too (no grad_fn)
+    lt._tensor_hook_registrar(torch, lambda g: seen_leaf.append(1))(leaf)
+    (leaf * 3).sum().backward()
+    assert seen == [(3,)] and seen_leaf == [1]
+
+
+def test_user_hooks_stay_and_run_with_lazily_attached_hooks(tmp_path):
+    an = laggard.Analyzer(enabled=True, interval=2, log_dir=str(tmp_path))
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lt.instrument(an, model=model, optimizer=opt)
+    calls = []
+    model.register_forward_hook(lambda m, i, o: calls.append("forward"))
+    model.register_forward_pre_hook(lambda m, i: calls.append("pre"))
+    run(an, model, opt, steps=4)
+    an.close()
+    assert calls == ["pre", "forward"] * 4  # on sampled steps and the others
+    assert len(model._forward_hooks) == 1 and len(model._forward_pre_hooks) == 1
+    samples = samples_of(tmp_path)
+    assert [s.step for s in samples] == [0, 2]
+    assert all(s.find(n).calls == 1 for s in samples for n in ("forward", "backward",
+                                                                   "optimizer"))
+    assert an.counters()["report_errors"] == 0
+
+
+def test_lr_scheduler_made_after_instrument_keeps_counting():
+    # The step wrapper of torch 1.13 (no optimizer step hooks) is made again when the step it
+    # wraps changed between sampled steps: a scheduler's counter stays in the chain.
+    an = laggard.Analyzer(enabled=True, interval=2)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lt.instrument(an, model=model, optimizer=opt)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" etc.
+        for step in range(4):
+            an.begin_step(step)
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+            sched.step()
+            an.end_step()
+    an.close()
+    assert opt._step_count == 4
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
+
+
+def test_hooks_that_cannot_be_attached_are_counted_and_training_goes_on(tmp_path):
+    from collections import OrderedDict
+
+    class Refusing(OrderedDict):
+        armed = False
+
+        def __setitem__(self, key, value):
+            if self.armed:
+                raise RuntimeError("refused")
+            super().__setitem__(key, value)
+
+    model = nn.Linear(8, 1)
+    model._forward_hooks = Refusing()
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    an2 = laggard.Analyzer(enabled=True, interval=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lt.instrument(an2, model=model)  # interval 2: attached at each sampled step's begin_step
+    model._forward_hooks.armed = True
+    inst = lt.instrument(an, model=model)  # fails while installing: nothing installed
+    assert an.counters()["report_errors"] == 1 and inst.stages == []
+    for step in range(4):  # the forward hook fails to go in on each sampled step
+        an2.begin_step(step)
+        model(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        an2.end_step()
+    an.close()
+    an2.close()
+    assert an2.counters()["report_errors"] == 2
+    assert an2.counters()["samples_emitted"] == 2
+
+
+def test_hooks_whose_dict_is_unknown_fall_back_to_torchs_calls():
+    class Handle:
+        def __init__(self, hooks, key):
+            self.hooks, self.key = hooks, key
+
+        def remove(self):
+            self.hooks.pop(self.key, None)
+
+    class Owner:  # registers like torch, but the handle says nothing of where
+        def __init__(self):
+            self.hooks = {}
+
+        def register(self, fn):
+            key = len(self.hooks) + 100
+            self.hooks[key] = fn
+            return Handle(self.hooks, key)
+
+    owner = Owner()
+    inst = lt.Instrumentation()
+    inst.hooks["h"] = print
+    inst._pending.append((owner, owner.register, "hooks", "h"))
+    lt._build_switch(inst, _core)
+    assert inst._switch is None and len(inst._fallbacks) == 1 and owner.hooks == {}
+    assert inst._attach() == 0 and list(owner.hooks.values()) == [print]
+    assert inst._detach() == 0 and owner.hooks == {}

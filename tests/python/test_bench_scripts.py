@@ -1,0 +1,35 @@
+"""The Python benchmark scripts run, and what they check holds (bench/overhead.py exits 1 when
+the losses with the analyzer on differ from those with it off)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_bench(*args):
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.path.join(ROOT, "python"))
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", args[0])] + list(args[1:]),
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_overhead_ab_quick_runs_and_losses_are_bit_identical():
+    p = run_bench("overhead.py", "--quick", "--breakdown")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "losses: bit-identical on and off" in p.stdout
+    for mode in ("off", "on, interval 10", "on, interval 1"):
+        assert "\n" + mode in p.stdout
+    # the accounted breakdown saw the hooks of laggard.torch on sampled steps
+    assert "forward hook" in p.stdout and "optimizer hook" in p.stdout
+
+
+def test_cold_calls_runs():
+    p = run_bench("cold_calls.py", "--rounds", "5")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "HookSwitch: on() + off()" in p.stdout and "hook registrar" in p.stdout
