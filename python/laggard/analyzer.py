@@ -387,6 +387,11 @@ class Analyzer:
             if self._channel is not None:
                 out["rounds"] = self._channel.rounds
                 out["side_channel_broken"] = self._channel.broken
+                # laggard's background thread: its CPU time, and the part that held the GIL
+                # (which the training thread may have waited for)
+                out["background_cpu_ms"] = self._channel.cpu_ns / 1e6
+                out["background_gil_ms"] = max(
+                    0, self._channel.cpu_ns - self._channel.gil_free_cpu_ns) / 1e6
             if self._analysis is not None:
                 out["reports"] = self._analysis.reports
         except Exception as e:

@@ -7,6 +7,8 @@ rank's sample is in, or `late_rounds` rounds after its first sample arrived (the
 that made it), always in step order so persistence counts windows in order.
 """
 
+import time
+
 from . import _core
 from ._log import logger
 
@@ -32,6 +34,7 @@ class LiveAnalysis:
         self._last_step = None
         self._dropped = {}  # rank -> samples that rank dropped (its queue was full)
         self._remote_errors = {}  # rank -> failures counted on that rank
+        self._gil_free_cpu_ns = 0  # this thread's CPU time inside observe_lines (GIL released)
 
     # -- read from any thread ----------------------------------------------------------------
 
@@ -43,6 +46,11 @@ class LiveAnalysis:
         return self.detector.latest_report()
 
     # -- side-channel thread -------------------------------------------------------------------
+
+    def take_gil_free_cpu_ns(self):
+        """CPU time of this thread in the detector's GIL-free calls since the last call."""
+        ns, self._gil_free_cpu_ns = self._gil_free_cpu_ns, 0
+        return ns
 
     def add_round(self, payloads):
         self._round += 1
@@ -97,11 +105,13 @@ class LiveAnalysis:
         # Parsing, the detector, the live metrics and the reports.jsonl line: one C++ call
         # without the GIL, so that the training thread does not wait for this thread. The
         # metrics become a dict only for sinks (latest_metrics() converts on request).
+        c0 = time.thread_time_ns()
         metrics, parse_errors, log_error = self.detector.observe_lines(
             lines, step,
             report_errors=float(self.errors.total + sum(self._remote_errors.values())),
             dropped_samples=float(sum(self._dropped.values()) + self.late_samples),
             incomplete_windows=float(self.incomplete_windows), metrics=bool(self.sinks))
+        self._gil_free_cpu_ns += time.thread_time_ns() - c0
         self.parse_errors += parse_errors
         self.reports += 1
         if log_error is not None:

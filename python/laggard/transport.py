@@ -10,6 +10,7 @@ all ranks stay matched. The analysis rank feeds what it gathers to the live anal
 
 import os
 import threading
+import time
 
 from ._log import logger
 
@@ -75,10 +76,12 @@ class SideChannel:
     """
 
     # After the first sampled step of a batch, the thread waits this long for more before it
-    # works (log, gathers, analysis): one wake-up for several sampled steps at small intervals.
-    # Every time this thread takes the GIL the training thread may have to wait for it, so few
-    # long turns cost training less than many short ones (bench/overhead.py).
-    BATCH_S = 0.05
+    # works (log, gathers, analysis): one wake-up for several sampled steps. Every time this
+    # thread takes the GIL the training thread may have to wait for it, so few long turns cost
+    # training less than many short ones (the "background thread" column of bench/overhead.py:
+    # its GIL-held time per step, from Analyzer.counters()["background_gil_ms"]). Reports come
+    # up to this much later; a queue half full or close() ends the wait early.
+    BATCH_S = 0.25
 
     def __init__(self, queue, rank, exchange, analysis, log_path, errors):
         self.queue = queue
@@ -89,6 +92,12 @@ class SideChannel:
         self.errors = errors
         self.broken = False
         self.rounds = 0
+        # This thread's CPU time, and the part spent in calls that release the GIL (take(): the
+        # wait, formatting and the rank log; the detector's observe_lines). The rest held the
+        # GIL, i.e. could keep the training thread waiting (approximately: converting results
+        # to Python objects inside those calls holds it too).
+        self.cpu_ns = 0
+        self.gil_free_cpu_ns = 0
         self._log_errors = 0
         if log_path is not None:
             queue.set_log(os.fspath(log_path))  # take() appends to it, in C++ without the GIL
@@ -114,9 +123,13 @@ class SideChannel:
     # -- background thread ----------------------------------------------------------------
 
     def _run(self):
+        cpu = time.thread_time_ns
+        start = cpu()
         try:
             while True:
+                c0 = cpu()
                 rounds, items, closed = self.queue.take(0.5, self.BATCH_S)
+                self.gil_free_cpu_ns += cpu() - c0
                 if self.queue.log_errors != self._log_errors:  # a full disk, a removed dir
                     self._log_errors = self.queue.log_errors
                     self.errors.report("rank log", OSError(self.queue.log_error))
@@ -124,6 +137,9 @@ class SideChannel:
                     self._buffer.extend(items)
                 for _ in range(rounds):
                     self._round()
+                if self.analysis is not None:
+                    self.gil_free_cpu_ns += self.analysis.take_gil_free_cpu_ns()
+                self.cpu_ns = cpu() - start
                 if closed:
                     break
         except Exception as e:  # never let the thread die silently
