@@ -52,6 +52,7 @@ class Instrumentation:
     def __init__(self):
         self._undo = []
         self._pending = []  # (obj, register, attr, hook name), made into the switch at install
+        self._direct = []  # (dict, key, value, bind(switch, index)): switch entries as they are
         self._switch = None  # _core.HookSwitch of the hooks whose dicts are known
         self._fallbacks = []  # (attach, detach) Python functions; each returns its failures
         self.hooks = {}
@@ -145,8 +146,15 @@ def _build_switch(inst, core):
             slot = _HookSlot(register, inst.hooks, name)
             inst._fallbacks.append((slot.attach, slot.detach))
     inst._pending = []
+    binds = []
+    for d, key, value, bind in inst._direct:
+        binds.append((bind, len(entries)))
+        entries.append((d, key, value))
+    inst._direct = []
     if entries:
         inst._switch = core.HookSwitch(entries)
+        for bind, index in binds:
+            bind(inst._switch, index)
 
 
 def _is_ddp(model):
@@ -355,57 +363,55 @@ def _instrument_optimizer(inst, an, optimizer):
             (optimizer, optimizer.register_step_post_hook, "_optimizer_step_post_hooks",
              "optimizer_post")]
     else:  # torch 1.13: wrap the instance's step, keeping its attributes (lr_scheduler's marker)
-        inst._fallbacks.append(_step_wrapper(optimizer, inst.hooks))
+        inst._direct.append(_step_wrapper(optimizer, inst.hooks))
     inst.stages.append("optimizer")
 
 
+class _OptimizerStep:
+    """torch 1.13's optimizers have no step hooks: on sampled steps a HookSwitch puts this into
+    optimizer.__dict__["step"]. A call runs hooks["optimizer_pre"], then whatever `step` was
+    there before (an lr_scheduler's counting wrapper, also one made after instrument(): the
+    switch remembers it), else the class's step, then hooks["optimizer_post"].
+
+    Made once. Every other attribute (lr_scheduler's `_with_counter` marker, `__self__`,
+    `__func__`, `__name__`, ...) is that inner step's, so code that inspects optimizer.step
+    while this is in place sees the step it wraps."""
+
+    __slots__ = ("_optimizer", "_hooks", "_where")
+
+    def __init__(self, optimizer, hooks):
+        self._optimizer = optimizer
+        self._hooks = hooks
+        self._where = None  # (switch.previous, this entry's index), set by bind()
+
+    def bind(self, switch, index):
+        self._where = (switch.previous, index)
+
+    def _inner(self):
+        where = self._where
+        previous = where[0](where[1]) if where is not None else None
+        if previous is not None:
+            return previous
+        optimizer = self._optimizer
+        cls = type(optimizer)
+        return cls.step.__get__(optimizer, cls)
+
+    def __call__(self, *args, **kwargs):
+        optimizer, hooks = self._optimizer, self._hooks
+        hooks["optimizer_pre"](optimizer, args, kwargs)
+        try:
+            return self._inner()(*args, **kwargs)
+        finally:
+            hooks["optimizer_post"](optimizer, args, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._inner(), name)
+
+
 def _step_wrapper(optimizer, hooks):
-    """(attach, detach) that put a wrapper of optimizer.step, calling hooks["optimizer_pre"] and
-    hooks["optimizer_post"] around it, into the instance's __dict__ and take it out again.
-
-    The wrapper is made once and made again only when the step it wraps was replaced (e.g. an
-    lr_scheduler, created later, wrapped the instance's step with its counter); detach puts
-    back what was there and leaves a step someone else installed meanwhile alone."""
-    import functools
-
-    missing = object()
-    state = {"wraps": missing, "wrapper": None, "previous": missing, "on": False}
-
-    def attach():
-        if state["on"]:
-            return 0
-        d = optimizer.__dict__
-        previous = d.get("step", missing)
-        if state["wrapper"] is None or state["wraps"] is not previous:
-            original = optimizer.step
-
-            @functools.wraps(original)
-            def step(*args, **kwargs):
-                hooks["optimizer_pre"](optimizer, args, kwargs)
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    hooks["optimizer_post"](optimizer, args, kwargs)
-
-            state["wraps"], state["wrapper"] = previous, step
-        d["step"] = state["wrapper"]
-        state["previous"], state["on"] = previous, True
-        return 0
-
-    def detach():
-        if not state["on"]:
-            return 0
-        state["on"] = False
-        d = optimizer.__dict__
-        if d.get("step") is not state["wrapper"]:
-            return 0  # replaced again by someone else meanwhile: leave theirs
-        if state["previous"] is missing:
-            del d["step"]
-        else:
-            d["step"] = state["previous"]
-        return 0
-
-    return attach, detach
+    """(dict, key, value, bind) of the HookSwitch entry that wraps a torch 1.13 optimizer's step."""
+    step = _OptimizerStep(optimizer, hooks)
+    return optimizer.__dict__, "step", step, step.bind
 
 
 def _instrument_modules(inst, an, model, patterns):

@@ -739,6 +739,19 @@ PyObject* switch_off(PyObject* o, PyObject*) {
   return PyLong_FromLong(failed);
 }
 
+PyObject* switch_previous(PyObject* o, PyObject* arg) {
+  auto* self = reinterpret_cast<HookSwitch*>(o);
+  const Py_ssize_t i = PyLong_AsSsize_t(arg);
+  if (i == -1 && PyErr_Occurred()) return nullptr;
+  if (!self->saved || i < 0 || i >= PyList_GET_SIZE(self->saved)) {
+    PyErr_SetString(PyExc_IndexError, "HookSwitch.previous: no such entry");
+    return nullptr;
+  }
+  PyObject* prev = PyList_GET_ITEM(self->saved, i);
+  if (prev == g_missing || prev == g_not_in) Py_RETURN_NONE;
+  return new_ref(prev);
+}
+
 PyObject* switch_is_on(PyObject* o, void*) {
   return PyBool_FromLong(reinterpret_cast<HookSwitch*>(o)->is_on);
 }
@@ -748,6 +761,8 @@ PyMethodDef kSwitchMethods[] = {
      "Puts every entry's value in; returns how many could not be (0 when already on)."},
     {"off", switch_off, METH_NOARGS,
      "Takes the values out again, putting back what was there; returns the failures."},
+    {"previous", switch_previous, METH_O,
+     "What entry i's key held before on() (None when nothing, or when off)."},
     {nullptr, nullptr, 0, nullptr}};
 PyGetSetDef kSwitchGetSet[] = {{"is_on", switch_is_on, nullptr, "Whether on() is in effect.", nullptr},
                                {nullptr, nullptr, nullptr, nullptr, nullptr}};

@@ -325,3 +325,26 @@ def test_hooks_whose_dict_is_unknown_fall_back_to_torchs_calls():
     assert inst._switch is None and len(inst._fallbacks) == 1 and owner.hooks == {}
     assert inst._attach() == 0 and list(owner.hooks.values()) == [print]
     assert inst._detach() == 0 and owner.hooks == {}
+
+
+def test_lr_scheduler_made_during_a_sampled_step_wraps_the_inner_step():
+    # While the step wrapper is in place (torch 1.13), optimizer.step shows the attributes of
+    # the step it wraps, so a scheduler created then wraps the class's step and keeps counting.
+    an = laggard.Analyzer(enabled=True, interval=2)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lt.instrument(an, model=model, optimizer=opt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sched = None
+        for step in range(4):
+            an.begin_step(step)
+            if sched is None:
+                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+            sched.step()
+            an.end_step()
+    an.close()
+    assert opt._step_count == 4 and an.counters()["report_errors"] == 0
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
