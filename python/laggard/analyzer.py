@@ -307,8 +307,9 @@ class Analyzer:
     def _new_section(self, name, kind):
         try:
             stage_id = self._recorder.stage(str(name), kind)
-            # A C++ context manager (_core.SectionScope): `with` calls Recorder::begin/end by
-            # stage id directly. One per name, reused every sampled step.
+            # A context manager written against the CPython API (_core.SectionScope): `with`
+            # calls Recorder::begin/end by stage id directly, without pybind11's dispatcher.
+            # One per name, reused every sampled step.
             section = self._recorder.section(stage_id)
             self._sections[name] = section
             return section
