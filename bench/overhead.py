@@ -18,8 +18,8 @@ inflate).
 The analyzer's own time on the training thread is then accounted from inside, in separate
 copies whose laggard calls are wrapped with perf_counter_ns: Analyzer.begin_step/section
 (enter and exit of what it returns)/end_step (which attach and detach instrument's hooks on
-sampled steps), the forward and optimizer hooks of laggard.torch.instrument, and the recorder
-marks of its backward hooks (minus the timer's own cost, calibrated), with the median cost of
+sampled steps), the calls laggard.torch.instrument makes around the model's forward and the
+optimizer's step, and the recorder marks of its backward hooks (minus the timer's own cost, calibrated), with the median cost of
 each kind of call (so that a preemption by another process that lands inside a timed call does
 not count; the mean is shown too). Each "on" copy's background thread reports its own CPU time
 and the part of it that held the GIL (Analyzer.counters()); that part is what the training
@@ -108,7 +108,9 @@ class Copy:
 
         an.section = timed_section
 
-    HOOK_NAMES = {"forward_pre": "forward pre-hook", "forward": "forward hook",
+    HOOK_NAMES = {"forward_pre": "forward begin (a mark)",
+                  "forward": "forward end + gradient hook",
+                  "forward_hook": "forward end + gradient hook",
                   "optimizer_pre": "optimizer hook", "optimizer_post": "optimizer hook"}
 
     def _timed_hook(self, name, fn):

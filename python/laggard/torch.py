@@ -3,7 +3,8 @@
 Stages (all measured on sampled steps only, by the C++ recorder: host clock, or CUDA events on
 the current stream; nothing here synchronizes the device or calls a collective):
 
-  forward        module forward pre-hook → forward hook of the top model.
+  forward        the top model's forward() (on sampled steps the instance's forward is a
+                 wrapper: torch keeps its hook-free path; forward hooks for a ScriptModule).
   backward       this rank's own backward compute: from the moment the gradient reaches the
                  model output (a tensor hook, i.e. the start of the model's backward) to the end
                  of the autograd graph's work (a final callback of the autograd engine, queued at
@@ -155,6 +156,10 @@ def _build_switch(inst, core):
         inst._switch = core.HookSwitch(entries)
         for bind, index in binds:
             bind(inst._switch, index)
+
+
+def _nothing(*args):
+    return None
 
 
 def _is_ddp(model):
@@ -313,7 +318,7 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
 
         hook_tensor = _tensor_hook_registrar(torch, on_output_grad)
 
-        def post_forward(module, inputs, output):
+        def forward_done(output):
             if not an._sampled:
                 return None
             fwd_end()  # without a forward stage (id -1) a no-op
@@ -330,13 +335,19 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
                         hook_tensor(t)
             return None
 
-        # The pre-hook is the forward mark itself: one builtin call, no Python frame.
-        inst.hooks["forward_pre"] = fwd_begin
-        inst.hooks["forward"] = post_forward
-        if forward:
-            inst._pending.append((model, model.register_forward_pre_hook, "_forward_pre_hooks",
-                                  "forward_pre"))
-        inst._pending.append((model, model.register_forward_hook, "_forward_hooks", "forward"))
+        # the forward mark itself (a builtin); without a forward stage, nothing
+        inst.hooks["forward_pre"] = fwd_begin if forward else _nothing
+        inst.hooks["forward"] = forward_done
+        if not isinstance(model, torch.jit.ScriptModule) and hasattr(model, "__dict__") \
+                and callable(getattr(type(model), "forward", None)):
+            # The usual case: the model's forward is wrapped on sampled steps (_ForwardCall).
+            inst._direct.append(_ForwardCall(model, "forward", inst.hooks).entry())
+        else:  # forward hooks, on sampled steps
+            inst.hooks["forward_hook"] = lambda module, inputs, output: \
+                inst.hooks["forward"](output)
+            inst._pending += [
+                (model, model.register_forward_pre_hook, "_forward_pre_hooks", "forward_pre"),
+                (model, model.register_forward_hook, "_forward_hooks", "forward_hook")]
         inst.stages += [s for s, i in (("forward", fwd_id), ("backward", bwd_id),
                                        ("communication", comm_id)) if i >= 0]
 
@@ -363,55 +374,78 @@ def _instrument_optimizer(inst, an, optimizer):
             (optimizer, optimizer.register_step_post_hook, "_optimizer_step_post_hooks",
              "optimizer_post")]
     else:  # torch 1.13: wrap the instance's step, keeping its attributes (lr_scheduler's marker)
-        inst._direct.append(_step_wrapper(optimizer, inst.hooks))
+        inst._direct.append(_OptimizerStep(optimizer, "step", inst.hooks).entry())
     inst.stages.append("optimizer")
 
 
-class _OptimizerStep:
-    """torch 1.13's optimizers have no step hooks: on sampled steps a HookSwitch puts this into
-    optimizer.__dict__["step"]. A call runs hooks["optimizer_pre"], then whatever `step` was
-    there before (an lr_scheduler's counting wrapper, also one made after instrument(): the
-    switch remembers it), else the class's step, then hooks["optimizer_post"].
+class _MethodCall:
+    """A callable that a HookSwitch puts into obj.__dict__[name] (forward of the model, step of
+    a torch 1.13 optimizer) on sampled steps, in place of the method: instance attributes come
+    first, so obj.name() — and torch's Module.__call__ — call it.
 
-    Made once. Every other attribute (lr_scheduler's `_with_counter` marker, `__self__`,
-    `__func__`, `__name__`, ...) is that inner step's, so code that inspects optimizer.step
-    while this is in place sees the step it wraps."""
+    It calls whatever obj.__dict__[name] held before the switch put it there (a wrapper of the
+    user's or of an lr_scheduler, also one made after instrument(): the switch remembers it),
+    else the class's method. Made once. Every other attribute (`__self__`, `__func__`,
+    `__name__`, lr_scheduler's `_with_counter` marker, ...) is that inner method's, so code that
+    inspects obj.name while this is in place sees the method it wraps."""
 
-    __slots__ = ("_optimizer", "_hooks", "_where")
+    __slots__ = ("_obj", "_name", "_hooks", "_where")
 
-    def __init__(self, optimizer, hooks):
-        self._optimizer = optimizer
-        self._hooks = hooks
+    def __init__(self, obj, name, hooks):
+        self._obj = obj
+        self._name = name
+        self._hooks = hooks  # Instrumentation.hooks: looked up at each call
         self._where = None  # (switch.previous, this entry's index), set by bind()
 
     def bind(self, switch, index):
         self._where = (switch.previous, index)
+
+    def entry(self):
+        """(dict, key, value, bind) for Instrumentation._direct."""
+        return self._obj.__dict__, self._name, self, self.bind
 
     def _inner(self):
         where = self._where
         previous = where[0](where[1]) if where is not None else None
         if previous is not None:
             return previous
-        optimizer = self._optimizer
-        cls = type(optimizer)
-        return cls.step.__get__(optimizer, cls)
-
-    def __call__(self, *args, **kwargs):
-        optimizer, hooks = self._optimizer, self._hooks
-        hooks["optimizer_pre"](optimizer, args, kwargs)
-        try:
-            return self._inner()(*args, **kwargs)
-        finally:
-            hooks["optimizer_post"](optimizer, args, kwargs)
+        obj = self._obj
+        cls = type(obj)
+        return getattr(cls, self._name).__get__(obj, cls)
 
     def __getattr__(self, name):
         return getattr(self._inner(), name)
 
 
-def _step_wrapper(optimizer, hooks):
-    """(dict, key, value, bind) of the HookSwitch entry that wraps a torch 1.13 optimizer's step."""
-    step = _OptimizerStep(optimizer, hooks)
-    return optimizer.__dict__, "step", step, step.bind
+class _ForwardCall(_MethodCall):
+    """The model's forward on sampled steps: hooks["forward_pre"]() before it, then
+    hooks["forward"](output). Unlike forward hooks, torch's Module.__call__ keeps its hook-free
+    fast path (its hook loops cost ~10 µs right after a training step, this ~3 µs); the stage
+    then covers forward() itself, not the user's own forward hooks around it."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        hooks = self._hooks
+        hooks["forward_pre"]()
+        output = self._inner()(*args, **kwargs)
+        hooks["forward"](output)
+        return output
+
+
+class _OptimizerStep(_MethodCall):
+    """torch 1.13's optimizers have no step hooks: optimizer.step on sampled steps, between
+    hooks["optimizer_pre"] and hooks["optimizer_post"]."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        optimizer, hooks = self._obj, self._hooks
+        hooks["optimizer_pre"](optimizer, args, kwargs)
+        try:
+            return self._inner()(*args, **kwargs)
+        finally:
+            hooks["optimizer_post"](optimizer, args, kwargs)
 
 
 def _instrument_modules(inst, an, model, patterns):

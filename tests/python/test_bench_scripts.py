@@ -26,7 +26,7 @@ def test_overhead_ab_quick_runs_and_losses_are_bit_identical():
     for mode in ("off", "on, interval 10", "on, interval 1"):
         assert "\n" + mode in p.stdout
     # the accounted breakdown saw the hooks of laggard.torch on sampled steps
-    assert "forward hook" in p.stdout and "optimizer hook" in p.stdout
+    assert "forward end + gradient hook" in p.stdout and "optimizer hook" in p.stdout
 
 
 def test_cold_calls_runs():
