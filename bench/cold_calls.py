@@ -87,6 +87,21 @@ def main(argv=None):
         switch.on()
         switch.off()
 
+    # Module.__call__ of a module whose forward does nothing: without hooks (torch's fast path),
+    # with a forward pre-hook and a forward hook (its hook loops), and with laggard.torch's
+    # forward wrapper in the instance instead (the hooks' work: a mark before and a Python
+    # function after, as laggard.torch does it).
+    class Tiny(nn.Module):
+        def forward(self, t):
+            return t
+
+    plain, hooked, wrapped = Tiny(), Tiny(), Tiny()
+    wrap_hooks = {"forward_pre": mark_begin, "forward": lambda output: mark_end()}
+    hooked.register_forward_pre_hook(wrap_hooks["forward_pre"])
+    hooked.register_forward_hook(lambda module, inputs, output: wrap_hooks["forward"](output))
+    d, key, value, bind = ltorch._ForwardCall(wrapped, "forward", wrap_hooks).entry()
+    d[key] = value  # in place for good, as with interval 1
+
     def with_scope():
         with scope:
             pass
@@ -109,6 +124,9 @@ def main(argv=None):
         ("builtins: Recorder.step_calls()", builtin_step, False),
         ("torch: 2 module hooks registered + removed", public_attach_detach, False),
         ("HookSwitch: on() + off() of the same 2", switch_on_off, False),
+        ("Module call, no hooks (torch's fast path)", lambda: plain(x), False),
+        ("Module call with a forward pre-hook + hook", lambda: hooked(x), False),
+        ("Module call with laggard's forward wrapper", lambda: wrapped(x), False),
         ("Tensor.register_hook on the output", lambda out: out.register_hook(grad_hook), True),
         ("laggard.torch's hook registrar", add_hook, True),
     ]

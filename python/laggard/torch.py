@@ -389,13 +389,15 @@ class _MethodCall:
     `__name__`, lr_scheduler's `_with_counter` marker, ...) is that inner method's, so code that
     inspects obj.name while this is in place sees the method it wraps."""
 
-    __slots__ = ("_obj", "_name", "_hooks", "_where")
+    __slots__ = ("_obj", "_name", "_hooks", "_where", "_bound")
 
     def __init__(self, obj, name, hooks):
         self._obj = obj
         self._name = name
         self._hooks = hooks  # Instrumentation.hooks: looked up at each call
         self._where = None  # (switch.previous, this entry's index), set by bind()
+        cls = type(obj)
+        self._bound = getattr(cls, name).__get__(obj, cls)  # the class's method
 
     def bind(self, switch, index):
         self._where = (switch.previous, index)
@@ -407,11 +409,7 @@ class _MethodCall:
     def _inner(self):
         where = self._where
         previous = where[0](where[1]) if where is not None else None
-        if previous is not None:
-            return previous
-        obj = self._obj
-        cls = type(obj)
-        return getattr(cls, self._name).__get__(obj, cls)
+        return previous if previous is not None else self._bound
 
     def __getattr__(self, name):
         return getattr(self._inner(), name)
@@ -428,7 +426,9 @@ class _ForwardCall(_MethodCall):
     def __call__(self, *args, **kwargs):
         hooks = self._hooks
         hooks["forward_pre"]()
-        output = self._inner()(*args, **kwargs)
+        where = self._where  # _inner(), inlined: this runs right after a training step
+        inner = where[0](where[1]) if where is not None else None
+        output = (self._bound if inner is None else inner)(*args, **kwargs)
         hooks["forward"](output)
         return output
 
@@ -443,7 +443,9 @@ class _OptimizerStep(_MethodCall):
         optimizer, hooks = self._obj, self._hooks
         hooks["optimizer_pre"](optimizer, args, kwargs)
         try:
-            return self._inner()(*args, **kwargs)
+            where = self._where  # _inner(), inlined
+            inner = where[0](where[1]) if where is not None else None
+            return (self._bound if inner is None else inner)(*args, **kwargs)
         finally:
             hooks["optimizer_post"](optimizer, args, kwargs)
 
