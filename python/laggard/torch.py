@@ -196,9 +196,10 @@ def _tensor_hook_registrar(torch, fn):
     It does what Tensor.register_hook does, minus the RemovableHandle (which nothing here would
     use: the hook lives and dies with the output tensor of one step). Creating that handle is
     about half of register_hook's cost on a training thread whose caches the step has just
-    evicted (bench/cold_calls.py: "Tensor.register_hook" against "hook registrar"). It relies on two attributes torch has kept from
-    0.4 to 2.x (Tensor._backward_hooks, grad_fn._register_hook_dict); where they are missing, or
-    for a tensor subclass or under a __torch_function__ mode, it calls register_hook."""
+    evicted (bench/cold_calls.py: "Tensor.register_hook" against "hook registrar"). It relies
+    on two attributes torch has kept from 0.4 to 2.x (Tensor._backward_hooks,
+    grad_fn._register_hook_dict); where they are missing, or for a tensor subclass or under a
+    __torch_function__ mode, it calls register_hook."""
     tensor_type = torch.Tensor
     has_torch_function = getattr(torch._C, "_has_torch_function_unary", None)
     fast = has_torch_function is not None and hasattr(tensor_type, "_backward_hooks")
@@ -418,8 +419,9 @@ class _MethodCall:
 class _ForwardCall(_MethodCall):
     """The model's forward on sampled steps: hooks["forward_pre"]() before it, then
     hooks["forward"](output). Unlike forward hooks, torch's Module.__call__ keeps its hook-free
-    fast path (its hook loops cost ~10 µs right after a training step, this ~3 µs); the stage
-    then covers forward() itself, not the user's own forward hooks around it."""
+    fast path, whose hook loops cost more right after a training step (bench/cold_calls.py:
+    "Module call with a forward pre-hook + hook" against "... laggard's forward wrapper"); the
+    stage then covers forward() itself, not the user's own forward hooks around it."""
 
     __slots__ = ()
 
