@@ -128,15 +128,16 @@ class SideChannel:
         try:
             while True:
                 c0 = cpu()
-                rounds, items, closed = self.queue.take(0.5, self.BATCH_S)
+                # One call into the extension per turn: the counts come with the samples.
+                rounds, items, closed, dropped, log_errors = self.queue.take(0.5, self.BATCH_S)
                 self.gil_free_cpu_ns += cpu() - c0
-                if self.queue.log_errors != self._log_errors:  # a full disk, a removed dir
-                    self._log_errors = self.queue.log_errors
+                if log_errors != self._log_errors:  # a full disk, a removed dir
+                    self._log_errors = log_errors
                     self.errors.report("rank log", OSError(self.queue.log_error))
                 if items:
                     self._buffer.extend(items)
                 for _ in range(rounds):
-                    self._round()
+                    self._round(dropped)
                 if self.analysis is not None:
                     self.gil_free_cpu_ns += self.analysis.take_gil_free_cpu_ns()
                 self.cpu_ns = cpu() - start
@@ -156,12 +157,12 @@ class SideChannel:
                 except Exception:
                     pass
 
-    def _round(self):
+    def _round(self, dropped):
         self.rounds += 1
         samples, self._buffer = self._buffer, []
         if self.broken:
             return
-        payload = (self.rank, samples, int(self.queue.dropped), int(self.errors.total))
+        payload = (self.rank, samples, dropped, int(self.errors.total))
         try:
             gathered = self.exchange.exchange(payload)
         except Exception as e:

@@ -110,6 +110,8 @@ class SampleQueue {
   struct Taken {
     std::uint64_t rounds = 0;
     bool closed = false;
+    std::uint64_t dropped = 0;     // samples dropped so far (queue full)
+    std::uint64_t log_errors = 0;  // failed rank-log writes so far
   };
 
   /// Consumer: waits up to `timeout_s` for a round, a sample or close; then, unless closed,
@@ -154,7 +156,7 @@ class SampleQueue {
     }
     head_ = (head_ + count_) % ring_.size();
     count_ = 0;
-    Taken t{rounds_, closed_};
+    Taken t{rounds_, closed_, dropped_, 0};
     rounds_ = 0;
     lock.unlock();
     for (std::size_t i = 0; i < taken_count_; ++i) {
@@ -177,6 +179,7 @@ class SampleQueue {
         log_error_ = std::move(error);
       }
     }
+    t.log_errors = log_errors_;
     return t;
   }
 
@@ -888,11 +891,12 @@ PYBIND11_MODULE(_core, m) {
             py::list lines;
             for (std::size_t i = 0; i < q.taken_count(); ++i)
               lines.append(py::make_tuple(q.taken()[i].step, q.taken()[i].line));
-            return py::make_tuple(t.rounds, lines, t.closed);
+            return py::make_tuple(t.rounds, lines, t.closed, t.dropped, t.log_errors);
           },
           "Waits up to timeout_s (GIL released) for work, then lingers up to linger_s for more "
           "(several rounds per wake-up; cut short by close or a half-full queue); returns "
-          "(rounds, [(step, line)], closed).",
+          "(rounds, [(step, line)], closed, dropped, log_errors): the counts as of this take, "
+          "so that the consumer needs no further call into the extension.",
           "timeout_s"_a, "linger_s"_a = 0.0)
       .def("set_log", &SampleQueue::set_log,
            "take() appends the samples it takes to this file (the rank log); '' for none.",

@@ -64,8 +64,8 @@ def test_recorder_samples_every_interval_and_counts():
         rec.add(comm, 2.5)
         rec.end_step()
     assert sampled == [True, False, False, True, False, False, True]
-    rounds, items, closed = q.take(0)
-    assert rounds == 3 and not closed
+    rounds, items, closed, dropped, log_errors = q.take(0)
+    assert rounds == 3 and not closed and dropped == 0 and log_errors == 0
     assert [step for step, _ in items] == [0, 3, 6]
     s = _core.StepSample.from_json(items[0][1])
     assert s.rank == 1 and s.world_size == 2
@@ -98,8 +98,8 @@ def test_queue_drops_when_full_and_never_blocks():
         q.push(make_sample(0, step, 1.0))
     assert q.dropped == 3 and q.pushed == 2 and len(q) == 2
     t0 = time.perf_counter()
-    rounds, items, closed = q.take(0.05)
-    assert rounds == 0 and [s for s, _ in items] == [0, 1]
+    rounds, items, closed, dropped, log_errors = q.take(0.05)
+    assert rounds == 0 and [s for s, _ in items] == [0, 1] and dropped == 3  # counts come along
     assert time.perf_counter() - t0 < 0.05  # samples were waiting: no wait
     q.close()
     assert q.take(10.0)[2] is True  # closed: returns at once
