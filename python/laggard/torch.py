@@ -301,20 +301,30 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         tensor_type = torch.Tensor
         state = {"in_backward": False}
 
+        # These run inside the user's forward and backward: nothing may raise out of them (a
+        # failure is counted and warned about, as everywhere in laggard).
+        errors = an._errors
+
         def compute_done():
             # Every gradient of this backward is computed (and, under DDP, handed to the
             # all-reduce); DDP's finalize — the wait — was queued after us and runs next.
-            bwd_end()
-            state["in_backward"] = False
-            if comm_id >= 0:
-                comm_begin()
-                queue_callback(comm_end)
+            try:
+                bwd_end()
+                state["in_backward"] = False
+                if comm_id >= 0:
+                    comm_begin()
+                    queue_callback(comm_end)
+            except Exception as e:
+                errors.report("backward hook", e)
 
         def on_output_grad(grad):
-            if an._sampled and not state["in_backward"]:
-                state["in_backward"] = True
-                bwd_begin()
-                queue_callback(compute_done)
+            try:
+                if an._sampled and not state["in_backward"]:
+                    state["in_backward"] = True
+                    bwd_begin()
+                    queue_callback(compute_done)
+            except Exception as e:
+                errors.report("backward hook", e)
             return None
 
         hook_tensor = _tensor_hook_registrar(torch, on_output_grad)
@@ -322,18 +332,21 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         def forward_done(output):
             if not an._sampled:
                 return None
-            fwd_end()  # without a forward stage (id -1) a no-op
-            # A new output: its backward is still to come (also after a backward that never
-            # finished, e.g. one that raised).
-            state["in_backward"] = False
-            if bwd_id >= 0 and is_grad_enabled():
-                if type(output) is tensor_type:  # the common case, without a list
-                    if output.requires_grad:
-                        hook_tensor(output)
-                    return None
-                for t in _tensors(output, []):
-                    if t.requires_grad:
-                        hook_tensor(t)
+            try:
+                fwd_end()  # without a forward stage (id -1) a no-op
+                # A new output: its backward is still to come (also after a backward that never
+                # finished, e.g. one that raised).
+                state["in_backward"] = False
+                if bwd_id >= 0 and is_grad_enabled():
+                    if type(output) is tensor_type:  # the common case, without a list
+                        if output.requires_grad:
+                            hook_tensor(output)
+                        return None
+                    for t in _tensors(output, []):
+                        if t.requires_grad:
+                            hook_tensor(t)
+            except Exception as e:
+                errors.report("forward hook", e)
             return None
 
         # the forward mark itself (a builtin); without a forward stage, nothing

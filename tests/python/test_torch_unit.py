@@ -370,3 +370,21 @@ def test_a_script_module_gets_forward_hooks_or_a_counted_error():
         assert c["report_errors"] == 0
     else:
         assert c["report_errors"] == 1
+
+
+def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(monkeypatch):
+    an = laggard.Analyzer(enabled=True, interval=1)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def broken_registrar(torch_module, fn):
+        def add(t):
+            raise RuntimeError("hook registration broke")
+        return add
+
+    monkeypatch.setattr(lt, "_tensor_hook_registrar", broken_registrar)
+    lt.instrument(an, model=model, optimizer=opt)
+    run(an, model, opt, steps=3)  # forward, backward and step as usual
+    c = an.counters()
+    an.close()
+    assert c["report_errors"] == 3 and c["samples_emitted"] == 3
