@@ -75,18 +75,21 @@ class Copy:
         self.acc = Account() if account else None
         kwargs = dict(kwargs)
         always_attached = kwargs.pop("hooks_always_attached", False)
+        forward_hooks = kwargs.pop("forward_hooks", False)
         self.an = laggard.Analyzer(timing="host", **kwargs)
         if self.acc is not None:
             self._wrap_before_instrument()
         # instrument() attaches its hooks on sampled steps only; --always-attached compares that
         # with hooks attached for good (a private switch of laggard.torch, for this A/B).
         laggard.torch._LAZY_HOOKS = not always_attached
+        laggard.torch._FORWARD_WRAPPER = not forward_hooks
         try:
             self.inst = laggard.torch.instrument(
                 self.an, model=self.model, optimizer=self.opt,
                 _wrap=self._timed_hook if self.acc is not None else None)
         finally:
             laggard.torch._LAZY_HOOKS = True
+            laggard.torch._FORWARD_WRAPPER = True
         if self.acc is not None:
             self._wrap_after_instrument()
 
@@ -276,8 +279,16 @@ def main(argv=None):
     p.add_argument("--always-attached", action="store_true",
                    help="add a fourth copy: interval 10 with instrument's hooks attached for good "
                         "instead of on sampled steps only")
+    p.add_argument("--forward-hooks", action="store_true",
+                   help="add copies at interval 10 and 1 that time the forward with forward hooks "
+                        "instead of laggard.torch's forward wrapper")
     a = p.parse_args(argv)
     modes = list(MODES)
+    if a.forward_hooks:
+        modes += [("on, interval 10, forward hooks", dict(enabled=True, interval=10,
+                                                          forward_hooks=True)),
+                  ("on, interval 1, forward hooks", dict(enabled=True, interval=1,
+                                                         forward_hooks=True))]
     if a.always_attached:
         modes.append(("on, interval 10, hooks always attached",
                       dict(enabled=True, interval=10, hooks_always_attached=True)))
@@ -340,7 +351,7 @@ def main(argv=None):
     hdr = ("mode", "step (median)", "wall overhead: median [95% CI]",
            "train-thread CPU: median [95% CI]", "laggard calls / step", "net of off",
            "background thread / step")
-    widths = (16, 14, 33, 34, 28, 18, 24)
+    widths = (max(16, max(len(n) for n, _ in modes)), 14, 33, 34, 28, 18, 24)
     line = "  ".join(h.ljust(w) for h, w in zip(hdr, widths))
     print(line)
     print("-" * len(line))

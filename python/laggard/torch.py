@@ -29,6 +29,7 @@ from collections import OrderedDict
 from ._log import logger
 
 _LAZY_HOOKS = True  # attach on sampled steps only (False: always; bench/overhead.py --always-attached)
+_FORWARD_WRAPPER = True  # False: forward hooks instead (bench/overhead.py --forward-hooks)
 
 DEFAULT_MODULE_STAGE_PATTERNS = {
     "attention": r"attention|attn",
@@ -352,8 +353,8 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # the forward mark itself (a builtin); without a forward stage, nothing
         inst.hooks["forward_pre"] = fwd_begin if forward else _nothing
         inst.hooks["forward"] = forward_done
-        if not isinstance(model, torch.jit.ScriptModule) and hasattr(model, "__dict__") \
-                and callable(getattr(type(model), "forward", None)):
+        if _FORWARD_WRAPPER and not isinstance(model, torch.jit.ScriptModule) \
+                and hasattr(model, "__dict__") and callable(getattr(type(model), "forward", None)):
             # The usual case: the model's forward is wrapped on sampled steps (_ForwardCall).
             inst._direct.append(_ForwardCall(model, "forward", inst.hooks).entry())
         else:  # forward hooks, on sampled steps
