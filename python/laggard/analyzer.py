@@ -283,13 +283,7 @@ class Analyzer:
             self._errors.report("begin_step", e)
             return
         if sampled:
-            for hook in self._on_sampled_step:  # instrument(): attach its hooks
-                try:
-                    if hook():  # a true result: something could not be attached
-                        self._errors.report("begin_step", RuntimeError(
-                            "laggard.torch: some hooks could not be attached"))
-                except Exception as e:
-                    self._errors.report("begin_step", e)
+            self._call_hooks(self._on_sampled_step, "begin_step", "attached")
 
     def section(self, name, kind=None):
         """A context manager timing one entry of stage `name` in this step.
@@ -346,13 +340,18 @@ class Analyzer:
             self._rec_end_step()
         except Exception as e:
             self._errors.report("end_step", e)
-        for hook in self._on_step_end:  # instrument(): detach its hooks
+        self._call_hooks(self._on_step_end, "end_step", "detached")
+
+    def _call_hooks(self, hooks, where, done):
+        """Calls instrument()'s attach (or detach) calls of a sampled step; a true result or an
+        exception is counted as an error of `where`, never raised."""
+        for hook in hooks:
             try:
-                if hook():  # a true result: something could not be detached
-                    self._errors.report("end_step", RuntimeError(
-                        "laggard.torch: some hooks could not be detached"))
+                if hook():  # a true result: something could not be attached (detached)
+                    self._errors.report(where, RuntimeError(
+                        "laggard.torch: some hooks could not be %s" % done))
             except Exception as e:
-                self._errors.report("end_step", e)
+                self._errors.report(where, e)
 
     # -- results -----------------------------------------------------------------------------
 

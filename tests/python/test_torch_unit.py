@@ -173,21 +173,31 @@ def test_hooks_are_attached_only_during_sampled_steps():
     assert an.counters()["report_errors"] == 0
 
 
+def train_with_scheduler(an, model, opt, steps, sched=None):
+    """`steps` training steps that step an lr_scheduler after the optimizer, with warnings as
+    errors ("lr_scheduler.step() before optimizer.step()", "optimizer.step() has been
+    overridden", ...); with no scheduler given, a StepLR is made inside the first step. Closes
+    the analyzer."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(steps):
+            an.begin_step(step)
+            if sched is None:
+                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+            sched.step()
+            an.end_step()
+    an.close()
+
+
 def test_lr_scheduler_keeps_working():
     an = laggard.Analyzer(enabled=True, interval=1)
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     lt.instrument(an, model=model, optimizer=opt)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" etc.
-        for step in range(2):
-            an.begin_step(step)
-            model(torch.randn(2, 8)).sum().backward()
-            opt.step()
-            sched.step()
-            an.end_step()
-    an.close()
+    train_with_scheduler(an, model, opt, 2, sched)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.025)
 
 
@@ -252,22 +262,15 @@ def test_user_hooks_stay_and_run_with_lazily_attached_hooks(tmp_path):
 
 
 def test_lr_scheduler_made_after_instrument_keeps_counting():
-    # The step wrapper of torch 1.13 (no optimizer step hooks) is made again when the step it
-    # wraps changed between sampled steps: a scheduler's counter stays in the chain.
+    # The step wrapper of torch 1.13 (no optimizer step hooks) calls what optimizer.step was
+    # before each sampled step put it in place: a scheduler's counter made later stays in the
+    # chain.
     an = laggard.Analyzer(enabled=True, interval=2)
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     lt.instrument(an, model=model, optimizer=opt)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # "lr_scheduler.step() before optimizer.step()" etc.
-        for step in range(4):
-            an.begin_step(step)
-            model(torch.randn(2, 8)).sum().backward()
-            opt.step()
-            sched.step()
-            an.end_step()
-    an.close()
+    train_with_scheduler(an, model, opt, 4, sched)
     assert opt._step_count == 4
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
 
@@ -336,18 +339,7 @@ def test_lr_scheduler_made_during_a_sampled_step_wraps_the_inner_step():
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     lt.instrument(an, model=model, optimizer=opt)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        sched = None
-        for step in range(4):
-            an.begin_step(step)
-            if sched is None:
-                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-            model(torch.randn(2, 8)).sum().backward()
-            opt.step()
-            sched.step()
-            an.end_step()
-    an.close()
+    train_with_scheduler(an, model, opt, 4)  # the StepLR is made inside sampled step 0
     assert opt._step_count == 4 and an.counters()["report_errors"] == 0
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
 
