@@ -127,6 +127,7 @@ def main(argv=None):
         ("Module call, no hooks (torch's fast path)", lambda: plain(x), False),
         ("Module call with a forward pre-hook + hook", lambda: hooked(x), False),
         ("Module call with laggard's forward wrapper", lambda: wrapped(x), False),
+        ("grad_fn of the output (its Python object)", lambda out: out.grad_fn, True),
         ("Tensor.register_hook on the output", lambda out: out.register_hook(grad_hook), True),
         ("laggard.torch's hook registrar", add_hook, True),
     ]

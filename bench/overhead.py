@@ -76,6 +76,7 @@ class Copy:
         kwargs = dict(kwargs)
         always_attached = kwargs.pop("hooks_always_attached", False)
         forward_hooks = kwargs.pop("forward_hooks", False)
+        output_hook = kwargs.pop("output_hook", False)
         self.an = laggard.Analyzer(timing="host", **kwargs)
         if self.acc is not None:
             self._wrap_before_instrument()
@@ -83,6 +84,7 @@ class Copy:
         # with hooks attached for good (a private switch of laggard.torch, for this A/B).
         laggard.torch._LAZY_HOOKS = not always_attached
         laggard.torch._FORWARD_WRAPPER = not forward_hooks
+        laggard.torch._BACKWARD_CALL = not output_hook
         try:
             self.inst = laggard.torch.instrument(
                 self.an, model=self.model, optimizer=self.opt,
@@ -90,6 +92,7 @@ class Copy:
         finally:
             laggard.torch._LAZY_HOOKS = True
             laggard.torch._FORWARD_WRAPPER = True
+            laggard.torch._BACKWARD_CALL = True
         if self.acc is not None:
             self._wrap_after_instrument()
 
@@ -112,8 +115,11 @@ class Copy:
         an.section = timed_section
 
     HOOK_NAMES = {"forward_pre": "forward begin (a mark)",
-                  "forward": "forward end + gradient hook",
-                  "forward_hook": "forward end + gradient hook",
+                  "forward": "forward end (+ output's gradient hook)",
+                  "forward_hook": "forward end (+ output's gradient hook)",
+                  "backward_call": "backward call (a mark)",
+                  "backward_return": "backward return",
+                  "backward_anchor": "anchor parameter's hook",
                   "optimizer_pre": "optimizer hook", "optimizer_post": "optimizer hook"}
 
     def _timed_hook(self, name, fn):
@@ -279,6 +285,10 @@ def main(argv=None):
     p.add_argument("--always-attached", action="store_true",
                    help="add a fourth copy: interval 10 with instrument's hooks attached for good "
                         "instead of on sampled steps only")
+    p.add_argument("--output-hook", action="store_true",
+                   help="add a copy at interval 1 that finds the start of the backward with the "
+                        "gradient hook on each step's output (as at interval 10) instead of the "
+                        "torch.autograd.backward call")
     p.add_argument("--forward-hooks", action="store_true",
                    help="add copies at interval 10 and 1 that time the forward with forward hooks "
                         "instead of laggard.torch's forward wrapper")
@@ -289,6 +299,9 @@ def main(argv=None):
                                                           forward_hooks=True)),
                   ("on, interval 1, forward hooks", dict(enabled=True, interval=1,
                                                          forward_hooks=True))]
+    if a.output_hook:
+        modes.append(("on, interval 1, output hook", dict(enabled=True, interval=1,
+                                                           output_hook=True)))
     if a.always_attached:
         modes.append(("on, interval 10, hooks always attached",
                       dict(enabled=True, interval=10, hooks_always_attached=True)))

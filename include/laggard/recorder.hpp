@@ -106,6 +106,14 @@ class LAGGARD_API Recorder {
     if (LAGGARD_LIKELY(!sampled_)) return;
     end_slow(id);
   }
+  /// Drops the open entry of stage `id`, begun by begin(id), without counting it: for a begin
+  /// made on a guess that turned out wrong (laggard.torch begins the backward stage when the
+  /// backward is called, and cancels it when that backward never reached the model). A stage
+  /// that is not open is left alone; a device mark already recorded is simply not used.
+  void cancel(StageId id) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    if (id >= 0 && id < num_slots_) slots_[id].open = false;
+  }
 
  private:
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.

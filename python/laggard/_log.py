@@ -38,12 +38,13 @@ class ErrorCounter:
         self.total = 0
         self.by_kind = {}
 
-    def report(self, kind, error):
+    def report(self, kind, error, count=1):
+        """Counts `count` failures of `kind` (one warning for them all), `error` the latest."""
         try:
             now = time.monotonic()
             with self._lock:
-                self.total += 1
-                self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
+                self.total += count
+                self.by_kind[kind] = self.by_kind.get(kind, 0) + count
                 last = self._last.get(kind)
                 if last is not None and now - last < self._interval_s:
                     self._suppressed[kind] = self._suppressed.get(kind, 0) + 1

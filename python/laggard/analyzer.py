@@ -184,7 +184,8 @@ class Analyzer:
         self._recorder.attach_queue(queue)
 
         # Side channel: a dedicated gloo group when several ranks train, else local.
-        from .transport import GlooExchange, LocalExchange, SideChannel, new_gloo_group
+        from .transport import (GlooExchange, LocalExchange, SideChannel, new_gloo_group,
+                                rounds_per_gather)
 
         exchange = LocalExchange()
         if info is not None and self.world_size > 1:
@@ -212,7 +213,7 @@ class Analyzer:
         if exchange is None:  # no side channel: keep the rank log, analyse nothing
             exchange = LocalExchange()
         self._channel = SideChannel(queue, self.rank, exchange, self._analysis, log_path,
-                                    self._errors)
+                                    self._errors, rounds_per_gather(interval))
         self._close_timeout_s = float(close_timeout_s)
         if self.backend_name == "host-clock":  # device backends poll in every begin_step
             self._skip_every = interval

@@ -34,7 +34,7 @@ class LiveAnalysis:
         self._last_step = None
         self._dropped = {}  # rank -> samples that rank dropped (its queue was full)
         self._remote_errors = {}  # rank -> failures counted on that rank
-        self._gil_free_cpu_ns = 0  # this thread's CPU time inside observe_lines (GIL released)
+        self._gil_free_cpu_ns = 0  # this thread's CPU time inside observe_batch (GIL released)
 
     # -- read from any thread ----------------------------------------------------------------
 
@@ -88,8 +88,8 @@ class LiveAnalysis:
                     self.errors.report("report log", e)
 
     def _evaluate(self, final):
-        while self._pending:
-            step = min(self._pending)
+        batch = []  # (step, lines in rank order, incomplete windows so far)
+        for step in sorted(self._pending):  # in step order; one sort for the whole batch
             ranks = self._pending[step]
             complete = len(ranks) >= self.world_size
             if not (complete or final or self._round - self._first_round[step] >= self.late_rounds):
@@ -99,30 +99,35 @@ class LiveAnalysis:
             if not complete:
                 self.incomplete_windows += 1
             self._last_step = step
-            self._report(step, [ranks[r] for r in sorted(ranks)])
+            batch.append((step, [ranks[r] for r in sorted(ranks)],
+                          float(self.incomplete_windows)))
+        if batch:
+            self._report(batch)
 
-    def _report(self, step, lines):
-        # Parsing, the detector, the live metrics and the reports.jsonl line: one C++ call
-        # without the GIL, so that the training thread does not wait for this thread. The
-        # metrics become a dict only for sinks (latest_metrics() converts on request).
+    def _report(self, batch):
+        # Parsing, the detector, the live metrics and the reports.jsonl lines of every window
+        # ready: one C++ call, without the GIL, so that the training thread does not wait for
+        # this thread (one call per window took the GIL back once per window). The metrics
+        # become dicts only for sinks (latest_metrics() converts on request).
         c0 = time.thread_time_ns()
-        metrics, parse_errors, log_error = self.detector.observe_lines(
-            lines, step,
-            report_errors=float(self.errors.total + sum(self._remote_errors.values())),
+        metrics, parse_errors, log_failures, log_error = self.detector.observe_batch(
+            batch, report_errors=float(self.errors.total + sum(self._remote_errors.values())),
             dropped_samples=float(sum(self._dropped.values()) + self.late_samples),
-            incomplete_windows=float(self.incomplete_windows), metrics=bool(self.sinks))
+            metrics=bool(self.sinks))
         self._gil_free_cpu_ns += time.thread_time_ns() - c0
         self.parse_errors += parse_errors
-        self.reports += 1
-        if log_error is not None:
-            self.errors.report("report log", OSError(log_error))
-        for sink in self.sinks:
-            try:
-                sink(step, dict(metrics))
-            except Exception as e:
-                self.errors.report("sink %s" % _name(sink), e)
+        self.reports += len(batch)
+        if log_failures:
+            self.errors.report("report log", OSError(log_error), count=log_failures)
+        for (step, _, _), m in zip(batch, metrics or ()):
+            for sink in self.sinks:
+                try:
+                    sink(step, dict(m))
+                except Exception as e:
+                    self.errors.report("sink %s" % _name(sink), e)
         if parse_errors:
-            logger.debug("laggard: step %d: %d malformed samples", step, parse_errors)
+            logger.debug("laggard: steps %d-%d: %d malformed samples", batch[0][0],
+                         batch[-1][0], parse_errors)
 
 
 def _name(sink):

@@ -5,11 +5,17 @@ the current stream; nothing here synchronizes the device or calls a collective):
 
   forward        the top model's forward() (on sampled steps the instance's forward is a
                  wrapper: torch keeps its hook-free path; forward hooks for a ScriptModule).
-  backward       this rank's own backward compute: from the moment the gradient reaches the
-                 model output (a tensor hook, i.e. the start of the model's backward) to the end
-                 of the autograd graph's work (a final callback of the autograd engine, queued at
-                 that start, which runs once every gradient has been computed and, for DDP,
-                 handed to the all-reduce — before DDP waits for it).
+  backward       this rank's own backward compute: from the start of the model's backward to
+                 the end of the autograd graph's work (a final callback of the autograd engine,
+                 queued once the backward is under way, which runs once every gradient has been
+                 computed and, for DDP, handed to the all-reduce — before DDP waits for it).
+                 The start: where the hooks stay attached (interval 1), the call of
+                 torch.autograd.backward (what Tensor.backward calls) whose graph reaches the
+                 model — a hook on one parameter confirms that it does, and a call that never
+                 reaches it is dropped; elsewhere (and where that does not work: a backward
+                 started some other way, a parameter that never gets a gradient) the moment the
+                 gradient reaches the model output (a hook on each step's output tensor, which
+                 costs more per step: see _install).
   communication  DistributedDataParallel only: from that moment until DDP has waited for its
                  gradient all-reduce (a second final callback, queued by the first, so it runs
                  after DDP's own finalize). This is the rank's *wait for its peers* (plus the
@@ -30,6 +36,9 @@ from ._log import logger
 
 _LAZY_HOOKS = True  # attach on sampled steps only (False: always; bench/overhead.py --always-attached)
 _FORWARD_WRAPPER = True  # False: forward hooks instead (bench/overhead.py --forward-hooks)
+_BACKWARD_CALL = True  # False: the output's gradient hook at interval 1 too (bench/overhead.py
+#                        --output-hook)
+_MISSES_BEFORE_OUTPUT_HOOK = 3  # backward calls in a row that never reach the model
 
 DEFAULT_MODULE_STAGE_PATTERNS = {
     "attention": r"attention|attn",
@@ -57,6 +66,7 @@ class Instrumentation:
         self._direct = []  # (dict, key, value, bind(switch, index)): switch entries as they are
         self._switch = None  # _core.HookSwitch of the hooks whose dicts are known
         self._fallbacks = []  # (attach, detach) Python functions; each returns its failures
+        self._tensor_hooks = []  # (tensor, hook name): registered for good at install
         self.hooks = {}
         self.stages = []
         self.notes = []
@@ -139,6 +149,10 @@ def _switch_entry(obj, register, attr, fn):
 
 
 def _build_switch(inst, core):
+    for tensor, name in inst._tensor_hooks:
+        handle = tensor.register_hook(inst.hooks[name])
+        inst._undo.append(lambda tensor=tensor, handle=handle: _remove_tensor_hook(tensor, handle))
+    inst._tensor_hooks = []
     entries = []
     for obj, register, attr, name in inst._pending:
         entry = _switch_entry(obj, register, attr, inst.hooks[name])
@@ -241,8 +255,9 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
     try:
         from . import _core
 
+        always = analyzer.options.get("interval") == 1 or not _LAZY_HOOKS
         _install(inst, analyzer, model, optimizer, forward, backward, optimizer_stage,
-                 module_stages, module_stage_patterns)
+                 module_stages, module_stage_patterns, always)
         if _wrap is not None:
             for name in list(inst.hooks):  # in place: the optimizer wrapper reads this dict
                 inst.hooks[name] = _wrap(name, inst.hooks[name])
@@ -259,7 +274,7 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
         except Exception as e:
             analyzer._errors.report("instrument", e)
 
-    if analyzer.options.get("interval") == 1 or not _LAZY_HOOKS:
+    if always:
         # Every step is sampled: attaching and detaching each step would only add work.
         attach_now()
         return inst
@@ -282,7 +297,7 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
 
 
 def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, module_stages,
-             module_stage_patterns):
+             module_stage_patterns, always_attached):
     import torch
 
     rec = an._recorder
@@ -296,11 +311,24 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # and ignore their arguments, so a mark can be a hook itself.
         fwd_begin, fwd_end = rec.marks(fwd_id)
         bwd_begin, bwd_end = rec.marks(bwd_id)
+        bwd_cancel = rec.cancel_mark(bwd_id)
         comm_begin, comm_end = rec.marks(comm_id)
         queue_callback = torch.autograd.Variable._execution_engine.queue_callback
         is_grad_enabled = torch.is_grad_enabled
         tensor_type = torch.Tensor
-        state = {"in_backward": False}
+        # How the start of the backward is found (see the module's docstring). Where the hooks
+        # stay attached, the call of torch.autograd.backward begins the stage and a hook on one
+        # parameter (the anchor) confirms it: two Python calls per step. The output's gradient
+        # hook is registered anew on each step's output, and that costs more than the rest of
+        # a sampled step's hooks together (bench/cold_calls.py: the output's grad_fn object
+        # alone is ~8 µs right after a step), which decides at interval 1, not at interval 10.
+        anchor = _anchor_parameter(model) if (backward and always_attached and _BACKWARD_CALL) \
+            else None
+        # in_backward: between the start of the model's backward and its final callback;
+        # called: a torch.autograd.backward call began the stage, not yet confirmed;
+        # misses: such calls in a row that never reached the anchor.
+        state = {"in_backward": False, "called": False, "misses": 0,
+                 "output_hook": anchor is None}
 
         # These run inside the user's forward and backward: nothing may raise out of them (a
         # failure is counted and warned about, as everywhere in laggard).
@@ -350,9 +378,61 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
                 errors.report("forward hook", e)
             return None
 
+        def use_output_hook(why):
+            # From the next sampled step on, the output's gradient hook marks the start.
+            if not state["output_hook"]:
+                state["output_hook"] = True
+                inst.hooks["forward"] = forward_done
+                logger.info("laggard: the backward stage now starts at the model output's "
+                            "gradient (%s)", why)
+
+        def on_anchor_grad(grad):
+            try:
+                if state["called"]:  # the backward begun at its call reaches the model
+                    state["called"] = False
+                    state["in_backward"] = True
+                    state["misses"] = 0
+                    queue_callback(compute_done)
+                elif an._sampled and not state["in_backward"]:
+                    # A backward that did not start with torch.autograd.backward (the engine
+                    # called from elsewhere): its start is unknown, so it is not timed.
+                    use_output_hook("a backward started without torch.autograd.backward")
+            except Exception as e:
+                errors.report("backward hook", e)
+            return None
+
+        def backward_returned():
+            # After a torch.autograd.backward call that began the stage (sampled steps only).
+            try:
+                if state["called"]:  # it never reached the anchor: not the model's backward
+                    state["called"] = False
+                    bwd_cancel()
+                    state["misses"] += 1
+                    if state["misses"] >= _MISSES_BEFORE_OUTPUT_HOOK:
+                        use_output_hook("%d backward calls in a row did not reach the model's "
+                                        "parameter %s" % (state["misses"], anchor[0]))
+                elif state["in_backward"]:  # the final callback never ran: the backward raised
+                    state["in_backward"] = False
+                    bwd_end()
+            except Exception as e:
+                errors.report("backward hook", e)
+
+        if anchor is not None:
+            inst.hooks["backward_call"] = bwd_begin
+            inst.hooks["backward_return"] = backward_returned
+            inst.hooks["backward_anchor"] = on_anchor_grad
+            inst._tensor_hooks.append((anchor[1], "backward_anchor"))  # registered at install
+            call = _BackwardCall(torch.autograd, "backward", inst.hooks, torch.autograd.backward)
+            call.setup(an, state)
+            inst._direct.append(call.entry())
+            inst.notes.append("backward: from torch.autograd.backward (anchor parameter %s)"
+                              % anchor[0])
+
         # the forward mark itself (a builtin); without a forward stage, nothing
         inst.hooks["forward_pre"] = fwd_begin if forward else _nothing
-        inst.hooks["forward"] = forward_done
+        # with the output hook, forward_done; else the forward mark alone (a builtin)
+        inst.hooks["forward"] = forward_done if state["output_hook"] else \
+            (fwd_end if forward else _nothing)
         if _FORWARD_WRAPPER and not isinstance(model, torch.jit.ScriptModule) \
                 and hasattr(model, "__dict__") and callable(getattr(type(model), "forward", None)):
             # The usual case: the model's forward is wrapped on sampled steps (_ForwardCall).
@@ -406,13 +486,15 @@ class _MethodCall:
 
     __slots__ = ("_obj", "_name", "_hooks", "_where", "_bound")
 
-    def __init__(self, obj, name, hooks):
+    def __init__(self, obj, name, hooks, bound=None):
         self._obj = obj
         self._name = name
         self._hooks = hooks  # Instrumentation.hooks: looked up at each call
         self._where = None  # (switch.previous, this entry's index), set by bind()
-        cls = type(obj)
-        self._bound = getattr(cls, name).__get__(obj, cls)  # the class's method
+        if bound is None:
+            cls = type(obj)
+            bound = getattr(cls, name).__get__(obj, cls)  # the class's method
+        self._bound = bound
 
     def bind(self, switch, index):
         self._where = (switch.previous, index)
@@ -464,6 +546,58 @@ class _OptimizerStep(_MethodCall):
             return (self._bound if inner is None else inner)(*args, **kwargs)
         finally:
             hooks["optimizer_post"](optimizer, args, kwargs)
+
+
+class _BackwardCall(_MethodCall):
+    """torch.autograd.backward while the hooks are attached (Tensor.backward calls it through
+    the module, so both are covered): on a sampled step, when no backward of the model is under
+    way, it begins the backward stage before the call and, after it, drops that entry if the
+    anchor parameter's hook never confirmed it (a backward of something else), or ends it if
+    the final callback never ran (the backward raised). A nested call (reentrant
+    checkpointing) passes straight through."""
+
+    __slots__ = ("_an", "_state")
+
+    def setup(self, an, state):
+        self._an, self._state = an, state
+
+    def __call__(self, *args, **kwargs):
+        where = self._where  # _inner(), inlined: this runs on every step at interval 1
+        inner = where[0](where[1]) if where is not None else None
+        if inner is None:
+            inner = self._bound
+        state = self._state
+        if not self._an._sampled or state["output_hook"] or state["called"] or \
+                state["in_backward"]:
+            return inner(*args, **kwargs)
+        hooks = self._hooks
+        state["called"] = True
+        hooks["backward_call"]()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            hooks["backward_return"]()
+
+
+def _anchor_parameter(model):
+    """(name, parameter): the model's last parameter that takes a gradient — usually one of the
+    first to get it in the backward — or None."""
+    anchor = None
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            anchor = (name, p)
+    return anchor
+
+
+def _remove_tensor_hook(tensor, handle):
+    """Removes a hook added with register_hook; when none is left, also torch's hook on the
+    tensor's autograd node that would still run (with an empty dict) in every backward."""
+    handle.remove()
+    try:
+        if tensor._backward_hooks is not None and not tensor._backward_hooks:
+            tensor._backward_hooks = None
+    except Exception:  # an attribute this torch does not have: the empty dict stays
+        pass
 
 
 def _instrument_modules(inst, an, model, patterns):

@@ -2,10 +2,13 @@
 
 Each rank runs one background thread. It drains the C++ sample queue (the recorder pushes
 finished samples there without touching Python), appends them to the rank's JSONL log, and takes
-part in exactly one gather per sampled step, in step order, over a dedicated gloo group created
-at start — never the training communicator. A rank with nothing to send (its sample was dropped,
-or a device backend has not finished timing it yet) sends an empty payload, so the collectives of
-all ranks stay matched. The analysis rank feeds what it gathers to the live analysis.
+part in one gather per `rounds_per_gather` sampled steps (a round is a sampled step; every rank
+counts the same ones, so every rank makes the same gathers; the last gather at close takes what
+is left), in step order, over a dedicated gloo group created at start — never the training
+communicator. A rank with nothing to send (its sample was dropped, or a device backend has not
+finished timing it yet) sends an empty payload, so the collectives of all ranks stay matched.
+The analysis rank feeds what it gathers to the live analysis. With one rank nothing needs to
+stay matched: each turn's rounds go to the analysis at once.
 """
 
 import os
@@ -13,6 +16,17 @@ import threading
 import time
 
 from ._log import logger
+
+
+# Several ranks gather at most once per this many training steps: at interval 1 a gather per
+# step would cost the background thread (and through the GIL, the training thread) a Python
+# gather_object each step; reports then come in batches, up to this many steps late.
+GATHER_EVERY_STEPS = 10
+
+
+def rounds_per_gather(interval):
+    """Sampled steps per gather for a sampling interval: 1 at interval >= 10."""
+    return max(1, -(-GATHER_EVERY_STEPS // max(1, int(interval))))
 
 
 class LocalExchange:
@@ -83,7 +97,7 @@ class SideChannel:
     # up to this much later; a queue half full or close() ends the wait early.
     BATCH_S = 0.25
 
-    def __init__(self, queue, rank, exchange, analysis, log_path, errors):
+    def __init__(self, queue, rank, exchange, analysis, log_path, errors, rounds_per_gather=1):
         self.queue = queue
         self.rank = rank
         self.exchange = exchange
@@ -91,9 +105,13 @@ class SideChannel:
         self.log_path = log_path
         self.errors = errors
         self.broken = False
-        self.rounds = 0
+        self.rounds = 0  # rounds (sampled steps) exchanged so far
+        self.gathers = 0
+        self.rounds_per_gather = max(1, int(rounds_per_gather))
+        self._due = 0  # rounds marked, not yet exchanged
+        self._alone = exchange.world_size == 1  # no other rank to keep in step with
         # This thread's CPU time, and the part spent in calls that release the GIL (take(): the
-        # wait, formatting and the rank log; the detector's observe_lines). The rest held the
+        # wait, formatting and the rank log; the detector's observe_batch). The rest held the
         # GIL, i.e. could keep the training thread waiting (approximately: converting results
         # to Python objects inside those calls holds it too).
         self.cpu_ns = 0
@@ -136,8 +154,8 @@ class SideChannel:
                     self.errors.report("rank log", OSError(self.queue.log_error))
                 if items:
                     self._buffer.extend(items)
-                for _ in range(rounds):
-                    self._round(dropped)
+                self._due += rounds
+                self._exchange_due(dropped, closed)
                 if self.analysis is not None:
                     self.gil_free_cpu_ns += self.analysis.take_gil_free_cpu_ns()
                 self.cpu_ns = cpu() - start
@@ -157,8 +175,22 @@ class SideChannel:
                 except Exception:
                     pass
 
-    def _round(self, dropped):
-        self.rounds += 1
+    def _exchange_due(self, dropped, closed):
+        if not self._due:
+            return
+        if self._alone:  # all at once
+            self._gather(self._due, dropped)
+            return
+        per = self.rounds_per_gather
+        while self._due >= per:
+            self._gather(per, dropped)
+        if closed and self._due:  # every rank has the same remainder (the same sampled steps)
+            self._gather(self._due, dropped)
+
+    def _gather(self, rounds, dropped):
+        self._due -= rounds
+        self.rounds += rounds
+        self.gathers += 1
         samples, self._buffer = self._buffer, []
         if self.broken:
             return

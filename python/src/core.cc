@@ -343,6 +343,12 @@ PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
   Py_RETURN_NONE;
 }
 
+PyObject* hot_cancel(PyObject* self, PyObject* const*, Py_ssize_t) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  h->rec->rec().cancel(h->id);
+  Py_RETURN_NONE;
+}
+
 PyObject* hot_begin_step(PyObject* self, PyObject* arg) {
   const long long step = PyLong_AsLongLong(arg);
   if (step == -1 && PyErr_Occurred()) return nullptr;
@@ -379,6 +385,9 @@ PyMethodDef kHotBegin = {"begin", reinterpret_cast<PyCFunction>(reinterpret_cast
                          METH_FASTCALL, "Begins this stage (any arguments are ignored)."};
 PyMethodDef kHotEnd = {"end", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_end)),
                        METH_FASTCALL, "Ends this stage (any arguments are ignored)."};
+PyMethodDef kHotCancel = {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_cancel)),
+                          METH_FASTCALL,
+                          "Drops this stage's open entry uncounted (any arguments are ignored)."};
 PyMethodDef kHotBeginStep = {"begin_step", hot_begin_step, METH_O,
                              "Starts a step; returns whether it is sampled."};
 PyMethodDef kHotEndStep = {"end_step", hot_end_step, METH_NOARGS, "Ends the step."};
@@ -936,6 +945,8 @@ PYBIND11_MODULE(_core, m) {
       .def("end_step", &PyRecorder::end_step)
       .def("begin", [](PyRecorder& r, int id) { r.rec().begin(id); }, "id"_a)
       .def("end", [](PyRecorder& r, int id) { r.rec().end(id); }, "id"_a)
+      .def("cancel", [](PyRecorder& r, int id) { r.rec().cancel(id); },
+           "Drops stage `id`'s open entry (begun by begin) without counting it.", "id"_a)
       .def(
           "add",
           [](PyRecorder& r, int id, double ms, std::uint32_t calls) { r.rec().add(id, ms, calls); },
@@ -969,6 +980,14 @@ PYBIND11_MODULE(_core, m) {
           },
           "(begin, end): builtins that begin and end stage `id`, ignoring any arguments, so "
           "they can be hooks themselves. The training-thread form of begin(id)/end(id).",
+          "id"_a)
+      .def(
+          "cancel_mark",
+          [](py::object self, int id) {
+            return new_builtin(&kHotCancel, new_handle(g_handle_type, self, id));
+          },
+          "A builtin that drops stage `id`'s open entry without counting it (the training-"
+          "thread form of cancel(id)), ignoring any arguments.",
           "id"_a)
       .def(
           "step_calls",
@@ -1108,6 +1127,61 @@ PYBIND11_MODULE(_core, m) {
           "appended there.",
           "lines"_a, "step"_a, "report_errors"_a = 0.0, "dropped_samples"_a = 0.0,
           "incomplete_windows"_a = 0.0, "metrics"_a = true)
+      .def(
+          "observe_batch",
+          [](LiveDetector& d, py::list windows, double report_errors, double dropped_samples,
+             bool metrics) {
+            // Converted while holding the GIL, analysed without it, in one call: the side
+            // channel's turn takes the GIL back once, not once per window.
+            struct In {
+              std::int64_t step;
+              std::vector<std::string> lines;
+              double incomplete;
+            };
+            std::vector<In> in;
+            in.reserve(py::len(windows));
+            for (py::handle w : windows) {
+              auto t = w.cast<py::tuple>();
+              if (t.size() != 3)
+                throw py::value_error("observe_batch: each window is (step, lines, incomplete)");
+              in.push_back({t[0].cast<std::int64_t>(), t[1].cast<std::vector<std::string>>(),
+                            t[2].cast<double>()});
+            }
+            std::vector<Metrics> out_metrics;
+            std::size_t parse_errors = 0;
+            std::size_t log_failures = 0;
+            std::string log_error;
+            {
+              py::gil_scoped_release nogil;
+              if (metrics) out_metrics.reserve(in.size());
+              for (const In& w : in) {
+                // A window's report_errors also counts the report-log writes that failed for
+                // the windows before it in this batch, as it would one call at a time.
+                LiveDetector::Result r =
+                    d.observe(w.lines, w.step, report_errors + static_cast<double>(log_failures),
+                              dropped_samples, w.incomplete);
+                parse_errors += r.parse_errors;
+                if (!r.log_error.empty()) {
+                  ++log_failures;
+                  log_error = std::move(r.log_error);
+                }
+                if (metrics) out_metrics.push_back(std::move(r.metrics));
+              }
+            }
+            py::object listed = py::none();
+            if (metrics) {
+              py::list l;
+              for (const Metrics& m : out_metrics) l.append(metrics_dict(m));
+              listed = std::move(l);
+            }
+            return py::make_tuple(listed, parse_errors, log_failures,
+                                  log_error.empty() ? py::none() : py::object(py::str(log_error)));
+          },
+          "observe_lines over several windows in step order, in one call (the GIL released "
+          "once): windows of (step, lines, incomplete_windows). Returns (a list of each "
+          "window's metrics, or None when metrics is false; malformed lines in all; failed "
+          "report-log writes; the last one's error, or None).",
+          "windows"_a, "report_errors"_a = 0.0, "dropped_samples"_a = 0.0, "metrics"_a = true)
       .def("latest_report", &LiveDetector::report,
            "The latest window's full report (as Detector.observe returns it), or None.")
       .def("latest_metrics", &LiveDetector::latest_metrics,

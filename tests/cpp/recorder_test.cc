@@ -71,6 +71,38 @@ TEST(Recorder, RepeatedStageAccumulatesAndCountsCalls) {
   EXPECT_GE(got[0].step_ms, got[0].stages[0].ms);
 }
 
+TEST(Recorder, CancelledEntriesAreNotCounted) {
+  std::vector<StepSample> got;
+  Recorder r({1, {}, 4});
+  r.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  const auto bwd = r.stage("backward");
+  const auto opt = r.stage("optimizer");
+  r.begin_step(0);
+  r.begin(bwd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  r.cancel(bwd);  // this long entry is dropped
+  r.cancel(opt);  // not open: nothing happens
+  r.cancel(-1);   // no such stage: nothing happens
+  { Section s(r, bwd); }  // a short entry that counts
+  r.end_step();
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].stages.size(), 1u);
+  EXPECT_EQ(got[0].stages[0].name, "backward");
+  EXPECT_EQ(got[0].stages[0].calls, 1u);
+  EXPECT_LT(got[0].stages[0].ms, 10.0);
+  EXPECT_EQ(r.counters().unbalanced, 0u);
+  // A stage cancelled and never entered again is left out of the sample.
+  r.begin_step(1);
+  r.begin(bwd);
+  r.cancel(bwd);
+  { Section s(r, opt); }
+  r.end_step();
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got[1].stages.size(), 1u);
+  EXPECT_EQ(got[1].stages[0].name, "optimizer");
+  EXPECT_EQ(r.counters().unbalanced, 0u);
+}
+
 TEST(Recorder, StagesNotEnteredAreLeftOut) {
   std::vector<StepSample> got;
   Recorder r({1, {}, 4});
@@ -222,6 +254,26 @@ TEST(Recorder, DeviceFallingBehindDropsOldestStep) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].step, 3);
   EXPECT_EQ(got[1].step, 4);
+}
+
+TEST(Recorder, DeviceCancelledEntryIsNotTimed) {
+  auto backend = std::make_unique<ManualBackend>();
+  ManualBackend* dev = backend.get();
+  std::vector<StepSample> got;
+  Recorder r({1, {}, 4}, std::move(backend));
+  r.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  const auto bwd = r.stage("backward");
+  r.begin_step(0);
+  r.begin(bwd);
+  r.cancel(bwd);  // its start mark was recorded; it is not used
+  { Section s(r, bwd); }
+  r.end_step();
+  dev->complete = true;
+  r.poll();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_DOUBLE_EQ(got[0].stages[0].ms, 1.5);  // one interval, not two
+  EXPECT_EQ(got[0].stages[0].calls, 1u);
+  EXPECT_EQ(r.counters().unbalanced, 0u);
 }
 
 TEST(Recorder, DeviceErrorDropsTheStep) {

@@ -193,9 +193,9 @@ def main(argv=None):
         an.end_step()
         losses.append(loss.item().hex())
     train_s = time.perf_counter() - t0
+    an.close()  # counted too: close() makes no collective on the training thread either
     if counter:
         counter.active = False
-    an.close()
 
     result = {
         "rank": rank,

@@ -25,8 +25,11 @@ def test_overhead_ab_quick_runs_and_losses_are_bit_identical():
     assert "losses: bit-identical on and off" in p.stdout
     for mode in ("off", "on, interval 10", "on, interval 1"):
         assert "\n" + mode in p.stdout
-    # the accounted breakdown saw the hooks of laggard.torch on sampled steps
-    assert "forward end + gradient hook" in p.stdout and "optimizer hook" in p.stdout
+    # the accounted breakdown saw the hooks of laggard.torch on sampled steps (at interval 1,
+    # those of the backward call and its anchor parameter)
+    for hook in ("forward end (+ output's gradient hook)", "optimizer hook", "backward call",
+                 "anchor parameter's hook"):
+        assert hook in p.stdout, hook
 
 
 def test_cold_calls_runs():

@@ -212,6 +212,67 @@ def test_marks_and_step_calls_are_the_training_thread_forms():
     end_step()
 
 
+def test_cancel_mark_drops_the_open_entry():
+    rec = _core.Recorder(interval=1)
+    q = _core.SampleQueue(4)
+    rec.attach_queue(q)
+    bwd = rec.stage("backward")
+    begin, end = rec.marks(bwd)
+    cancel = rec.cancel_mark(bwd)
+    begin_step, end_step, _ = rec.step_calls()
+    begin_step(0)
+    begin()
+    time.sleep(0.02)
+    cancel(object())  # arguments are ignored, as for the marks
+    begin()
+    end()
+    end_step()
+    begin_step(1)
+    begin()
+    cancel()  # the only entry: the stage is left out of the sample
+    end_step()
+    assert rec.counters["unbalanced"] == 0
+    items = q.take(0.0)[1]
+    first, second = (_core.StepSample.from_json(line) for _, line in items)
+    assert first.find("backward").calls == 1 and first.find("backward").ms < 10
+    assert second.find("backward") is None
+
+
+def test_live_detector_batch_matches_one_window_at_a_time(tmp_path):
+    opts = _core.DetectorOptions(ref="mean")
+    one, batch = _core.LiveDetector(opts, 0), _core.LiveDetector(opts, 0)
+    windows = []
+    for step in (0, 10, 20):
+        lines = [make_sample(r, step, 40.0 if r == 2 else 10.0).to_json() for r in range(4)]
+        if step == 10:
+            lines.append("{not json")
+        windows.append((step, lines, float(step // 10)))
+    singles = [one.observe_lines(lines, step, report_errors=1.0, dropped_samples=2.0,
+                                 incomplete_windows=inc)[0] for step, lines, inc in windows]
+    metrics, parse_errors, log_failures, log_error = batch.observe_batch(
+        windows, report_errors=1.0, dropped_samples=2.0)
+    assert metrics == singles and parse_errors == 1
+    assert log_failures == 0 and log_error is None
+    assert metrics[2]["straggler/incomplete_windows"] == 2.0
+    assert batch.latest_metrics() == singles[-1] and batch.windows == 3
+    assert batch.observe_batch([], metrics=False) == (None, 0, 0, None)
+    with pytest.raises(ValueError):
+        batch.observe_batch([(0, [])])
+
+
+def test_live_detector_batch_counts_failed_report_log_writes(tmp_path):
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    det = _core.LiveDetector(_core.DetectorOptions(), 0, "/dev/full")
+    windows = [(s, [make_sample(0, s, 10.0, world=1).to_json()], 0.0) for s in range(3)]
+    metrics, _, log_failures, log_error = det.observe_batch(windows, report_errors=5.0)
+    assert log_failures == 3 and "No space left" in log_error
+    # each window's report_errors counts the failed writes of the windows before it
+    assert [m["straggler/report_errors"] for m in metrics] == [5.0, 6.0, 7.0]
+
+
 def test_marks_of_a_stage_that_has_no_slot_count_a_dropped_stage():
     rec = _core.Recorder(interval=1)
     begin, end = rec.marks(-1)

@@ -77,8 +77,11 @@ def run(an, model, opt, steps=4, micro=1):
         an.end_step()
 
 
-def test_forward_backward_optimizer_stages(tmp_path):
-    an = laggard.Analyzer(enabled=True, interval=2, log_dir=str(tmp_path))
+# Interval 2: hooks attached on sampled steps, the backward starts at the output's gradient;
+# interval 1: attached for good, the backward starts at torch.autograd.backward.
+@pytest.mark.parametrize("interval", [2, 1])
+def test_forward_backward_optimizer_stages(tmp_path, interval):
+    an = laggard.Analyzer(enabled=True, interval=interval, log_dir=str(tmp_path))
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     inst = lt.instrument(an, model=model, optimizer=opt)
@@ -86,7 +89,7 @@ def test_forward_backward_optimizer_stages(tmp_path):
     run(an, model, opt, steps=4, micro=2)
     an.close()
     samples = samples_of(tmp_path)
-    assert [s.step for s in samples] == [0, 2]
+    assert [s.step for s in samples] == list(range(0, 4, interval))
     for s in samples:
         assert [t.name for t in s.stages] == ["forward", "backward", "optimizer"]
         assert s.find("forward").calls == 2 and s.find("backward").calls == 2
@@ -126,11 +129,141 @@ def test_remove_undoes_everything():
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     step = opt.step
+    backward = torch.autograd.backward
     inst = lt.instrument(an, model=model, optimizer=opt)
+    assert torch.autograd.backward is not backward  # interval 1: the backward call is wrapped
+    assert model.head.bias._backward_hooks  # ... and the anchor parameter has its hook
     inst.remove()
     an.close()
     assert not model._forward_hooks and not model._forward_pre_hooks
+    assert "forward" not in model.__dict__
     assert opt.step == step
+    assert torch.autograd.backward is backward
+    assert model.head.bias._backward_hooks is None  # torch's node hook is gone too
+
+
+def test_remove_keeps_the_users_own_parameter_hooks():
+    an = laggard.Analyzer(enabled=True, interval=1)
+    model = Net()
+    seen = []
+    model.head.bias.register_hook(lambda g: seen.append(1))
+    inst = lt.instrument(an, model=model)
+    inst.remove()
+    an.close()
+    model(torch.randn(2, 8)).sum().backward()
+    assert seen == [1]
+
+
+class LossDelay(torch.autograd.Function):
+    """Identity whose backward sleeps `ms`: work of a backward outside the model."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.ms / 1000.0)
+        return grad, None
+
+
+@pytest.mark.parametrize("interval", [2, 1])
+def test_backward_stage_counts_the_models_backward_only(tmp_path, interval):
+    # Each step: a backward of something else (40 ms, never reaching the model), then the
+    # model's (a 20 ms loss backward, then the model's own 10 ms). Interval 1 times from the
+    # backward call (the loss's part included), interval 2 from the output's gradient; neither
+    # counts the other backward.
+    an = laggard.Analyzer(enabled=True, interval=interval, log_dir=str(tmp_path))
+    model = Net()
+    lt.instrument(an, model=model)
+    for step in range(4):
+        an.begin_step(step)
+        z = torch.randn(3, requires_grad=True)
+        LossDelay.apply(z, 40.0).sum().backward()
+        LossDelay.apply(model(torch.randn(4, 8)), 20.0).pow(2).mean().backward()
+        an.end_step()
+    c = an.counters()
+    an.close()
+    samples = samples_of(tmp_path)
+    assert len(samples) == 4 // interval
+    for s in samples:
+        b = s.find("backward")
+        assert b.calls == 1
+        if interval == 1:
+            assert 30 * 0.9 <= b.ms < 60, b.ms
+        else:
+            assert 10 * 0.9 <= b.ms < 30, b.ms
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+def test_backward_that_never_reaches_the_anchor_switches_to_the_output_hook(tmp_path):
+    # The anchor parameter (the model's last) frozen after instrument(): the backward calls
+    # never reach it, so their entries are dropped; after 3 such calls in a row the start is
+    # taken from the output's gradient instead.
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lt.instrument(an, model=model, optimizer=opt)
+    model.head.bias.requires_grad_(False)
+    run(an, model, opt, steps=6)
+    c = an.counters()
+    an.close()
+    samples = samples_of(tmp_path)
+    assert [s.find("backward") is not None for s in samples] == [False] * 3 + [True] * 3
+    assert all(s.find("backward").ms >= 10 * 0.9 for s in samples[3:])
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+def test_backward_started_without_autograd_backward_switches_to_the_output_hook(tmp_path):
+    # A training loop that calls the engine through a reference taken before instrument()
+    # bypasses the wrapped torch.autograd.backward: that first backward is not timed (its
+    # start is unknown), the next ones start at the output's gradient.
+    raw_backward = torch.autograd.backward
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = Net()
+    lt.instrument(an, model=model)
+    for step in range(4):
+        an.begin_step(step)
+        raw_backward(model(torch.randn(4, 8)).pow(2).mean())
+        an.end_step()
+    c = an.counters()
+    an.close()
+    samples = samples_of(tmp_path)
+    assert [s.find("backward") is not None for s in samples] == [False, True, True, True]
+    assert all(s.find("backward").calls == 1 for s in samples[1:])
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+def test_reentrant_checkpointing_keeps_one_backward_entry(tmp_path):
+    # torch.utils.checkpoint (reentrant) calls torch.autograd.backward inside the backward:
+    # that nested call passes through.
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+            self.head = nn.Linear(8, 1)
+
+        def forward(self, x):
+            x = checkpoint(self.body, x.requires_grad_())
+            return self.head(SlowBackward.apply(x))
+
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = Checkpointed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lt.instrument(an, model=model, optimizer=opt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.x asks for use_reentrant explicitly
+        run(an, model, opt, steps=3)
+    c = an.counters()
+    an.close()
+    samples = samples_of(tmp_path)
+    assert len(samples) == 3
+    for s in samples:
+        assert s.find("backward").calls == 1 and s.find("backward").ms >= 10 * 0.9
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
 
 
 def test_hooks_are_attached_only_during_sampled_steps():
@@ -364,8 +497,17 @@ def test_a_script_module_gets_forward_hooks_or_a_counted_error():
         assert c["report_errors"] == 1
 
 
-def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(monkeypatch):
-    an = laggard.Analyzer(enabled=True, interval=1)
+class BrokenEngine:
+    def queue_callback(self, fn):
+        raise RuntimeError("queue_callback broke")
+
+
+@pytest.mark.parametrize("interval", [1, 2])
+def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(
+        monkeypatch, interval):
+    # Interval 2: the output's gradient hook cannot be registered (in the forward); interval 1:
+    # the anchor parameter's hook cannot queue the end of the backward (in the backward).
+    an = laggard.Analyzer(enabled=True, interval=interval)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
@@ -375,8 +517,11 @@ def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(m
         return add
 
     monkeypatch.setattr(lt, "_tensor_hook_registrar", broken_registrar)
+    monkeypatch.setattr(torch.autograd.Variable, "_execution_engine", BrokenEngine())
     lt.instrument(an, model=model, optimizer=opt)
-    run(an, model, opt, steps=3)  # forward, backward and step as usual
+    monkeypatch.undo()  # the instrumentation holds the broken ones; training needs the engine
+    run(an, model, opt, steps=3 * interval)  # forward, backward and step as usual
     c = an.counters()
     an.close()
     assert c["report_errors"] == 3 and c["samples_emitted"] == 3
+    assert c["unbalanced"] == 0
