@@ -283,7 +283,7 @@ class Analyzer:
             self._sampled = False
             self._errors.report("begin_step", e)
             return
-        if sampled:
+        if sampled and self._on_sampled_step:  # (empty where hooks stay attached)
             self._call_hooks(self._on_sampled_step, "begin_step", "attached")
 
     def section(self, name, kind=None):
@@ -341,7 +341,8 @@ class Analyzer:
             self._rec_end_step()
         except Exception as e:
             self._errors.report("end_step", e)
-        self._call_hooks(self._on_step_end, "end_step", "detached")
+        if self._on_step_end:
+            self._call_hooks(self._on_step_end, "end_step", "detached")
 
     def _call_hooks(self, hooks, where, done):
         """Calls instrument()'s attach (or detach) calls of a sampled step; a true result or an

@@ -147,7 +147,7 @@ class SideChannel:
             while True:
                 c0 = cpu()
                 # One call into the extension per turn: the counts come with the samples.
-                rounds, items, closed, dropped, log_errors = self.queue.take(0.5, self.BATCH_S)
+                rounds, items, closed, dropped, log_errors = self.queue.take(2.0, self.BATCH_S)
                 self.gil_free_cpu_ns += cpu() - c0
                 if log_errors != self._log_errors:  # a full disk, a removed dir
                     self._log_errors = log_errors

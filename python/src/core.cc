@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,8 +37,10 @@ namespace {
 /// Finished samples, handed from the Recorder's callback (training thread, no GIL needed: plain
 /// C++) to the side-channel thread, which formats them as JSON lines and drains the queue with
 /// the GIL released. Fixed slots whose buffers are reused: after warm-up a push does not
-/// allocate, and it never makes a system call (the consumer polls; nothing wakes it). When the
-/// queue is full the sample is dropped and counted; the producer never waits for the consumer.
+/// allocate. The producer wakes the consumer at most twice per batch the consumer takes (the
+/// first sample or round of a batch, and the queue reaching half full while the consumer
+/// lingers); every other push makes no system call. When the queue is full the sample is
+/// dropped and counted; the producer never waits for the consumer.
 /// Thread-safe: one producer and one consumer (more of either also work).
 ///
 /// Besides samples it counts *rounds*: one per sampled step the training thread finished. The
@@ -62,6 +65,7 @@ class SampleQueue {
   /// warm-up). The JSON line is formatted by the consumer, off the training thread: formatting
   /// there cost tens of microseconds per sampled step once training had evicted the caches.
   void push(const StepSample& sample) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (count_ == ring_.size()) {
@@ -74,11 +78,14 @@ class SampleQueue {
       slot.formatted = false;
       ++count_;
       ++pushed_;
+      wake = should_wake();
     }
+    if (wake) cv_.notify_one();
   }
 
   /// Producer: a line formatted elsewhere (tests, replays).
   void push_line(std::int64_t step, const std::string& line) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (count_ == ring_.size()) {
@@ -91,20 +98,30 @@ class SampleQueue {
       slot.formatted = true;
       ++count_;
       ++pushed_;
+      wake = should_wake();
     }
+    if (wake) cv_.notify_one();
   }
 
   /// Producer: one sampled step finished (whether or not its sample is in the queue yet).
   void mark_round() {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++rounds_;
-    ++rounds_total_;
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++rounds_;
+      ++rounds_total_;
+      wake = should_wake();
+    }
+    if (wake) cv_.notify_one();
   }
 
   /// Wakes the consumer for good; later waits return at once with closed = true.
   void close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
   }
 
   struct Taken {
@@ -121,27 +138,23 @@ class SampleQueue {
     std::vector<Entry>& out = taken_;  // reused: swapping with the ring keeps both sides' buffers
     std::unique_lock<std::mutex> lock(mu_);
     const auto ready = [&] { return rounds_ > 0 || count_ > 0 || closed_; };
-    // Polls rather than waiting on a condition variable: the training thread then never wakes
-    // this one, and its push costs no system call (the wake-up was most of a sampled end_step
-    // in bench/overhead.py --breakdown; the C++ Analyzer polls too). Every 20 ms: 50 wake-ups
-    // a second at most.
-    const auto step = std::chrono::milliseconds(20);
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
-    while (!ready() && std::chrono::steady_clock::now() < deadline) {
-      lock.unlock();
-      std::this_thread::sleep_for(step);
-      lock.lock();
+    // Waits on a condition variable that the producer signals only for the first sample or
+    // round after a take (and at half full, below): one wake-up per batch, not a poll every few
+    // milliseconds (polling cost this thread tens of µs of CPU per training step in
+    // bench/overhead.py, most of its time), and no system call on the training thread's other
+    // pushes.
+    if (!ready()) {
+      wait_for_ = Wake::any;
+      cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, timeout_s)), ready);
+      wait_for_ = Wake::none;
     }
     // Then lingers, so that several rounds come out of one wake-up; never past half the queue
     // (a full queue drops samples) or a close.
-    if (linger_s > 0 && (rounds_ > 0 || count_ > 0)) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(linger_s);
-      while (!closed_ && count_ * 2 < ring_.size() && std::chrono::steady_clock::now() < until) {
-        lock.unlock();
-        std::this_thread::sleep_for(step / 2);
-        lock.lock();
-      }
+    const auto enough = [&] { return closed_ || count_ * 2 >= ring_.size(); };
+    if (linger_s > 0 && (rounds_ > 0 || count_ > 0) && !enough()) {
+      wait_for_ = Wake::half;
+      cv_.wait_for(lock, std::chrono::duration<double>(linger_s), enough);
+      wait_for_ = Wake::none;
     }
     if (out.size() < count_) out.resize(count_);
     taken_count_ = count_;
@@ -216,7 +229,21 @@ class SampleQueue {
   std::size_t capacity() const { return ring_.size(); }
 
  private:
+  enum class Wake { none, any, half };  // what the waiting consumer wants to be woken for
+
+  /// Producer, under the lock: whether this change is what the consumer waits for (then the
+  /// consumer is woken once: the flag is cleared).
+  bool should_wake() {
+    if (wait_for_ == Wake::any || (wait_for_ == Wake::half && count_ * 2 >= ring_.size())) {
+      wait_for_ = Wake::none;
+      return true;
+    }
+    return false;
+  }
+
   mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Wake wait_for_ = Wake::none;
   std::vector<Entry> ring_;
   std::size_t head_ = 0;
   std::size_t count_ = 0;

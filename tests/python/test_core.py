@@ -105,6 +105,44 @@ def test_queue_drops_when_full_and_never_blocks():
     assert q.take(10.0)[2] is True  # closed: returns at once
 
 
+def test_queue_wakes_a_waiting_consumer():
+    # A consumer asleep in take() wakes when the first sample (or round) arrives, and a
+    # lingering one when the queue is half full or closed: none of these waits runs out.
+    import threading
+
+    q = _core.SampleQueue(4)
+
+    def later(*calls):
+        def run():
+            for fn in calls:
+                time.sleep(0.1)
+                fn()
+        t = threading.Thread(target=run)
+        t.start()
+        return t
+
+    t = later(lambda: q.push(make_sample(0, 0, 1.0)))
+    t0 = time.perf_counter()
+    rounds, items, closed, _, _ = q.take(30.0)
+    assert [s for s, _ in items] == [0] and not closed
+    assert time.perf_counter() - t0 < 10.0
+    t.join()
+    t = later(q.mark_round)
+    assert q.take(30.0)[0] == 1
+    t.join()
+    # lingering: half full (2 of 4) ends the wait
+    t = later(lambda: q.push(make_sample(0, 1, 1.0)), lambda: q.push(make_sample(0, 2, 1.0)))
+    t0 = time.perf_counter()
+    assert [s for s, _ in q.take(30.0, 30.0)[1]] == [1, 2]
+    assert time.perf_counter() - t0 < 10.0
+    t.join()
+    # lingering: close ends the wait
+    t = later(lambda: q.push(make_sample(0, 3, 1.0)), q.close)
+    rounds, items, closed, _, _ = q.take(30.0, 30.0)
+    assert [s for s, _ in items] == [3] and closed
+    t.join()
+
+
 def test_detector_reports_metrics_and_confirms():
     det = _core.Detector(_core.DetectorOptions(ref="mean"))
     report = None
