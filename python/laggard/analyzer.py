@@ -86,7 +86,7 @@ class Analyzer:
     def __init__(self, enabled=True, interval=10, relative_threshold=1.2,
                  absolute_ms_threshold=5.0, ref="mean", log_dir=None, sinks=(), *,
                  analysis_rank=0, module_stages=False, module_stage_patterns=None,
-                 timing="auto", confirm_k=2, confirm_n=3, mad_z=3.5, queue_capacity=64,
+                 timing="auto", confirm_k=2, confirm_n=3, mad_z=3.5, queue_capacity=256,
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
                  rank=None, world_size=None, preset=None):
         self._enabled = False

@@ -37,10 +37,11 @@ namespace {
 /// Finished samples, handed from the Recorder's callback (training thread, no GIL needed: plain
 /// C++) to the side-channel thread, which formats them as JSON lines and drains the queue with
 /// the GIL released. Fixed slots whose buffers are reused: after warm-up a push does not
-/// allocate. The producer wakes the consumer at most twice per batch the consumer takes (the
-/// first sample or round of a batch, and the queue reaching half full while the consumer
-/// lingers); every other push makes no system call. When the queue is full the sample is
-/// dropped and counted; the producer never waits for the consumer.
+/// allocate, and it makes no system call unless the queue has just reached half full (then it
+/// wakes the consumer, at most once per batch the consumer takes; with the Analyzer's capacity
+/// that happens only at hundreds of sampled steps a second). The consumer looks for work every
+/// 100 ms. When the queue is full the sample is dropped and counted; the producer never waits
+/// for the consumer.
 /// Thread-safe: one producer and one consumer (more of either also work).
 ///
 /// Besides samples it counts *rounds*: one per sampled step the training thread finished. The
@@ -138,14 +139,19 @@ class SampleQueue {
     std::vector<Entry>& out = taken_;  // reused: swapping with the ring keeps both sides' buffers
     std::unique_lock<std::mutex> lock(mu_);
     const auto ready = [&] { return rounds_ > 0 || count_ > 0 || closed_; };
-    // Waits on a condition variable that the producer signals only for the first sample or
-    // round after a take (and at half full, below): one wake-up per batch, not a poll every few
-    // milliseconds (polling cost this thread tens of µs of CPU per training step in
-    // bench/overhead.py, most of its time), and no system call on the training thread's other
-    // pushes.
-    if (!ready()) {
-      wait_for_ = Wake::any;
-      cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, timeout_s)), ready);
+    // Looks for work every kPoll, and is woken early only by a queue half full or a close.
+    // Waking the consumer for every first sample of a batch cost the training thread's end_step
+    // ~40 µs (a futex wake of a thread on another CPU; bench/overhead.py --breakdown), so the
+    // producer does not; and a poll every 10-20 ms cost this thread most of its CPU time.
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(std::min(std::max(0.0, timeout_s), 86400.0)));
+    while (!ready()) {
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) break;
+      wait_for_ = Wake::half;
+      cv_.wait_until(lock, std::min<Clock::time_point>(deadline, now + kPoll));
       wait_for_ = Wake::none;
     }
     // Then lingers, so that several rounds come out of one wake-up; never past half the queue
@@ -229,12 +235,13 @@ class SampleQueue {
   std::size_t capacity() const { return ring_.size(); }
 
  private:
-  enum class Wake { none, any, half };  // what the waiting consumer wants to be woken for
+  enum class Wake { none, half };  // what the waiting consumer wants to be woken for
+  static constexpr std::chrono::milliseconds kPoll{100};
 
   /// Producer, under the lock: whether this change is what the consumer waits for (then the
   /// consumer is woken once: the flag is cleared).
   bool should_wake() {
-    if (wait_for_ == Wake::any || (wait_for_ == Wake::half && count_ * 2 >= ring_.size())) {
+    if (wait_for_ == Wake::half && count_ * 2 >= ring_.size()) {
       wait_for_ = Wake::none;
       return true;
     }

@@ -105,9 +105,10 @@ def test_queue_drops_when_full_and_never_blocks():
     assert q.take(10.0)[2] is True  # closed: returns at once
 
 
-def test_queue_wakes_a_waiting_consumer():
-    # A consumer asleep in take() wakes when the first sample (or round) arrives, and a
-    # lingering one when the queue is half full or closed: none of these waits runs out.
+def test_queue_consumer_finds_work_soon_and_is_woken_at_half_full():
+    # A consumer asleep in take() finds the first sample (or round) at its next look (every
+    # 100 ms), and a lingering one is woken when the queue is half full or closed: none of these
+    # waits runs out.
     import threading
 
     q = _core.SampleQueue(4)
