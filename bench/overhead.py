@@ -285,6 +285,9 @@ def main(argv=None):
     p.add_argument("--always-attached", action="store_true",
                    help="add a fourth copy: interval 10 with instrument's hooks attached for good "
                         "instead of on sampled steps only")
+    p.add_argument("--aa", action="store_true",
+                   help="add a second copy with the analyzer off (an A/A test): its 'overhead' "
+                        "is the bench's own bias between two identical copies")
     p.add_argument("--output-hook", action="store_true",
                    help="add a copy at interval 1 that finds the start of the backward with the "
                         "gradient hook on each step's output (as at interval 10) instead of the "
@@ -299,6 +302,8 @@ def main(argv=None):
                                                           forward_hooks=True)),
                   ("on, interval 1, forward hooks", dict(enabled=True, interval=1,
                                                          forward_hooks=True))]
+    if a.aa:
+        modes.append(("off, second copy (A/A)", dict(enabled=False)))
     if a.output_hook:
         modes.append(("on, interval 1, output hook", dict(enabled=True, interval=1,
                                                            output_hook=True)))

@@ -30,7 +30,9 @@ Works with torch 1.13 and 2.x; uses no API 2.x removed.
 """
 
 import re
+import threading
 from collections import OrderedDict
+from threading import get_ident
 
 from ._log import logger
 
@@ -327,8 +329,11 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # in_backward: between the start of the model's backward and its final callback;
         # called: a torch.autograd.backward call began the stage, not yet confirmed;
         # misses: such calls in a row that never reached the anchor.
+        # thread: the training thread's id (instrument() is called there): a backward called
+        # from another thread passes straight through the wrapper (the recorder belongs to one
+        # thread).
         state = {"in_backward": False, "called": False, "misses": 0,
-                 "output_hook": anchor is None}
+                 "output_hook": anchor is None, "thread": threading.get_ident()}
 
         # These run inside the user's forward and backward: nothing may raise out of them (a
         # failure is counted and warned about, as everywhere in laggard).
@@ -568,7 +573,7 @@ class _BackwardCall(_MethodCall):
             inner = self._bound
         state = self._state
         if not self._an._sampled or state["output_hook"] or state["called"] or \
-                state["in_backward"]:
+                state["in_backward"] or get_ident() != state["thread"]:
             return inner(*args, **kwargs)
         hooks = self._hooks
         state["called"] = True

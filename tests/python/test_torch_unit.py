@@ -197,6 +197,34 @@ def test_backward_stage_counts_the_models_backward_only(tmp_path, interval):
     assert c["unbalanced"] == 0 and c["report_errors"] == 0
 
 
+def test_backward_called_from_another_thread_is_not_timed(tmp_path):
+    # The recorder belongs to the training thread: a backward another thread runs meanwhile
+    # (here during a sampled step, through the same wrapped torch.autograd.backward) passes
+    # straight through.
+    import threading
+
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = Net()
+    lt.instrument(an, model=model)
+    other = Net()
+    for step in range(3):
+        an.begin_step(step)
+        if step == 0:  # three backward calls of another model, on another thread
+            for _ in range(3):
+                t = threading.Thread(target=lambda: other(torch.randn(2, 8)).sum().backward())
+                t.start()
+                t.join()
+        model(torch.randn(2, 8)).sum().backward()
+        an.end_step()
+    c = an.counters()
+    an.close()
+    # Had they counted (as calls that never reached the model), the third would have switched
+    # laggard to the output hook, and step 0's backward would not have been timed.
+    for s in samples_of(tmp_path):
+        assert s.find("backward").calls == 1 and s.find("forward").calls == 1
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
 def test_backward_that_never_reaches_the_anchor_switches_to_the_output_hook(tmp_path):
     # The anchor parameter (the model's last) frozen after instrument(): the backward calls
     # never reach it, so their entries are dropped; after 3 such calls in a row the start is
