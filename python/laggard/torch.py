@@ -323,7 +323,7 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # parameter (the anchor) confirms it: two Python calls per step. The output's gradient
         # hook is registered anew on each step's output, and that costs more than the rest of
         # a sampled step's hooks together (bench/cold_calls.py: the output's grad_fn object
-        # alone is ~8 µs right after a step), which decides at interval 1, not at interval 10.
+        # alone is 6-8 µs right after a step), which decides at interval 1, not at interval 10.
         anchor = _anchor_parameter(model) if (backward and always_attached and _BACKWARD_CALL) \
             else None
         # in_backward: between the start of the model's backward and its final callback;
