@@ -65,45 +65,36 @@ def make_model(dims, seed=0):
 class Copy:
     """One training run: a model, its optimizer and analyzer, its losses so far."""
 
-    def __init__(self, name, kwargs, dims, data, account=False, shared=None):
+    def __init__(self, name, kwargs, dims, data, account=False):
         self.name = name
-        # shared: (model, optimizer) trained by every mode in turn (--one-model); this mode's
-        # instrumentation is then put in for each of its blocks and taken out after it.
-        self.shared = shared is not None
-        if self.shared:
-            self.model, self.opt = shared
-        else:
-            self.model = make_model(dims)
-            self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.model = make_model(dims)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.data = data
         self.step = 0
         self.losses = []
         self.acc = Account() if account else None
         kwargs = dict(kwargs)
-        self._flags = (kwargs.pop("hooks_always_attached", False),
-                       kwargs.pop("forward_hooks", False), kwargs.pop("output_hook", False))
+        always_attached = kwargs.pop("hooks_always_attached", False)
+        forward_hooks = kwargs.pop("forward_hooks", False)
+        output_hook = kwargs.pop("output_hook", False)
         self.an = laggard.Analyzer(timing="host", **kwargs)
         if self.acc is not None:
             self._wrap_before_instrument()
-        self.inst = None if self.shared else self._instrument()
-        if self.acc is not None:
-            self._wrap_after_instrument()
-
-    def _instrument(self):
         # instrument() attaches its hooks on sampled steps only; --always-attached compares that
-        # with hooks attached for good (private switches of laggard.torch, for this A/B).
-        always_attached, forward_hooks, output_hook = self._flags
+        # with hooks attached for good (a private switch of laggard.torch, for this A/B).
         laggard.torch._LAZY_HOOKS = not always_attached
         laggard.torch._FORWARD_WRAPPER = not forward_hooks
         laggard.torch._BACKWARD_CALL = not output_hook
         try:
-            return laggard.torch.instrument(
+            self.inst = laggard.torch.instrument(
                 self.an, model=self.model, optimizer=self.opt,
                 _wrap=self._timed_hook if self.acc is not None else None)
         finally:
             laggard.torch._LAZY_HOOKS = True
             laggard.torch._FORWARD_WRAPPER = True
             laggard.torch._BACKWARD_CALL = True
+        if self.acc is not None:
+            self._wrap_after_instrument()
 
     # -- accounting from inside ----------------------------------------------------------------
 
@@ -140,15 +131,6 @@ class Copy:
 
     def run(self, n):
         """n training steps; returns (wall ns, training-thread CPU ns)."""
-        if not self.shared:
-            return self._run(n)
-        self.inst = self._instrument()  # (a no-op for an analyzer that is off)
-        try:
-            return self._run(n)
-        finally:
-            self.inst.remove()
-
-    def _run(self, n):
         an, model, opt, data, losses = self.an, self.model, self.opt, self.data, self.losses
         mse = nn.functional.mse_loss
         step = self.step
@@ -303,11 +285,6 @@ def main(argv=None):
     p.add_argument("--always-attached", action="store_true",
                    help="add a fourth copy: interval 10 with instrument's hooks attached for good "
                         "instead of on sampled steps only")
-    p.add_argument("--one-model", action="store_true",
-                   help="every mode trains the same model (its instrumentation put in for each of "
-                        "its blocks and taken out after), instead of a copy each: no bias "
-                        "between copies (--aa); the losses are then compared in the accounted "
-                        "copies only")
     p.add_argument("--aa", action="store_true",
                    help="add a second copy with the analyzer off (an A/A test): its 'overhead' "
                         "is the bench's own bias between two identical copies")
@@ -345,11 +322,7 @@ def main(argv=None):
 
     load0 = os.getloadavg()
     t_start = time.monotonic()
-    shared = None
-    if a.one_model:
-        shared_model = make_model(dims)
-        shared = (shared_model, torch.optim.AdamW(shared_model.parameters(), lr=1e-3))
-    copies = [Copy(name, kw, dims, data, shared=shared) for name, kw in modes]
+    copies = [Copy(name, kw, dims, data) for name, kw in modes]
     walls = {c.name: [] for c in copies}
     cpus = {c.name: [] for c in copies}
     for r in range(a.warmup_rounds + a.rounds):
@@ -455,11 +428,9 @@ def main(argv=None):
                     len(v) / (a.account_rounds * a.block), statistics.median(v)))
 
     # Every copy trains the same model on the same batches: the losses must be the same bits.
-    # (--one-model: the A/B modes share one model, so only the accounted copies compare)
-    compared = accounted[1:] if a.one_model else copies[1:] + accounted
-    ref = [float(x).hex() for x in (accounted if a.one_model else copies)[0].losses]
+    ref = [float(x).hex() for x in copies[0].losses]
     same = True
-    for c in compared:
+    for c in copies[1:] + accounted:
         mine = [float(x).hex() for x in c.losses]
         n = min(len(mine), len(ref))
         if mine[:n] != ref[:n]:
@@ -467,10 +438,9 @@ def main(argv=None):
             first = next(i for i in range(n) if mine[i] != ref[i])
             print("losses: %s%s differs from off at step %d" % (
                 c.name, " (accounted)" if c.acc is not None else "", first))
-    print("losses: %s (%d steps per A/B %s, %d per accounted copy: off, interval 10, "
+    print("losses: %s (%d steps per A/B copy, %d per accounted copy: off, interval 10, "
           "interval 1)" % ("bit-identical on and off" if same else "DIFFERENT",
-                           len(copies[0].losses), "mode (one model)" if a.one_model else "copy",
-                           len(accounted[0].losses)))
+                           len(copies[0].losses), len(accounted[0].losses)))
 
     on10, on1 = results[MODES[1][0]], results[MODES[2][0]]
     checks = [
