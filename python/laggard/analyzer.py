@@ -101,6 +101,7 @@ class Analyzer:
         self._sections = {}
         self._on_sampled_step = []  # instrument(): attach hooks (a true result is a failure)
         self._on_step_end = []  # instrument(): detach the sampled step's hooks
+        self._on_close = []  # instrument(): take its hooks and wrappers out (Instrumentation.remove)
         self._errors = ErrorCounter()
         self._recorder = None
         self._channel = None
@@ -417,6 +418,14 @@ class Analyzer:
             timeout_s = self._close_timeout_s if timeout_s is None else float(timeout_s)
             if self._sampled:
                 self.end_step()
+            # Nothing is timed from here on: laggard.torch's hooks and wrappers come out (one of
+            # them, at interval 1, wraps torch.autograd.backward for the whole process).
+            for remove in self._on_close:
+                try:
+                    remove()
+                except Exception as e:
+                    self._errors.report("close", e)
+            self._on_close = []
             self._drain_device(min(1.0, timeout_s / 4))
             self._recorder.queue.mark_round()  # the final round carries late samples
             self._channel.close(timeout_s)

@@ -264,6 +264,7 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
             for name in list(inst.hooks):  # in place: the optimizer wrapper reads this dict
                 inst.hooks[name] = _wrap(name, inst.hooks[name])
         _build_switch(inst, _core)
+        analyzer._on_close.append(inst.remove)  # Analyzer.close() takes it all out
     except Exception as e:
         analyzer._errors.report("instrument", e)
         inst.remove()

@@ -142,6 +142,26 @@ def test_remove_undoes_everything():
     assert model.head.bias._backward_hooks is None  # torch's node hook is gone too
 
 
+@pytest.mark.parametrize("interval", [1, 10])
+def test_analyzer_close_takes_the_instrumentation_out(interval):
+    # Without remove(): close() does it, so that no wrapper of torch.autograd.backward (interval
+    # 1) outlives the analyzer it times for.
+    backward = torch.autograd.backward
+    an = laggard.Analyzer(enabled=True, interval=interval)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = opt.step
+    inst = lt.instrument(an, model=model, optimizer=opt)
+    run(an, model, opt, steps=2)
+    an.close()
+    assert torch.autograd.backward is backward
+    assert "forward" not in model.__dict__ and opt.step == step
+    assert model.head.bias._backward_hooks is None
+    assert inst.stages == []
+    assert an.counters()["report_errors"] == 0
+    run(an, model, opt, steps=2)  # a closed analyzer: training goes on untimed
+
+
 def test_remove_keeps_the_users_own_parameter_hooks():
     an = laggard.Analyzer(enabled=True, interval=1)
     model = Net()
