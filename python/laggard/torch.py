@@ -30,7 +30,6 @@ Works with torch 1.13 and 2.x; uses no API 2.x removed.
 """
 
 import re
-import threading
 from collections import OrderedDict
 from threading import get_ident
 
@@ -334,7 +333,7 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # from another thread passes straight through the wrapper (the recorder belongs to one
         # thread).
         state = {"in_backward": False, "called": False, "misses": 0,
-                 "output_hook": anchor is None, "thread": threading.get_ident()}
+                 "output_hook": anchor is None, "thread": get_ident()}
 
         # These run inside the user's forward and backward: nothing may raise out of them (a
         # failure is counted and warned about, as everywhere in laggard).
@@ -428,9 +427,8 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             inst.hooks["backward_return"] = backward_returned
             inst.hooks["backward_anchor"] = on_anchor_grad
             inst._tensor_hooks.append((anchor[1], "backward_anchor"))  # registered at install
-            call = _BackwardCall(torch.autograd, "backward", inst.hooks, torch.autograd.backward)
-            call.setup(an, state)
-            inst._direct.append(call.entry())
+            inst._direct.append(_BackwardCall(torch.autograd, "backward", inst.hooks,
+                                              torch.autograd.backward, an, state).entry())
             inst.notes.append("backward: from torch.autograd.backward (anchor parameter %s)"
                               % anchor[0])
 
@@ -564,8 +562,10 @@ class _BackwardCall(_MethodCall):
 
     __slots__ = ("_an", "_state")
 
-    def setup(self, an, state):
-        self._an, self._state = an, state
+    def __init__(self, obj, name, hooks, bound, an, state):
+        super().__init__(obj, name, hooks, bound)
+        self._an = an  # the Analyzer: its _sampled
+        self._state = state  # _install's state of the backward stage
 
     def __call__(self, *args, **kwargs):
         where = self._where  # _inner(), inlined: this runs on every step at interval 1

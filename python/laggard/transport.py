@@ -106,7 +106,6 @@ class SideChannel:
         self.errors = errors
         self.broken = False
         self.rounds = 0  # rounds (sampled steps) exchanged so far
-        self.gathers = 0
         self.rounds_per_gather = max(1, int(rounds_per_gather))
         self._due = 0  # rounds marked, not yet exchanged
         self._alone = exchange.world_size == 1  # no other rank to keep in step with
@@ -190,7 +189,6 @@ class SideChannel:
     def _gather(self, rounds, dropped):
         self._due -= rounds
         self.rounds += rounds
-        self.gathers += 1
         samples, self._buffer = self._buffer, []
         if self.broken:
             return

@@ -17,7 +17,6 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -1205,7 +1204,7 @@ PYBIND11_MODULE(_core, m) {
             py::object listed = py::none();
             if (metrics) {
               py::list l;
-              for (const Metrics& m : out_metrics) l.append(metrics_dict(m));
+              for (const Metrics& window : out_metrics) l.append(metrics_dict(window));
               listed = std::move(l);
             }
             return py::make_tuple(listed, parse_errors, log_failures,
