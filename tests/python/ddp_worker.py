@@ -18,6 +18,7 @@ import torch.nn as nn
 
 import laggard
 import laggard.torch
+from backward_delay import Delay
 
 
 def parse(argv=None):
@@ -37,21 +38,6 @@ def parse(argv=None):
     p.add_argument("--analysis-rank", type=int, default=0)
     laggard.add_arguments(p)
     return p.parse_args(argv)
-
-
-class Delay(torch.autograd.Function):
-    """Identity whose backward sleeps `ms` (a slow backward on one rank)."""
-
-    @staticmethod
-    def forward(ctx, x, ms):
-        ctx.ms = ms
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        if ctx.ms > 0:
-            time.sleep(ctx.ms / 1000.0)
-        return grad, None
 
 
 class Net(nn.Module):

@@ -17,6 +17,14 @@ def make_sample(rank, step, forward_ms, comm_ms=1.0, world=4):
     return s
 
 
+def recorder_with_queue(interval, capacity=4):
+    """A host-clock Recorder whose samples go to a new SampleQueue: (recorder, queue)."""
+    rec = _core.Recorder(interval=interval)
+    q = _core.SampleQueue(capacity)
+    rec.attach_queue(q)
+    return rec, q
+
+
 def test_stage_kinds():
     assert _core.StageKind.communication.name == "communication"
     assert _core.default_stage_kind("dataloader") == _core.StageKind.data
@@ -203,9 +211,7 @@ def test_metric_values_are_float_or_str():
 
 
 def test_section_scope_times_and_survives_exceptions():
-    rec = _core.Recorder(interval=1)
-    q = _core.SampleQueue(4)
-    rec.attach_queue(q)
+    rec, q = recorder_with_queue(interval=1)
     scope = rec.section(rec.stage("forward"))
     rec.begin_step(0)
     with scope:
@@ -222,9 +228,7 @@ def test_section_scope_times_and_survives_exceptions():
 
 
 def test_marks_and_step_calls_are_the_training_thread_forms():
-    rec = _core.Recorder(interval=2)
-    q = _core.SampleQueue(4)
-    rec.attach_queue(q)
+    rec, q = recorder_with_queue(interval=2)
     fwd = rec.stage("forward")
     begin, end = rec.marks(fwd)
     begin_step, end_step, set_stream = rec.step_calls()
@@ -252,9 +256,7 @@ def test_marks_and_step_calls_are_the_training_thread_forms():
 
 
 def test_cancel_mark_drops_the_open_entry():
-    rec = _core.Recorder(interval=1)
-    q = _core.SampleQueue(4)
-    rec.attach_queue(q)
+    rec, q = recorder_with_queue(interval=1)
     bwd = rec.stage("backward")
     begin, end = rec.marks(bwd)
     cancel = rec.cancel_mark(bwd)

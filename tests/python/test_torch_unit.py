@@ -1,6 +1,5 @@
 """laggard.torch.instrument in one process (no DDP): stages, module stages, undo."""
 
-import time
 import warnings
 
 import pytest
@@ -11,17 +10,7 @@ import torch.nn as nn  # noqa: E402
 import laggard  # noqa: E402
 import laggard.torch as lt  # noqa: E402
 from laggard import _core  # noqa: E402
-
-
-class SlowBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(0.01)
-        return grad
+from backward_delay import Delay  # noqa: E402
 
 
 class InnerAttention(nn.Module):
@@ -58,7 +47,7 @@ class Net(nn.Module):
     def forward(self, x):
         for b in self.blocks:
             x = b(x)
-        return self.head(SlowBackward.apply(self.moe(x)))
+        return self.head(Delay.apply(self.moe(x), 10.0))
 
 
 def samples_of(log_dir):
@@ -174,20 +163,6 @@ def test_remove_keeps_the_users_own_parameter_hooks():
     assert seen == [1]
 
 
-class LossDelay(torch.autograd.Function):
-    """Identity whose backward sleeps `ms`: work of a backward outside the model."""
-
-    @staticmethod
-    def forward(ctx, x, ms):
-        ctx.ms = ms
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(ctx.ms / 1000.0)
-        return grad, None
-
-
 @pytest.mark.parametrize("interval", [2, 1])
 def test_backward_stage_counts_the_models_backward_only(tmp_path, interval):
     # Each step: a backward of something else (40 ms, never reaching the model), then the
@@ -200,8 +175,8 @@ def test_backward_stage_counts_the_models_backward_only(tmp_path, interval):
     for step in range(4):
         an.begin_step(step)
         z = torch.randn(3, requires_grad=True)
-        LossDelay.apply(z, 40.0).sum().backward()
-        LossDelay.apply(model(torch.randn(4, 8)), 20.0).pow(2).mean().backward()
+        Delay.apply(z, 40.0).sum().backward()
+        Delay.apply(model(torch.randn(4, 8)), 20.0).pow(2).mean().backward()
         an.end_step()
     c = an.counters()
     an.close()
@@ -296,7 +271,7 @@ def test_reentrant_checkpointing_keeps_one_backward_entry(tmp_path):
 
         def forward(self, x):
             x = checkpoint(self.body, x.requires_grad_())
-            return self.head(SlowBackward.apply(x))
+            return self.head(Delay.apply(x, 10.0))
 
     an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
     model = Checkpointed()
