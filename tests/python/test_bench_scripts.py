@@ -36,3 +36,9 @@ def test_cold_calls_runs():
     p = run_bench("cold_calls.py", "--rounds", "5")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "HookSwitch: on() + off()" in p.stdout and "hook registrar" in p.stdout
+
+
+def test_side_channel_bench_runs_and_drops_nothing():
+    p = run_bench("side_channel.py", "--steps", "300")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "300 analysed, 0 dropped" in p.stdout, p.stdout
