@@ -1,19 +1,27 @@
 """Overhead A/B: the same training run with the analyzer off and on (interval 10 and 1).
 
     PYTHONPATH=python OMP_NUM_THREADS=1 /usr/bin/python3 bench/overhead.py
+    ... bench/overhead.py --rounds 2000 --processes 8 --breakdown   # the figures of the docs
     ... bench/overhead.py --quick          # a short run (a smoke test, wide intervals)
 
-One process trains three identical copies of a small MLP (same seed, same batches): one with the
+Each A/B process trains identical copies of a small MLP (same seed, same batches): one with the
 analyzer off (`--straggler-analysis` not given: Analyzer(enabled=False), the calls still in the
-loop), one on with interval 10 (the default), one on with interval 1, each with the automatic
-stages of laggard.torch.instrument plus a `dataloader` section. The copies take turns in blocks
-of `--block` steps (10: each block holds one sampled step of interval 10), the order rotated
-every round (off/10/1, 10/1/off, 1/off/10), so that drift of a shared machine hits every mode
-alike; each round gives one paired difference per "on" mode:
-block time on / block time off - 1. The table shows the median of those differences with a 95 %
-bootstrap interval (resampling rounds), in wall time (what training throughput sees) and in CPU
-time of the training thread (which time spent waiting for a CPU on a busy machine does not
-inflate).
+loop), one on with interval 10 (the default), one on with interval 1, and a second off copy (the
+A/A test: its "overhead" is the bench's own bias between two identical copies), each with the
+automatic stages of laggard.torch.instrument plus a `dataloader` section. The copies take turns in
+blocks of `--block` timed steps (10: each block holds one sampled step of interval 10), each block
+led by one untimed step of the same copy (so that every timed step follows a step of its own copy,
+as in real training), the blocks of a round in a random order, so that drift of a shared machine
+hits every mode alike; each round gives one paired difference per mode:
+block time of the mode / block time of off - 1.
+
+Two identical copies in one process differ by up to half a percent for the whole run (where
+their tensors and Python objects happen to lie in memory, most likely): a bias no number of
+rounds removes. So the A/B runs in `--processes` fresh processes one after another, each making
+its copies in a random order between allocations of random sizes; the table gives the mean of
+the per-process medians with a 95 % t interval over processes, in wall time (what training
+throughput sees) and in CPU time of the training thread (which time spent waiting for a CPU on a
+busy machine does not inflate), and the per-process medians below it.
 
 The analyzer's own time on the training thread is then accounted from inside, in separate
 copies whose laggard calls are wrapped with perf_counter_ns: Analyzer.begin_step/section
@@ -31,11 +39,14 @@ interval 1: median <= 0.5 %.
 """
 
 import argparse
+import json
 import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,6 +62,7 @@ import laggard.torch  # noqa: E402
 MODES = [("off", dict(enabled=False)),
          ("on, interval 10", dict(enabled=True, interval=10)),
          ("on, interval 1", dict(enabled=True, interval=1))]
+AA = "off, second copy (A/A)"
 
 
 def make_model(dims, seed=0):
@@ -70,7 +82,9 @@ class Copy:
         self.model = make_model(dims)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.data = data
-        self.step = 0
+        self.block = 0  # blocks run
+        self.done = 0  # steps run (timed or not): the batch of the next step
+        self.timed = 0  # timed steps
         self.losses = []
         self.acc = Account() if account else None
         kwargs = dict(kwargs)
@@ -129,28 +143,43 @@ class Copy:
 
     # -- training ------------------------------------------------------------------------------
 
-    def run(self, n):
-        """n training steps; returns (wall ns, training-thread CPU ns)."""
+    def run(self, n, untimed_first=True):
+        """One block: an untimed step, then n timed training steps; returns (wall ns,
+        training-thread CPU ns) of the n.
+
+        The untimed step puts this copy's model, optimizer and laggard state back into the
+        caches after the other copies' blocks, so that every timed step follows a step of its
+        own copy, as in real training. Its step number is one less than a multiple of 10 (not
+        sampled at interval 10), so the n timed steps hold exactly n / 10 sampled steps of
+        interval 10 whatever the block. Step numbers of consecutive blocks leave a gap (the
+        analyzer needs them increasing, not contiguous); the batches follow the number of
+        steps run, the same in every copy."""
         an, model, opt, data, losses = self.an, self.model, self.opt, self.data, self.losses
         mse = nn.functional.mse_loss
-        step = self.step
-        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         acc = self.acc
         interval = an.options["interval"] if an.enabled else 0
-        for step in range(self.step, self.step + n):
+        first = self.block * (n + 10) + 10  # a multiple of 10
+        self.block += 1
+        steps = list(range(first - 1 if untimed_first else first, first + n))
+        w0 = c0 = None
+        for step in steps:
+            if step == first:
+                w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             if acc is not None:  # accounted copies only: which kind of step this is
                 acc.sampled = interval > 0 and step % interval == 0
+                acc.paused = step < first
             an.begin_step(step)
             with an.section("dataloader"):
-                x, y = data[step % len(data)]
+                x, y = data[self.done % len(data)]
             opt.zero_grad(set_to_none=True)
             loss = mse(model(x), y)
             loss.backward()
             opt.step()
             an.end_step()
             losses.append(loss.item())
+            self.done += 1
         w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        self.step += n
+        self.timed += n
         return w1 - w0, c1 - c0
 
     def close(self):
@@ -164,9 +193,12 @@ class Account:
     def __init__(self):
         self.durations = {}  # (name, sampled step?) -> [ns per call]
         self.sampled = False  # set by the training loop for the current step
+        self.paused = False  # set by the training loop for a block's untimed step
         self.depth = 0
 
     def record(self, name, ns):
+        if self.paused:
+            return
         self.durations.setdefault((name, self.sampled), []).append(ns)
 
     def timed(self, fn, name):
@@ -252,6 +284,20 @@ def bootstrap_median_ci(values, resamples=4000, seed=12345, level=0.95):
     return statistics.median(values), lo, hi
 
 
+# Student's t, two-sided 95 %, by degrees of freedom (1..30; 1.96 beyond)
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def across_processes(medians):
+    """(estimate, low, high): the mean of the per-process medians with a 95 % t interval."""
+    n = len(medians)
+    m = statistics.fmean(medians)
+    half = (T975[n - 2] if n - 1 <= len(T975) else 1.96) * statistics.stdev(medians) / n ** 0.5
+    return m, m - half, m + half
+
+
 def pct(x):
     return "%+.3f%%" % (100.0 * x)
 
@@ -267,27 +313,112 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
+def make_data(a):
+    torch.set_num_threads(1)
+    dims = [int(d) for d in a.dims.split(",")]
+    gen = torch.Generator().manual_seed(1)
+    data = [(torch.randn(a.batch, dims[0], generator=gen),
+             torch.randn(a.batch, dims[-1], generator=gen)) for _ in range(32)]
+    return dims, data
+
+
+def ab_worker(a, modes, seed, rounds):
+    """One process's A/B: every mode's copy, made in a random order between allocations of
+    random sizes (so that where each copy's tensors and Python objects lie in memory differs from
+    process to process), then `rounds` rounds, each running one block of every copy in a random
+    order. Returns what the parent needs, as JSON-able data."""
+    rng = random.Random(seed)
+    dims, data = make_data(a)
+    order = list(range(len(modes)))
+    rng.shuffle(order)
+    copies = [None] * len(modes)
+    padding = []
+    for i in order:
+        padding.append(torch.empty(rng.randrange(1, 1 << 16)))
+        padding.append([object() for _ in range(rng.randrange(1, 4096))])
+        copies[i] = Copy(modes[i][0], modes[i][1], dims, data)
+    walls = {c.name: [] for c in copies}
+    cpus = {c.name: [] for c in copies}
+    for r in range(a.warmup_rounds + rounds):
+        turn = copies[:]
+        rng.shuffle(turn)
+        for c in turn:
+            w, cpu = c.run(a.block)
+            if r >= a.warmup_rounds:
+                walls[c.name].append(w)
+                cpus[c.name].append(cpu)
+    for c in copies:
+        c.close()
+    background = {}  # name -> (CPU ms, GIL-held ms, steps) of the copy's background thread
+    for c in copies:
+        if c.an._channel is not None:  # on (closed by now)
+            counters = c.an.counters()
+            if "background_cpu_ms" in counters:
+                background[c.name] = (counters["background_cpu_ms"],
+                                      counters["background_gil_ms"], c.done)
+    ref = [float(x).hex() for x in copies[0].losses]
+    differ = [c.name for c in copies[1:] if [float(x).hex() for x in c.losses] != ref]
+    return {"seed": seed, "order": [modes[i][0] for i in order], "walls": walls, "cpus": cpus,
+            "background": background, "losses": ref, "differ": differ}
+
+
+def run_processes(a, argv):
+    """Runs the A/B in a.processes processes one after another (each a fresh interpreter: a new
+    memory layout), the rounds split between them; returns their results."""
+    per = [a.rounds // a.processes + (1 if k < a.rounds % a.processes else 0)
+           for k in range(a.processes)]
+    results = []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="laggard-overhead-") as tmp:
+        for k, rounds in enumerate(per):
+            out = os.path.join(tmp, "process-%d.json" % k)
+            cmd = [sys.executable, os.path.abspath(__file__)] + list(argv) + [
+                "--worker-seed", str(a.seed * 1000 + k), "--worker-rounds", str(rounds),
+                "--worker-out", out]
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if p.returncode != 0 or not os.path.exists(out):
+                raise SystemExit("bench/overhead.py: A/B process %d of %d failed (exit %d):\n%s" % (
+                    k + 1, a.processes, p.returncode, p.stdout[-4000:]))
+            with open(out) as f:
+                results.append(json.load(f))
+            done = time.monotonic() - t0
+            print("A/B process %d/%d done (%d rounds, %.0f s so far, ~%.0f s to go)" % (
+                k + 1, a.processes, rounds, done, done / (k + 1) * (a.processes - k - 1)),
+                file=sys.stderr, flush=True)
+    return results
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=400,
-                   help="A/B rounds; each runs every mode once (default 400)")
+                   help="A/B rounds in all, split between the processes; each round runs one "
+                        "block of every mode (default 400)")
+    p.add_argument("--processes", type=int, default=4,
+                   help="A/B processes, run one after another, each with its own memory layout "
+                        "(default 4; at least 2 for the interval across processes)")
     p.add_argument("--block", type=int, default=10,
-                   help="steps per block, a multiple of 10 (default 10: one sampled step of "
-                        "interval 10 per block)")
-    p.add_argument("--warmup-rounds", type=int, default=3, help="rounds not counted (3)")
+                   help="timed steps per block, a multiple of 10 (default 10: one sampled step "
+                        "of interval 10 per block); each block starts with one untimed step")
+    p.add_argument("--warmup-rounds", type=int, default=3,
+                   help="rounds not counted, per process (3)")
     p.add_argument("--account-rounds", type=int, default=40,
                    help="rounds of the accounted copies (default 40)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seeds the processes' layouts and block orders (1)")
     p.add_argument("--dims", default="128,256,256,16", help="MLP layer sizes (128,256,256,16)")
     p.add_argument("--batch", type=int, default=32, help="batch size (32)")
     p.add_argument("--breakdown", action="store_true",
                    help="also print the accounted cost of each kind of laggard call")
-    p.add_argument("--quick", action="store_true", help="a short run: 30 rounds, 10 accounted")
+    p.add_argument("--quick", action="store_true",
+                   help="a short run: 30 rounds in 2 processes, 10 accounted")
+    p.add_argument("--no-aa", action="store_true",
+                   help="leave out the second copy with the analyzer off (the A/A test, whose "
+                        "'overhead' is the bench's own bias between two identical copies)")
+    p.add_argument("--aa", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--always-attached", action="store_true",
-                   help="add a fourth copy: interval 10 with instrument's hooks attached for good "
+                   help="add a copy: interval 10 with instrument's hooks attached for good "
                         "instead of on sampled steps only")
-    p.add_argument("--aa", action="store_true",
-                   help="add a second copy with the analyzer off (an A/A test): its 'overhead' "
-                        "is the bench's own bias between two identical copies")
     p.add_argument("--output-hook", action="store_true",
                    help="add a copy at interval 1 that finds the start of the backward with the "
                         "gradient hook on each step's output (as at interval 10) instead of the "
@@ -295,15 +426,18 @@ def main(argv=None):
     p.add_argument("--forward-hooks", action="store_true",
                    help="add copies at interval 10 and 1 that time the forward with forward hooks "
                         "instead of laggard.torch's forward wrapper")
+    p.add_argument("--worker-seed", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--worker-rounds", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--worker-out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     modes = list(MODES)
+    if not a.no_aa:
+        modes.append((AA, dict(enabled=False)))
     if a.forward_hooks:
         modes += [("on, interval 10, forward hooks", dict(enabled=True, interval=10,
                                                           forward_hooks=True)),
                   ("on, interval 1, forward hooks", dict(enabled=True, interval=1,
                                                          forward_hooks=True))]
-    if a.aa:
-        modes.append(("off, second copy (A/A)", dict(enabled=False)))
     if a.output_hook:
         modes.append(("on, interval 1, output hook", dict(enabled=True, interval=1,
                                                            output_hook=True)))
@@ -311,28 +445,23 @@ def main(argv=None):
         modes.append(("on, interval 10, hooks always attached",
                       dict(enabled=True, interval=10, hooks_always_attached=True)))
     if a.quick:
-        a.rounds, a.account_rounds, a.warmup_rounds = 30, 10, 1
+        a.rounds, a.processes, a.account_rounds, a.warmup_rounds = 30, 2, 10, 1
     if a.block < 1 or a.block % 10:
         p.error("--block must be a positive multiple of 10")
-    torch.set_num_threads(1)
-    dims = [int(d) for d in a.dims.split(",")]
-    gen = torch.Generator().manual_seed(1)
-    data = [(torch.randn(a.batch, dims[0], generator=gen),
-             torch.randn(a.batch, dims[-1], generator=gen)) for _ in range(32)]
+    if a.processes < 1 or a.rounds < a.processes:
+        p.error("--processes must be at least 1 and at most --rounds")
+    if a.worker_out is not None:  # one A/B process (started by the parent below)
+        result = ab_worker(a, modes, a.worker_seed, a.worker_rounds)
+        with open(a.worker_out, "w") as f:
+            json.dump(result, f)
+        return 0
 
     load0 = os.getloadavg()
     t_start = time.monotonic()
-    copies = [Copy(name, kw, dims, data) for name, kw in modes]
-    walls = {c.name: [] for c in copies}
-    cpus = {c.name: [] for c in copies}
-    for r in range(a.warmup_rounds + a.rounds):
-        k = r % len(copies)
-        for c in copies[k:] + copies[:k]:
-            w, cpu = c.run(a.block)
-            if r >= a.warmup_rounds:
-                walls[c.name].append(w)
-                cpus[c.name].append(cpu)
+    procs = run_processes(a, argv)
 
+    print("accounting from inside (%d rounds) ..." % a.account_rounds, file=sys.stderr, flush=True)
+    dims, data = make_data(a)
     accounted = [Copy(name, kw, dims, data, account=True) for name, kw in modes]
     timer_ns = timer_cost_ns()
     acc_walls = {c.name: [] for c in accounted}
@@ -343,51 +472,58 @@ def main(argv=None):
         k = r % len(accounted)
         for c in accounted[k:] + accounted[:k]:
             acc_walls[c.name].append(c.run(a.block)[0])
-    for c in copies + accounted:
+    for c in accounted:
         c.close()
-    background = {}  # name -> (CPU ms, GIL-held ms) of the A/B copy's background thread
-    for c in copies:
-        if c.an._channel is not None:  # on (closed by now)
-            counters = c.an.counters()
-            if "background_cpu_ms" in counters:
-                background[c.name] = (counters["background_cpu_ms"], counters["background_gil_ms"])
     elapsed = time.monotonic() - t_start
     load1 = os.getloadavg()
 
     # -- the table -------------------------------------------------------------------------------
-    steps = a.rounds * a.block
-    base = copies[0].name
+    base = modes[0][0]
     print("laggard overhead A/B (bench/overhead.py)")
     print("  machine: %s, %d CPUs, load average %.2f at start, %.2f at end; Python %s, "
           "torch %s, 1 thread" % (cpu_model(), os.cpu_count(), load0[0], load1[0],
                                   platform.python_version(), torch.__version__))
     print("  training: MLP %s, batch %d, AdamW, stages dataloader/forward/backward/optimizer "
-          "(instrument + a section); %d rounds x %d steps per mode, interleaved, order rotated "
-          "per round (%d warm-up rounds not counted); %.0f s in all" % (
-              "-".join(map(str, dims)), a.batch, a.rounds, a.block, a.warmup_rounds, elapsed))
+          "(instrument + a section); %d rounds x %d timed steps per mode in %d processes "
+          "(each: copies made in a random order, blocks in a random order every round, "
+          "%d warm-up rounds); %.0f s in all" % (
+              "-".join(map(str, dims)), a.batch, a.rounds, a.block, a.processes,
+              a.warmup_rounds, elapsed))
     print()
-    hdr = ("mode", "step (median)", "wall overhead: median [95% CI]",
-           "train-thread CPU: median [95% CI]", "laggard calls / step", "net of off",
-           "background thread / step")
-    widths = (max(16, max(len(n) for n, _ in modes)), 14, 33, 34, 28, 18, 24)
+    across = a.processes >= 2
+    ci = "[95% CI over processes]" if across else "[95% CI over rounds]"
+    hdr = ("mode", "step (median)", "wall overhead: " + ci, "train-thread CPU: " + ci,
+           "laggard calls / step", "net of off", "background thread / step")
+    widths = (max(22, max(len(n) for n, _ in modes)), 14, 43, 43, 28, 18, 24)
     line = "  ".join(h.ljust(w) for h, w in zip(hdr, widths))
     print(line)
     print("-" * len(line))
     results = {}
+    per_process = {}
     own = {}
-    for c, ac in zip(copies, accounted):
-        n = c.name
-        step_ms = statistics.median(walls[n]) / a.block / 1e6
+    for (n, _), ac in zip(modes, accounted):
+        step_ms = statistics.median(sum((r["walls"][n] for r in procs), [])) / a.block / 1e6
         if n == base:
             wall_s = cpu_s = "(reference)"
         else:
-            dw = [x / y - 1 for x, y in zip(walls[n], walls[base])]
-            dc = [x / y - 1 for x, y in zip(cpus[n], cpus[base])]
-            mw, lw, hw = bootstrap_median_ci(dw)
-            mc, lc, hc = bootstrap_median_ci(dc)
-            results[n] = (mw, lw, hw, mc, lc, hc)
-            wall_s = "%s [%s, %s]" % (pct(mw), pct(lw), pct(hw))
-            cpu_s = "%s [%s, %s]" % (pct(mc), pct(lc), pct(hc))
+            meds = []  # per process: (wall median, CPU median) of the paired differences
+            for r in procs:
+                dw = [x / y - 1 for x, y in zip(r["walls"][n], r["walls"][base])]
+                dc = [x / y - 1 for x, y in zip(r["cpus"][n], r["cpus"][base])]
+                meds.append((statistics.median(dw), statistics.median(dc)))
+            per_process[n] = meds
+            if across:
+                w = across_processes([m[0] for m in meds])
+                c = across_processes([m[1] for m in meds])
+            else:
+                r = procs[0]
+                w = bootstrap_median_ci([x / y - 1 for x, y in zip(r["walls"][n],
+                                                                     r["walls"][base])])
+                c = bootstrap_median_ci([x / y - 1 for x, y in zip(r["cpus"][n],
+                                                                     r["cpus"][base])])
+            results[n] = w + c
+            wall_s = "%s [%s, %s]" % tuple(pct(x) for x in w)
+            cpu_s = "%s [%s, %s]" % tuple(pct(x) for x in c)
         acc_steps = a.account_rounds * a.block
         typical_ns, mean_ns = ac.acc.per_step_ns(acc_steps, timer_ns)
         acc_step_ns = statistics.median(acc_walls[n]) / a.block
@@ -396,12 +532,25 @@ def main(argv=None):
         own[n] = typical_ns, mean_ns, acc_step_ns
         net = typical_ns - own[base][0]
         net_s = "-" if n == base else "%.1f us %.3f%%" % (net / 1e3, 100.0 * net / acc_step_ns)
-        bg = background.get(n)
-        other_s = "-" if bg is None else "%.1f us (GIL %.1f us)" % (
-            bg[0] * 1e3 / c.step, bg[1] * 1e3 / c.step)
+        bg = [r["background"][n] for r in procs if n in r["background"]]
+        other_s = "-" if not bg else "%.1f us (GIL %.1f us)" % (
+            sum(b[0] for b in bg) * 1e3 / sum(b[2] for b in bg),
+            sum(b[1] for b in bg) * 1e3 / sum(b[2] for b in bg))
         print("  ".join(s.ljust(w) for s, w in zip(
             (n, "%.3f ms" % step_ms, wall_s, cpu_s, own_s, net_s, other_s), widths)))
     print()
+    if across:
+        print("overhead: per A/B process, the median over its rounds of (block time of the mode / "
+              "block time of off - 1); the table gives the mean of those medians with a 95%% t "
+              "interval over the %d processes, so that each process's own bias between copies "
+              "(where they lie in memory: the A/A row) counts as noise rather than as overhead. "
+              "Per process (wall):" % a.processes)
+        for n, meds in per_process.items():
+            print("  %-*s %s" % (widths[0], n, " ".join(pct(m[0]) for m in meds)))
+    else:
+        print("overhead: the median over rounds of (block time of the mode / block time of off "
+              "- 1) with a 95% bootstrap interval over rounds (one process: its own bias "
+              "between copies is not in the interval; use --processes 2 or more)")
     print("laggard calls / step: time inside laggard calls on the training thread, accounted "
           "from inside (%d steps per mode): per kind of call (what, sampled step or not) the "
           "median duration x calls, minus the timer's own %.0f ns per call; as a share of the "
@@ -427,20 +576,27 @@ def main(argv=None):
                     what, "sampled" if sampled else "not sampled",
                     len(v) / (a.account_rounds * a.block), statistics.median(v)))
 
-    # Every copy trains the same model on the same batches: the losses must be the same bits.
-    ref = [float(x).hex() for x in copies[0].losses]
+    # Every copy trains the same model on the same batches: the losses must be the same bits, in
+    # every process and in the accounted copies.
+    ref = procs[0]["losses"]
     same = True
-    for c in copies[1:] + accounted:
+    for k, r in enumerate(procs):
+        for name in r["differ"]:
+            same = False
+            print("losses: %s differs from off in A/B process %d" % (name, k + 1))
+        n = min(len(ref), len(r["losses"]))
+        if r["losses"][:n] != ref[:n]:
+            same = False
+            print("losses: off in A/B process %d differs from process 1" % (k + 1))
+    for c in accounted:
         mine = [float(x).hex() for x in c.losses]
         n = min(len(mine), len(ref))
         if mine[:n] != ref[:n]:
             same = False
             first = next(i for i in range(n) if mine[i] != ref[i])
-            print("losses: %s%s differs from off at step %d" % (
-                c.name, " (accounted)" if c.acc is not None else "", first))
-    print("losses: %s (%d steps per A/B copy, %d per accounted copy: off, interval 10, "
-          "interval 1)" % ("bit-identical on and off" if same else "DIFFERENT",
-                           len(copies[0].losses), len(accounted[0].losses)))
+            print("losses: %s (accounted) differs from off at step %d" % (c.name, first))
+    print("losses: %s (%d steps per A/B copy in process 1, %d per accounted copy)" % (
+        "bit-identical on and off" if same else "DIFFERENT", len(ref), len(accounted[0].losses)))
 
     on10, on1 = results[MODES[1][0]], results[MODES[2][0]]
     checks = [
@@ -450,6 +606,11 @@ def main(argv=None):
         ("losses bit-identical on and off", same),
     ]
     print("targets: " + "; ".join("%s: %s" % (t, "met" if ok else "NOT met") for t, ok in checks))
+    if AA in results:
+        aa = results[AA]
+        print("A/A (two identical off copies): %s [%s, %s]: the interval %s zero" % (
+            pct(aa[0]), pct(aa[1]), pct(aa[2]),
+            "holds" if aa[1] <= 0 <= aa[2] else "does NOT hold (the bench is biased in this run)"))
     return 0 if same else 1
 
 

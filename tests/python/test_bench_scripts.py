@@ -23,8 +23,11 @@ def test_overhead_ab_quick_runs_and_losses_are_bit_identical():
     p = run_bench("overhead.py", "--quick", "--breakdown")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "losses: bit-identical on and off" in p.stdout
-    for mode in ("off", "on, interval 10", "on, interval 1"):
+    for mode in ("off", "on, interval 10", "on, interval 1", "off, second copy (A/A)"):
         assert "\n" + mode in p.stdout
+    # the A/B ran in two processes (--quick), each reporting back; the A/A line is printed
+    assert "A/B process 2/2 done" in p.stderr
+    assert "A/A (two identical off copies): " in p.stdout
     # the accounted breakdown saw the hooks of laggard.torch on sampled steps (at interval 1,
     # those of the backward call and its anchor parameter)
     for hook in ("forward end (+ output's gradient hook)", "optimizer hook", "backward call",
