@@ -8,7 +8,9 @@ the current stream; nothing here synchronizes the device or calls a collective):
   backward       this rank's own backward compute: from the start of the model's backward to
                  the end of the autograd graph's work (a final callback of the autograd engine,
                  queued once the backward is under way, which runs once every gradient has been
-                 computed and, for DDP, handed to the all-reduce — before DDP waits for it).
+                 computed and, for DDP, handed to the all-reduce — before DDP waits for it;
+                 where the backward is timed from its call, below, and the model is not DDP,
+                 the return of that call, which comes right after the final callbacks).
                  The start: where the hooks stay attached (interval 1), the call of
                  torch.autograd.backward (what Tensor.backward calls) whose graph reaches the
                  model — a hook on one parameter confirms that it does, and a call that never
@@ -397,7 +399,11 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
                     state["called"] = False
                     state["in_backward"] = True
                     state["misses"] = 0
-                    queue_callback(compute_done)
+                    if comm_id >= 0:  # DDP: compute ends where its wait for the all-reduce begins
+                        queue_callback(compute_done)
+                    # else the stage ends when the call returns (backward_returned): the same
+                    # moment (nothing runs between the engine's final callbacks and the return),
+                    # without a callback for the engine to call on every step
                 elif an._sampled and not state["in_backward"]:
                     # A backward that did not start with torch.autograd.backward (the engine
                     # called from elsewhere): its start is unknown, so it is not timed.
@@ -416,8 +422,8 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
                     if state["misses"] >= _MISSES_BEFORE_OUTPUT_HOOK:
                         use_output_hook("%d backward calls in a row did not reach the model's "
                                         "parameter %s" % (state["misses"], anchor[0]))
-                elif state["in_backward"]:  # the final callback never ran: the backward raised
-                    state["in_backward"] = False
+                elif state["in_backward"]:  # without DDP the end; with it, the backward raised
+                    state["in_backward"] = False  # before its final callback
                     bwd_end()
             except Exception as e:
                 errors.report("backward hook", e)

@@ -527,24 +527,58 @@ class BrokenEngine:
 
 @pytest.mark.parametrize("interval", [1, 2])
 def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(
-        monkeypatch, interval):
-    # Interval 2: the output's gradient hook cannot be registered (in the forward); interval 1:
-    # the anchor parameter's hook cannot queue the end of the backward (in the backward).
-    an = laggard.Analyzer(enabled=True, interval=interval)
+        monkeypatch, tmp_path, interval):
+    # Interval 2: the output's gradient hook cannot be registered (in the forward); interval 1
+    # (DDP on one rank): the anchor parameter's hook cannot queue the end of the backward compute
+    # (in the backward); the stage then ends when the backward call returns.
+    import torch.distributed as dist
+
+    ddp = interval == 1
+    if ddp:
+        if dist.is_initialized():
+            pytest.skip("a process group is already initialized")
+        dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "store"), rank=0,
+                                world_size=1)
+    try:
+        an = laggard.Analyzer(enabled=True, interval=interval)
+        model = nn.parallel.DistributedDataParallel(Net()) if ddp else Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def broken_registrar(torch_module, fn):
+            def add(t):
+                raise RuntimeError("hook registration broke")
+            return add
+
+        monkeypatch.setattr(lt, "_tensor_hook_registrar", broken_registrar)
+        monkeypatch.setattr(torch.autograd.Variable, "_execution_engine", BrokenEngine())
+        inst = lt.instrument(an, model=model, optimizer=opt)
+        monkeypatch.undo()  # the instrumentation holds the broken ones; training needs the engine
+        assert ("communication" in inst.stages) == ddp
+        run(an, model, opt, steps=3 * interval)  # forward, backward and step as usual
+        c = an.counters()
+        an.close()
+        assert c["report_errors"] == 3 and c["samples_emitted"] == 3
+        assert c["unbalanced"] == 0
+    finally:
+        if ddp:
+            dist.destroy_process_group()
+
+
+def test_without_ddp_the_backward_ends_when_its_call_returns(monkeypatch, tmp_path):
+    # Interval 1, no DDP: the anchor's hook queues no final callback (the engine's queue_callback
+    # would raise here); the wrapped torch.autograd.backward ends the stage when it returns.
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def broken_registrar(torch_module, fn):
-        def add(t):
-            raise RuntimeError("hook registration broke")
-        return add
-
-    monkeypatch.setattr(lt, "_tensor_hook_registrar", broken_registrar)
     monkeypatch.setattr(torch.autograd.Variable, "_execution_engine", BrokenEngine())
     lt.instrument(an, model=model, optimizer=opt)
-    monkeypatch.undo()  # the instrumentation holds the broken ones; training needs the engine
-    run(an, model, opt, steps=3 * interval)  # forward, backward and step as usual
+    monkeypatch.undo()
+    run(an, model, opt, steps=3)
     c = an.counters()
     an.close()
-    assert c["report_errors"] == 3 and c["samples_emitted"] == 3
-    assert c["unbalanced"] == 0
+    assert c["report_errors"] == 0 and c["unbalanced"] == 0
+    samples = samples_of(tmp_path)
+    assert len(samples) == 3
+    for s in samples:
+        b = s.find("backward")
+        assert b.calls == 1 and b.ms >= 10 * 0.9, b.ms  # the model's backward sleeps 10 ms
