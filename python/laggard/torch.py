@@ -484,9 +484,10 @@ def _instrument_optimizer(inst, an, optimizer):
 
 
 class _MethodCall:
-    """A callable that a HookSwitch puts into obj.__dict__[name] (forward of the model, step of
-    a torch 1.13 optimizer) on sampled steps, in place of the method: instance attributes come
-    first, so obj.name() — and torch's Module.__call__ — call it.
+    """A Python callable that a HookSwitch puts into obj.__dict__[name] (torch.autograd's
+    backward: _BackwardCall) on sampled steps, in place of the method: instance attributes come
+    first, so obj.name() calls it. (The model's forward and a torch 1.13 optimizer's step get a
+    _core.MethodWrapper instead, which does the same without a Python frame: _WrappedMethod.)
 
     It calls whatever obj.__dict__[name] held before the switch put it there (a wrapper of the
     user's or of an lr_scheduler, also one made after instrument(): the switch remembers it),
@@ -522,40 +523,56 @@ class _MethodCall:
         return getattr(self._inner(), name)
 
 
-class _ForwardCall(_MethodCall):
+class _WrappedMethod:
+    """Makes the _core.MethodWrapper that a HookSwitch puts into obj.__dict__[name] on sampled
+    steps, in place of the method: instance attributes come first, so obj.name() — and torch's
+    Module.__call__ — call it. The wrapper is a C type: calling it runs no Python frame of its
+    own, only the hooks and the method.
+
+    Like _MethodCall, the wrapper calls whatever obj.__dict__[name] held before the switch put it
+    there (a wrapper of the user's or of an lr_scheduler, also one made after instrument(): the
+    switch remembers it; bind()), else the class's method, and every attribute it does not have
+    itself (`__self__`, `__func__`, `__name__`, lr_scheduler's `_with_counter` marker, ...) is
+    that inner method's. It reads its two hooks from `hooks` (Instrumentation.hooks) at every
+    call. Made once; the subclasses say which hooks and how they are called."""
+
+    __slots__ = ("_obj", "_name", "wrapper")
+    KIND = PRE = POST = None
+
+    def __init__(self, obj, name, hooks, bound=None):
+        from . import _core
+
+        if bound is None:
+            cls = type(obj)
+            bound = getattr(cls, name).__get__(obj, cls)  # the class's method
+        self._obj = obj
+        self._name = name
+        self.wrapper = _core.MethodWrapper(obj, bound, hooks, self.PRE, self.POST, self.KIND)
+
+    def entry(self):
+        """(dict, key, value, bind) for Instrumentation._direct."""
+        return self._obj.__dict__, self._name, self.wrapper, self.wrapper.bind
+
+
+class _ForwardCall(_WrappedMethod):
     """The model's forward on sampled steps: hooks["forward_pre"]() before it, then
-    hooks["forward"](output). Unlike forward hooks, torch's Module.__call__ keeps its hook-free
-    fast path, whose hook loops cost more right after a training step (bench/cold_calls.py:
-    "Module call with a forward pre-hook + hook" against "... laggard's forward wrapper"); the
-    stage then covers forward() itself, not the user's own forward hooks around it."""
+    hooks["forward"](output) (not called when the forward raises). Unlike forward hooks,
+    torch's Module.__call__ keeps its hook-free fast path, whose hook loops cost more right
+    after a training step (bench/cold_calls.py: "Module call with a forward pre-hook + hook"
+    against "... laggard's forward wrapper"); the stage then covers forward() itself, not the
+    user's own forward hooks around it."""
 
     __slots__ = ()
-
-    def __call__(self, *args, **kwargs):
-        hooks = self._hooks
-        hooks["forward_pre"]()
-        where = self._where  # _inner(), inlined: this runs right after a training step
-        inner = where[0](where[1]) if where is not None else None
-        output = (self._bound if inner is None else inner)(*args, **kwargs)
-        hooks["forward"](output)
-        return output
+    KIND, PRE, POST = "forward", "forward_pre", "forward"
 
 
-class _OptimizerStep(_MethodCall):
+class _OptimizerStep(_WrappedMethod):
     """torch 1.13's optimizers have no step hooks: optimizer.step on sampled steps, between
-    hooks["optimizer_pre"] and hooks["optimizer_post"]."""
+    hooks["optimizer_pre"](optimizer, args, kwargs) and, in a finally,
+    hooks["optimizer_post"](optimizer, args, kwargs) (the arguments of torch's step hooks)."""
 
     __slots__ = ()
-
-    def __call__(self, *args, **kwargs):
-        optimizer, hooks = self._obj, self._hooks
-        hooks["optimizer_pre"](optimizer, args, kwargs)
-        try:
-            where = self._where  # _inner(), inlined
-            inner = where[0](where[1]) if where is not None else None
-            return (self._bound if inner is None else inner)(*args, **kwargs)
-        finally:
-            hooks["optimizer_post"](optimizer, args, kwargs)
+    KIND, PRE, POST = "optimizer", "optimizer_pre", "optimizer_post"
 
 
 class _BackwardCall(_MethodCall):

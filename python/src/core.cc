@@ -8,6 +8,7 @@
 // and analysing a window, reading a run directory) runs with the GIL released.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <structmember.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -826,6 +827,357 @@ PyType_Slot kSwitchSlots[] = {
 PyType_Spec kSwitchSpec = {"laggard._core.HookSwitch", sizeof(HookSwitch), 0,
                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, kSwitchSlots};
 
+PyTypeObject* g_switch_type = nullptr;  // set at module init: MethodWrapper.bind checks for it
+
+// ---------------------------------------------------------------------------------------------
+// MethodWrapper: what a HookSwitch puts into an instance's __dict__ in place of one of its
+// methods on sampled steps (laggard.torch: the model's forward; the optimizer's step on torch
+// 1.13, which has no step hooks). A call runs hooks[pre_key], the inner callable and
+// hooks[post_key] without a Python frame of its own (laggard.torch's wrappers were Python
+// __call__s before).
+//
+// The inner callable is what the bound switch's entry replaced (HookSwitch.previous(index): a
+// wrapper of the user's or an lr_scheduler's, also one made after the wrapper), else `bound`
+// (the class's method). `hooks` is a mapping read at every call, so replacing a hook in it
+// takes effect at the next call. Attributes that the type itself does not have are the inner
+// callable's (`__self__`, `__func__`, `__name__`, lr_scheduler's `_with_counter`, ...).
+//
+// Call conventions (`kind`):
+//   "forward":   hooks[pre_key](); out = inner(*args, **kwargs); hooks[post_key](out); out
+//                (an exception of the inner call propagates, the post hook is not called)
+//   "optimizer": hooks[pre_key](obj, args, kwargs); try: return inner(*args, **kwargs)
+//                finally: hooks[post_key](obj, args, kwargs)   (torch's step-hook arguments)
+// Exceptions behave as in those Python lines, including the finally: the post hook runs with
+// the inner call's exception as the one being handled (sys.exc_info(), __context__), which then
+// propagates unchanged unless the post hook raises.
+
+enum WrapperKind { kWrapForward = 0, kWrapOptimizer = 1 };
+
+struct MethodWrapper {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* obj;    // the instance (passed to the optimizer hooks)
+  PyObject* bound;  // the class's method bound to obj: the inner callable without a switch
+  PyObject* hooks;  // Instrumentation.hooks
+  PyObject* pre_key;
+  PyObject* post_key;
+  PyObject* sw;  // the HookSwitch whose entry `index` puts this wrapper in, or nullptr
+  Py_ssize_t index;
+  int kind;
+};
+
+/// The callable to call (borrowed): what the switch's entry replaced, else `bound` (also when
+/// that was this wrapper itself, left in the dict by an off() that failed to take it out).
+PyObject* wrapper_inner(MethodWrapper* self) {
+  if (self->sw) {
+    PyObject* saved = reinterpret_cast<HookSwitch*>(self->sw)->saved;
+    if (saved && self->index < PyList_GET_SIZE(saved)) {
+      PyObject* prev = PyList_GET_ITEM(saved, self->index);
+      if (prev != g_missing && prev != g_not_in && prev != reinterpret_cast<PyObject*>(self))
+        return prev;
+    }
+  }
+  return self->bound;
+}
+
+/// The current exception, normalized with its traceback attached (a new reference), cleared.
+PyObject* fetch_exception() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+#endif
+}
+
+/// Raises `exc` (fetch_exception's result) again; steals it.
+void restore_exception(PyObject* exc) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(new_ref(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
+                PyException_GetTraceback(exc));
+#endif
+}
+
+/// While it lives, `exc` is the exception being handled (sys.exc_info(), the __context__ of
+/// exceptions raised meanwhile), as in a finally block that an exception entered; then what was
+/// handled before is back. From 3.11 on as the interpreter does it (PUSH_EXC_INFO/POP_EXCEPT:
+/// the current exc_info item, also a generator's); before, through PyErr_GetExcInfo/SetExcInfo.
+class HandlingException {
+ public:
+  explicit HandlingException(PyObject* exc) {
+#if PY_VERSION_HEX >= 0x030B0000
+    item_ = PyThreadState_Get()->exc_info;
+    saved_ = item_->exc_value;  // the reference moves here
+    item_->exc_value = new_ref(exc);
+#else
+    PyErr_GetExcInfo(&type_, &saved_, &tb_);
+    PyErr_SetExcInfo(new_ref(reinterpret_cast<PyObject*>(Py_TYPE(exc))), new_ref(exc),
+                     PyException_GetTraceback(exc));  // steals; the tb may be nullptr
+#endif
+  }
+  ~HandlingException() {
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject* exc = item_->exc_value;
+    item_->exc_value = saved_;
+    Py_XDECREF(exc);
+#else
+    PyErr_SetExcInfo(type_, saved_, tb_);  // steals
+#endif
+  }
+  HandlingException(const HandlingException&) = delete;
+  HandlingException& operator=(const HandlingException&) = delete;
+
+ private:
+#if PY_VERSION_HEX >= 0x030B0000
+  _PyErr_StackItem* item_;
+#else
+  PyObject* type_ = nullptr;
+  PyObject* tb_ = nullptr;
+#endif
+  PyObject* saved_ = nullptr;
+};
+
+/// hooks[key](*args) with the result dropped; false with the error set on failure.
+bool call_hook(PyObject* hooks, PyObject* key, PyObject* const* args, size_t nargs) {
+  PyObject* fn = PyObject_GetItem(hooks, key);
+  if (!fn) return false;
+  PyObject* r = PyObject_Vectorcall(fn, args, nargs, nullptr);
+  Py_DECREF(fn);
+  if (!r) return false;
+  Py_DECREF(r);
+  return true;
+}
+
+/// inner(*args, **kwargs) on the vectorcall arguments; keeps inner alive during the call (off()
+/// may drop the switch's reference to it meanwhile).
+PyObject* call_inner(MethodWrapper* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  PyObject* inner = wrapper_inner(self);
+  if (!inner) {
+    PyErr_SetString(PyExc_ReferenceError, "MethodWrapper: cleared");
+    return nullptr;
+  }
+  // Wrappers calling each other run no Python frame that would count the depth: this does.
+  if (Py_EnterRecursiveCall(" in MethodWrapper")) return nullptr;
+  Py_INCREF(inner);
+  PyObject* out = PyObject_Vectorcall(inner, args, nargsf, kwnames);
+  Py_DECREF(inner);
+  Py_LeaveRecursiveCall();
+  return out;
+}
+
+PyObject* wrapper_call_forward(MethodWrapper* self, PyObject* const* args, size_t nargsf,
+                               PyObject* kwnames) {
+  if (!call_hook(self->hooks, self->pre_key, nullptr, 0)) return nullptr;
+  PyObject* out = call_inner(self, args, nargsf, kwnames);
+  if (!out) return nullptr;
+  if (!call_hook(self->hooks, self->post_key, &out, 1)) {
+    Py_DECREF(out);
+    return nullptr;
+  }
+  return out;
+}
+
+PyObject* wrapper_call_optimizer(MethodWrapper* self, PyObject* const* args, size_t nargsf,
+                                 PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  // The hooks' (obj, args, kwargs): a tuple and a fresh dict, as `*args, **kwargs` make them.
+  PyObject* tuple = PyTuple_New(nargs);
+  if (!tuple) return nullptr;
+  for (Py_ssize_t i = 0; i < nargs; ++i) PyTuple_SET_ITEM(tuple, i, new_ref(args[i]));
+  PyObject* kwargs = PyDict_New();
+  if (!kwargs) {
+    Py_DECREF(tuple);
+    return nullptr;
+  }
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+      Py_DECREF(tuple);
+      Py_DECREF(kwargs);
+      return nullptr;
+    }
+  }
+  PyObject* hook_args[3] = {self->obj, tuple, kwargs};
+  PyObject* out = nullptr;
+  if (call_hook(self->hooks, self->pre_key, hook_args, 3)) {
+    out = call_inner(self, args, nargsf, kwnames);
+    if (out) {  // finally, after a return
+      if (!call_hook(self->hooks, self->post_key, hook_args, 3)) Py_CLEAR(out);
+    } else {  // finally, with the inner call's exception being handled
+      PyObject* raised = fetch_exception();
+      bool ok;
+      {
+        HandlingException handling(raised);
+        ok = call_hook(self->hooks, self->post_key, hook_args, 3);
+      }
+      if (ok)
+        restore_exception(raised);  // the inner call's exception, unchanged
+      else  // the post hook's, whose __context__ the interpreter set to `raised`
+        Py_DECREF(raised);
+    }
+  }
+  Py_DECREF(tuple);
+  Py_DECREF(kwargs);
+  return out;
+}
+
+PyObject* wrapper_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf,
+                             PyObject* kwnames) {
+  auto* self = reinterpret_cast<MethodWrapper*>(callable);
+  if (!self->hooks) {  // only after tp_clear
+    PyErr_SetString(PyExc_ReferenceError, "MethodWrapper: cleared");
+    return nullptr;
+  }
+  return self->kind == kWrapForward ? wrapper_call_forward(self, args, nargsf, kwnames)
+                                    : wrapper_call_optimizer(self, args, nargsf, kwnames);
+}
+
+PyObject* wrapper_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject *obj, *bound, *hooks, *pre_key, *post_key, *kind_name;
+  static const char* kwlist[] = {"obj", "bound", "hooks", "pre_key", "post_key", "kind", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOU:MethodWrapper",
+                                   const_cast<char**>(kwlist), &obj, &bound, &hooks, &pre_key,
+                                   &post_key, &kind_name))
+    return nullptr;
+  int kind;
+  if (PyUnicode_CompareWithASCIIString(kind_name, "forward") == 0) {
+    kind = kWrapForward;
+  } else if (PyUnicode_CompareWithASCIIString(kind_name, "optimizer") == 0) {
+    kind = kWrapOptimizer;
+  } else {
+    PyErr_Format(PyExc_ValueError,
+                 "MethodWrapper: kind must be 'forward' or 'optimizer', not %R", kind_name);
+    return nullptr;
+  }
+  if (!PyCallable_Check(bound)) {
+    PyErr_SetString(PyExc_TypeError, "MethodWrapper: bound must be callable");
+    return nullptr;
+  }
+  if (!PyMapping_Check(hooks)) {
+    PyErr_SetString(PyExc_TypeError, "MethodWrapper: hooks must be a mapping");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<MethodWrapper*>(type->tp_alloc(type, 0));
+  if (!self) return nullptr;
+  self->vectorcall = wrapper_vectorcall;
+  self->obj = new_ref(obj);
+  self->bound = new_ref(bound);
+  self->hooks = new_ref(hooks);
+  self->pre_key = new_ref(pre_key);
+  self->post_key = new_ref(post_key);
+  self->sw = nullptr;
+  self->index = 0;
+  self->kind = kind;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int wrapper_traverse(PyObject* o, visitproc visit, void* arg) {
+  auto* self = reinterpret_cast<MethodWrapper*>(o);
+  Py_VISIT(self->obj);
+  Py_VISIT(self->bound);
+  Py_VISIT(self->hooks);
+  Py_VISIT(self->pre_key);
+  Py_VISIT(self->post_key);
+  Py_VISIT(self->sw);
+  Py_VISIT(Py_TYPE(o));
+  return 0;
+}
+
+int wrapper_clear(PyObject* o) {
+  auto* self = reinterpret_cast<MethodWrapper*>(o);
+  Py_CLEAR(self->obj);
+  Py_CLEAR(self->bound);
+  Py_CLEAR(self->hooks);
+  Py_CLEAR(self->pre_key);
+  Py_CLEAR(self->post_key);
+  Py_CLEAR(self->sw);
+  return 0;
+}
+
+void wrapper_dealloc(PyObject* o) {
+  PyObject_GC_UnTrack(o);
+  wrapper_clear(o);
+  PyTypeObject* type = Py_TYPE(o);
+  type->tp_free(o);
+  Py_DECREF(type);
+}
+
+/// Attributes of the type itself (bind, __call__, __class__, __doc__, ...), else the inner
+/// callable's: what `__getattr__` would do in Python.
+PyObject* wrapper_getattro(PyObject* o, PyObject* name) {
+  PyObject* r = PyObject_GenericGetAttr(o, name);
+  if (r || !PyErr_ExceptionMatches(PyExc_AttributeError)) return r;
+  PyObject* inner = wrapper_inner(reinterpret_cast<MethodWrapper*>(o));
+  if (!inner) return nullptr;  // cleared: the AttributeError stands
+  PyErr_Clear();
+  Py_INCREF(inner);
+  r = PyObject_GetAttr(inner, name);
+  Py_DECREF(inner);
+  return r;
+}
+
+PyObject* wrapper_bind(PyObject* o, PyObject* const* args, Py_ssize_t nargs) {
+  auto* self = reinterpret_cast<MethodWrapper*>(o);
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "MethodWrapper.bind(switch, index): two arguments");
+    return nullptr;
+  }
+  if (!PyObject_TypeCheck(args[0], g_switch_type)) {
+    PyErr_SetString(PyExc_TypeError, "MethodWrapper.bind: switch must be a HookSwitch");
+    return nullptr;
+  }
+  const Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+  if (index == -1 && PyErr_Occurred()) return nullptr;
+  PyObject* saved = reinterpret_cast<HookSwitch*>(args[0])->saved;
+  if (!saved || index < 0 || index >= PyList_GET_SIZE(saved)) {
+    PyErr_SetString(PyExc_IndexError, "MethodWrapper.bind: the switch has no such entry");
+    return nullptr;
+  }
+  PyObject* old = self->sw;
+  self->sw = new_ref(args[0]);
+  self->index = index;
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kWrapperMethods[] = {
+    {"bind", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(wrapper_bind)),
+     METH_FASTCALL,
+     "bind(switch, index): from now on the inner callable is what the HookSwitch's entry "
+     "`index` replaced (switch.previous(index)) when that is not None, else `bound`."},
+    {nullptr, nullptr, 0, nullptr}};
+PyMemberDef kWrapperMembers[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(MethodWrapper, vectorcall), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+PyType_Slot kWrapperSlots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(wrapper_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(wrapper_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(wrapper_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(wrapper_clear)},
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_getattro, reinterpret_cast<void*>(wrapper_getattro)},
+    {Py_tp_methods, kWrapperMethods},
+    {Py_tp_members, kWrapperMembers},
+    {Py_tp_doc, const_cast<char*>(
+                    "MethodWrapper(obj, bound, hooks, pre_key, post_key, kind): a method's "
+                    "stand-in between two hooks, read from `hooks` at each call. kind "
+                    "'forward': hooks[pre_key](), the call, hooks[post_key](output); "
+                    "'optimizer': hooks[pre_key](obj, args, kwargs), the call, and "
+                    "hooks[post_key](obj, args, kwargs) in a finally. It calls what its "
+                    "HookSwitch entry replaced (see bind), else `bound`; other attributes are "
+                    "that callable's. laggard.torch's forward and torch 1.13 step wrapper.")},
+    {0, nullptr}};
+PyType_Spec kWrapperSpec = {"laggard._core.MethodWrapper", sizeof(MethodWrapper), 0,
+                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+                            kWrapperSlots};
+
 }  // namespace
 }  // namespace laggard
 
@@ -837,12 +1189,17 @@ PYBIND11_MODULE(_core, m) {
   py::register_exception<InputError>(m, "InputError", PyExc_OSError);
   g_handle_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHandleSpec));
   g_scope_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeSpec));
-  auto* switch_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kSwitchSpec));
+  g_switch_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kSwitchSpec));
+  auto* wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kWrapperSpec));
   g_missing = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
   g_not_in = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
-  if (!g_handle_type || !g_scope_type || !switch_type || !g_missing || !g_not_in)
+  if (!g_handle_type || !g_scope_type || !g_switch_type || !wrapper_type || !g_missing ||
+      !g_not_in)
     throw py::error_already_set();
-  m.attr("HookSwitch") = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(switch_type));
+  m.attr("HookSwitch") = py::reinterpret_borrow<py::object>(
+      reinterpret_cast<PyObject*>(g_switch_type));
+  m.attr("MethodWrapper") =
+      py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(wrapper_type));
   m.attr("RecorderHandle") = py::reinterpret_borrow<py::object>(
       reinterpret_cast<PyObject*>(g_handle_type));
   m.attr("SectionScope") = py::reinterpret_borrow<py::object>(

@@ -384,3 +384,294 @@ def test_hook_switch_counts_what_fails_and_is_collected_in_a_cycle():
     del h
     gc.collect()
     assert ref() is None
+
+
+
+class Owner:
+    """An object with a method, as the model or optimizer whose method a MethodWrapper stands
+    in for."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def step(self, x=None, y=0):
+        self.log.append(("step", x, y))
+        return ("out", x, y)
+
+
+def method_wrapper(kind, log, owner=None):
+    """(owner, wrapper, hooks) with hooks that log their arguments under "pre" and "post"."""
+    owner = owner or Owner(log)
+    hooks = {"pre": lambda *a: log.append(("pre",) + a),
+             "post": lambda *a: log.append(("post",) + a)}
+    return owner, _core.MethodWrapper(owner, owner.step, hooks, "pre", "post", kind), hooks
+
+
+def test_method_wrapper_forward_calls_pre_method_post():
+    log = []
+    owner, w, hooks = method_wrapper("forward", log)
+    out = w(1, y=2)
+    assert out == ("out", 1, 2)
+    assert log == [("pre",), ("step", 1, 2), ("post", out)]
+    assert log[2][1] is out  # the post hook gets the very output
+    log.clear()
+    assert w(*[3], **{"y": 4}) == ("out", 3, 4)  # through tp_call (a tuple and a dict)
+    assert log == [("pre",), ("step", 3, 4), ("post", ("out", 3, 4))]
+    log.clear()
+    hooks["post"] = lambda output: log.append("replaced")  # looked up at each call
+    w(5)
+    assert log == [("pre",), ("step", 5, 0), "replaced"]
+    del hooks["pre"]
+    log.clear()
+    with pytest.raises(KeyError, match="pre"):
+        w(6)
+    assert log == []  # a missing hook: nothing called
+    with pytest.raises(ValueError, match="kind"):
+        _core.MethodWrapper(owner, owner.step, hooks, "pre", "post", "backward")
+    with pytest.raises(TypeError):
+        _core.MethodWrapper(owner, None, hooks, "pre", "post", "forward")
+
+
+def test_method_wrapper_optimizer_passes_obj_args_kwargs_to_both_hooks():
+    log = []
+    owner, w, _ = method_wrapper("optimizer", log)
+    assert w(1, y=2) == ("out", 1, 2)
+    assert log == [("pre", owner, (1,), {"y": 2}), ("step", 1, 2),
+                   ("post", owner, (1,), {"y": 2})]
+    assert type(log[0][2]) is tuple and type(log[0][3]) is dict
+    log.clear()
+    assert w() == ("out", None, 0)  # an optimizer's usual step()
+    assert log == [("pre", owner, (), {}), ("step", None, 0), ("post", owner, (), {})]
+
+
+def test_method_wrapper_calls_what_its_switch_entry_replaced_else_the_bound_method():
+    log = []
+    owner, w, _ = method_wrapper("forward", log)
+    sw = _core.HookSwitch([(owner.__dict__, "step", w)])
+    w.bind(sw, 0)
+    assert w(1) == ("out", 1, 0)  # switch off: the bound method
+    sw.on()  # nothing was in the instance dict: still the bound method
+    assert owner.step is w and owner.step(2) == ("out", 2, 0)
+    assert [e[0] for e in log] == ["pre", "step", "post"] * 2
+    sw.off()
+    log.clear()
+
+    def users_step(*args, **kwargs):  # e.g. an lr_scheduler's counting wrapper
+        log.append("user")
+        return "user's"
+
+    owner.step = users_step
+    sw.on()
+    assert owner.step is w and owner.step(3) == "user's"
+    assert log == [("pre",), "user", ("post", "user's")]
+    sw.off()
+    assert owner.step is users_step
+    log.clear()
+    assert w(4) == ("out", 4, 0)  # off again: what it replaced is forgotten
+    with pytest.raises(TypeError, match="HookSwitch"):
+        w.bind(object(), 0)
+    with pytest.raises(IndexError):
+        w.bind(sw, 1)
+
+    class Sticky(dict):  # off() cannot take the wrapper out: the next on() finds it there
+        def __delitem__(self, key):
+            raise RuntimeError("no")
+
+    sticky = Sticky()
+    sw = _core.HookSwitch([(sticky, "step", w)])
+    w.bind(sw, 0)
+    sw.on()
+    assert sw.off() == 1 and sticky["step"] is w
+    sw.on()
+    assert sw.previous(0) is w
+    log.clear()
+    assert w(5) == ("out", 5, 0)  # the bound method, not itself again
+    assert log == [("pre",), ("step", 5, 0), ("post", ("out", 5, 0))]
+
+    # Wrappers that end up calling each other: a RecursionError, as Python callables would get
+    hooks = {"pre": lambda: None, "post": lambda out: None}
+    first = _core.MethodWrapper(owner, owner.step, hooks, "pre", "post", "forward")
+    second = _core.MethodWrapper(owner, first, hooks, "pre", "post", "forward")
+    d = {"step": second}
+    loop = _core.HookSwitch([(d, "step", first)])
+    first.bind(loop, 0)
+    loop.on()
+    with pytest.raises(RecursionError):
+        first(1)
+
+
+def test_method_wrapper_attributes_are_the_inner_callables():
+    log = []
+    owner, w, _ = method_wrapper("optimizer", log)
+    assert w.__name__ == "step" and w.__self__ is owner and w.__func__ is Owner.step
+    assert callable(w.bind)  # the wrapper's own
+    with pytest.raises(AttributeError, match="nothing_here"):
+        w.nothing_here
+
+    def counted(*args, **kwargs):
+        return None
+
+    counted._with_counter = True  # lr_scheduler's marker on its wrapper
+    owner.step = counted
+    sw = _core.HookSwitch([(owner.__dict__, "step", w)])
+    w.bind(sw, 0)
+    assert not hasattr(w, "_with_counter")
+    sw.on()
+    assert owner.step._with_counter is True and owner.step.__name__ == "counted"
+    sw.off()
+    assert not hasattr(w, "_with_counter") and w.__name__ == "step"
+
+
+class Boom(Exception):
+    pass
+
+
+def test_method_wrapper_forward_exceptions_propagate_and_skip_what_follows():
+    log = []
+    owner = Owner(log)
+    error = Boom("in the forward")
+
+    def raises(*args, **kwargs):
+        log.append("inner")
+        raise error
+
+    hooks = {"pre": lambda: log.append("pre"), "post": lambda out: log.append("post")}
+    w = _core.MethodWrapper(owner, raises, hooks, "pre", "post", "forward")
+    with pytest.raises(Boom) as info:
+        w(1)
+    assert info.value is error and log == ["pre", "inner"]  # post not called
+    log.clear()
+
+    def pre_raises():
+        raise Boom("in the pre hook")
+
+    hooks["pre"] = pre_raises
+    with pytest.raises(Boom, match="pre hook"):
+        w(1)
+    assert log == []  # the method is not called
+
+
+def test_method_wrapper_optimizer_post_runs_in_a_finally():
+    import sys
+
+    log = []
+    owner = Owner(log)
+    error = Boom("in the step")
+
+    def raises(*args, **kwargs):
+        log.append("inner")
+        raise error
+
+    def post(obj, args, kwargs):
+        log.append(("post", sys.exc_info()[1]))  # the step's exception is being handled
+
+    hooks = {"pre": lambda *a: log.append("pre"), "post": post}
+    w = _core.MethodWrapper(owner, raises, hooks, "pre", "post", "optimizer")
+    with pytest.raises(Boom) as info:
+        w(closure=None)
+    assert info.value is error  # unchanged
+    assert info.value.__context__ is None and info.value.__traceback__ is not None
+    assert log == ["pre", "inner", ("post", error)]
+    assert sys.exc_info() == (None, None, None)  # what was handled before is back
+    try:
+        raise KeyError("handled by the caller")
+    except KeyError as outer:
+        with pytest.raises(Boom):
+            w()
+        assert sys.exc_info()[1] is outer
+
+    def training_loop():  # a generator: its own exception state is put back as it was
+        for _ in range(2):
+            with pytest.raises(Boom):
+                w()
+            yield sys.exc_info()[1]
+
+    loop = training_loop()
+    try:
+        raise KeyError("handled by the caller")
+    except KeyError as outer:
+        assert next(loop) is outer  # a generator sees its caller's
+    assert next(loop) is None  # not left behind in the generator
+
+    # A post hook that raises: its exception propagates, with the step's as its context (as
+    # an exception raised in a finally block).
+    late = Boom("in the post hook")
+
+    def post_raises(obj, args, kwargs):
+        raise late
+
+    hooks["post"] = post_raises
+    with pytest.raises(Boom) as info:
+        w()
+    assert info.value is late and info.value.__context__ is error
+    ok = _core.MethodWrapper(owner, owner.step, hooks, "pre", "post", "optimizer")
+    with pytest.raises(Boom) as info:  # after a step that returned, too
+        ok(1)
+    assert info.value is late
+
+
+def test_method_wrapper_reference_counts_are_stable():
+    import gc
+    import sys
+
+    log = []
+    owner = Owner(log)
+    arg, kwarg = object(), object()
+    out = object()
+
+    def step(*args, **kwargs):
+        return out
+
+    def raises(*args, **kwargs):
+        raise Boom()
+
+    def pre(*args):
+        return None
+
+    def post(*args):
+        return None
+
+    hooks = {"pre": pre, "post": post}
+    for kind in ("forward", "optimizer"):
+        w = _core.MethodWrapper(owner, step, hooks, "pre", "post", kind)
+        bad = _core.MethodWrapper(owner, raises, hooks, "pre", "post", kind)
+        sw = _core.HookSwitch([(owner.__dict__, "step", w)])
+        w.bind(sw, 0)
+        watched = (owner, step, hooks, pre, post, arg, kwarg, out, w, bad, sw)
+        for round_ in range(2):
+            if round_ == 1:
+                owner.step = step  # the inner callable from the switch
+                sw.on()
+            gc.collect()  # the previous kind's wrapper and switch (a cycle)
+            before = [sys.getrefcount(o) for o in watched]
+            for _ in range(1000):
+                assert w(arg, k=kwarg) is out
+                assert w.__name__ == "step"
+                try:
+                    bad(arg, k=kwarg)
+                except Boom:
+                    pass
+            gc.collect()
+            assert [sys.getrefcount(o) for o in watched] == before, kind
+            sw.off()
+            owner.__dict__.pop("step", None)
+
+    # In place, the wrapper is in a cycle (owner -> __dict__ -> wrapper -> owner, and through
+    # its switch): the collector frees it.
+    import weakref
+
+    class Model:
+        def forward(self):
+            return 1
+
+    m = Model()
+    hooks = {"pre": pre, "post": post}
+    w = _core.MethodWrapper(m, m.forward, hooks, "pre", "post", "forward")
+    sw = _core.HookSwitch([(m.__dict__, "forward", w)])
+    w.bind(sw, 0)
+    sw.on()
+    assert m.forward() == 1
+    ref = weakref.ref(m)
+    del m, w, sw
+    gc.collect()
+    assert ref() is None

@@ -307,6 +307,8 @@ def test_hooks_are_attached_only_during_sampled_steps():
     an.begin_step(0)  # sampled: the model's forward and (torch 1.13) the optimizer's step are
     # wrapped through the instance; no forward hooks (torch keeps its hook-free path)
     assert "forward" in model.__dict__ and "step" in opt.__dict__
+    assert type(model.__dict__["forward"]) is _core.MethodWrapper  # a C type: no Python frame
+    assert type(opt.__dict__["step"]) is _core.MethodWrapper
     assert not model._forward_hooks and not model._forward_pre_hooks
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
@@ -327,6 +329,101 @@ def test_hooks_are_attached_only_during_sampled_steps():
     an.end_step()
     an.close()
     assert an.counters()["report_errors"] == 0
+
+
+class MayFail(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 1)
+        self.error = None  # raised by the next forward when set
+
+    def forward(self, x, scale=1.0):
+        if self.error is not None:
+            raise self.error
+        return self.lin(x) * scale
+
+
+def test_forward_wrapper_passes_arguments_and_exceptions_through(tmp_path):
+    # Interval 1: the forward wrapper stays in place. A forward that raises: the exception
+    # reaches the caller unchanged, that step's forward entry is left open (counted as
+    # unbalanced, not emitted), and the next steps are timed as usual.
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = MayFail()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lt.instrument(an, model=model, optimizer=opt)
+    wrapper = model.__dict__["forward"]
+    assert type(wrapper) is _core.MethodWrapper
+    # what code inspecting model.forward sees is the method it wraps
+    assert model.forward.__name__ == "forward" and model.forward.__self__ is model
+    assert model.forward.__func__ is MayFail.forward
+    x = torch.randn(2, 8)
+    error = ValueError("a bad batch")
+    for step in range(3):
+        an.begin_step(step)
+        model.error = error if step == 1 else None
+        if step == 1:
+            with pytest.raises(ValueError) as info:
+                model(x, scale=2.0)
+            assert info.value is error
+        else:
+            out = model(x, scale=2.0)  # keyword arguments reach forward()
+            assert torch.allclose(out, model.lin(x) * 2.0)
+            out.sum().backward()
+            opt.step()
+        an.end_step()
+    an.close()
+    assert model.__dict__.get("forward") is None  # taken out at close
+    samples = samples_of(tmp_path)
+    assert [[t.name for t in s.stages] for s in samples] == [
+        ["forward", "backward", "optimizer"], [], ["forward", "backward", "optimizer"]]
+    c = an.counters()
+    assert c["unbalanced"] == 1 and c["report_errors"] == 0
+
+
+@pytest.mark.skipif(hasattr(torch.optim.Optimizer, "register_step_pre_hook"),
+                    reason="torch >= 2.0: optimizer step hooks, no step wrapper")
+def test_optimizer_step_wrapper_passes_arguments_and_exceptions_through(tmp_path):
+    # torch 1.13: the optimizer's step is a wrapper. Its closure argument reaches step(); when
+    # the step raises, the stage is still ended (the post hook runs in a finally) and the
+    # exception reaches the caller unchanged.
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = MayFail()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lt.instrument(an, model=model, optimizer=opt)
+    assert type(opt.__dict__["step"]) is _core.MethodWrapper
+    assert opt.step.__self__ is opt and opt.step.__func__ is type(opt).step
+    assert not hasattr(opt.step, "_with_counter")
+    x = torch.randn(2, 8)
+    error = RuntimeError("the closure failed")
+    closures = []
+
+    def closure():
+        closures.append(1)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    def failing_closure():
+        raise error
+
+    for step in range(2):
+        an.begin_step(step)
+        opt.zero_grad()
+        if step == 0:
+            loss = opt.step(closure=closure)  # the closure's loss comes back
+            assert closures == [1] and float(loss) >= 0.0
+        else:
+            with pytest.raises(RuntimeError) as info:
+                opt.step(failing_closure)
+            assert info.value is error
+        an.end_step()
+    an.close()
+    assert "step" not in opt.__dict__
+    samples = samples_of(tmp_path)
+    assert [s.find("optimizer").calls for s in samples] == [1, 1]
+    assert samples[0].find("forward").calls == 1 and samples[1].find("forward") is None
+    c = an.counters()
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
 
 
 def train_with_scheduler(an, model, opt, steps, sched=None):
