@@ -847,9 +847,11 @@ PyTypeObject* g_switch_type = nullptr;  // set at module init: MethodWrapper.bin
 //                (an exception of the inner call propagates, the post hook is not called)
 //   "optimizer": hooks[pre_key](obj, args, kwargs); try: return inner(*args, **kwargs)
 //                finally: hooks[post_key](obj, args, kwargs)   (torch's step-hook arguments)
-// Exceptions behave as in those Python lines, including the finally: the post hook runs with
-// the inner call's exception as the one being handled (sys.exc_info(), __context__), which then
-// propagates unchanged unless the post hook raises.
+// Exceptions behave as in those Python lines: after an exception of the inner call the post
+// hook still runs, and that exception then propagates unchanged; if the post hook raises, its
+// exception propagates with the inner call's as its __context__. (Unlike a Python finally
+// block, sys.exc_info() inside the post hook does not show the inner call's exception: the
+// hooks are laggard's marks, which take no notice of it.)
 
 enum WrapperKind { kWrapForward = 0, kWrapOptimizer = 1 };
 
@@ -904,45 +906,6 @@ void restore_exception(PyObject* exc) {
                 PyException_GetTraceback(exc));
 #endif
 }
-
-/// While it lives, `exc` is the exception being handled (sys.exc_info(), the __context__ of
-/// exceptions raised meanwhile), as in a finally block that an exception entered; then what was
-/// handled before is back. From 3.11 on as the interpreter does it (PUSH_EXC_INFO/POP_EXCEPT:
-/// the current exc_info item, also a generator's); before, through PyErr_GetExcInfo/SetExcInfo.
-class HandlingException {
- public:
-  explicit HandlingException(PyObject* exc) {
-#if PY_VERSION_HEX >= 0x030B0000
-    item_ = PyThreadState_Get()->exc_info;
-    saved_ = item_->exc_value;  // the reference moves here
-    item_->exc_value = new_ref(exc);
-#else
-    PyErr_GetExcInfo(&type_, &saved_, &tb_);
-    PyErr_SetExcInfo(new_ref(reinterpret_cast<PyObject*>(Py_TYPE(exc))), new_ref(exc),
-                     PyException_GetTraceback(exc));  // steals; the tb may be nullptr
-#endif
-  }
-  ~HandlingException() {
-#if PY_VERSION_HEX >= 0x030B0000
-    PyObject* exc = item_->exc_value;
-    item_->exc_value = saved_;
-    Py_XDECREF(exc);
-#else
-    PyErr_SetExcInfo(type_, saved_, tb_);  // steals
-#endif
-  }
-  HandlingException(const HandlingException&) = delete;
-  HandlingException& operator=(const HandlingException&) = delete;
-
- private:
-#if PY_VERSION_HEX >= 0x030B0000
-  _PyErr_StackItem* item_;
-#else
-  PyObject* type_ = nullptr;
-  PyObject* tb_ = nullptr;
-#endif
-  PyObject* saved_ = nullptr;
-};
 
 /// hooks[key](*args) with the result dropped; false with the error set on failure.
 bool call_hook(PyObject* hooks, PyObject* key, PyObject* const* args, size_t nargs) {
@@ -1010,17 +973,15 @@ PyObject* wrapper_call_optimizer(MethodWrapper* self, PyObject* const* args, siz
     out = call_inner(self, args, nargsf, kwnames);
     if (out) {  // finally, after a return
       if (!call_hook(self->hooks, self->post_key, hook_args, 3)) Py_CLEAR(out);
-    } else {  // finally, with the inner call's exception being handled
+    } else {  // finally, after an exception of the inner call
       PyObject* raised = fetch_exception();
-      bool ok;
-      {
-        HandlingException handling(raised);
-        ok = call_hook(self->hooks, self->post_key, hook_args, 3);
-      }
-      if (ok)
+      if (call_hook(self->hooks, self->post_key, hook_args, 3)) {
         restore_exception(raised);  // the inner call's exception, unchanged
-      else  // the post hook's, whose __context__ the interpreter set to `raised`
-        Py_DECREF(raised);
+      } else {  // the post hook's exception, with the inner call's as its __context__
+        PyObject* late = fetch_exception();
+        PyException_SetContext(late, raised);  // steals `raised`
+        restore_exception(late);
+      }
     }
   }
   Py_DECREF(tuple);
