@@ -74,41 +74,61 @@ def make_model(dims, seed=0):
     return nn.Sequential(*layers)
 
 
-class Copy:
-    """One training run: a model, its optimizer and analyzer, its losses so far."""
+class Trainer:
+    """A model, its optimizer, the batches, and the losses so far: one training run."""
 
-    def __init__(self, name, kwargs, dims, data, account=False):
-        self.name = name
+    def __init__(self, dims, data):
         self.model = make_model(dims)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.data = data
-        self.block = 0  # blocks run
         self.done = 0  # steps run (timed or not): the batch of the next step
-        self.timed = 0  # timed steps
         self.losses = []
+
+
+class Copy:
+    """One mode: an analyzer (on or off) and laggard.torch.instrument on a Trainer.
+
+    Without `trainer`, the copy has a Trainer of its own, instrumented for good (the accounted
+    copies). With one, several modes train that same model in turn, and this mode's
+    instrumentation is put in for each of its blocks and taken out after it (the A/B): the modes
+    then differ in nothing but laggard."""
+
+    def __init__(self, name, kwargs, dims, data, account=False, trainer=None):
+        self.name = name
+        self.shared = trainer is not None
+        self.t = trainer if trainer is not None else Trainer(dims, data)
+        self.block = 0  # blocks run
+        self.timed = 0  # timed steps
         self.acc = Account() if account else None
         kwargs = dict(kwargs)
-        always_attached = kwargs.pop("hooks_always_attached", False)
-        forward_hooks = kwargs.pop("forward_hooks", False)
-        output_hook = kwargs.pop("output_hook", False)
+        self._flags = (kwargs.pop("hooks_always_attached", False),
+                       kwargs.pop("forward_hooks", False), kwargs.pop("output_hook", False))
         self.an = laggard.Analyzer(timing="host", **kwargs)
         if self.acc is not None:
             self._wrap_before_instrument()
+        self.inst = None if self.shared else self._instrument()
+        if self.acc is not None:
+            self._wrap_after_instrument()
+
+    @property
+    def losses(self):
+        return self.t.losses
+
+    def _instrument(self):
         # instrument() attaches its hooks on sampled steps only; --always-attached compares that
-        # with hooks attached for good (a private switch of laggard.torch, for this A/B).
+        # with hooks attached for good (private switches of laggard.torch, for this A/B).
+        always_attached, forward_hooks, output_hook = self._flags
         laggard.torch._LAZY_HOOKS = not always_attached
         laggard.torch._FORWARD_WRAPPER = not forward_hooks
         laggard.torch._BACKWARD_CALL = not output_hook
         try:
-            self.inst = laggard.torch.instrument(
-                self.an, model=self.model, optimizer=self.opt,
+            return laggard.torch.instrument(
+                self.an, model=self.t.model, optimizer=self.t.opt,
                 _wrap=self._timed_hook if self.acc is not None else None)
         finally:
             laggard.torch._LAZY_HOOKS = True
             laggard.torch._FORWARD_WRAPPER = True
             laggard.torch._BACKWARD_CALL = True
-        if self.acc is not None:
-            self._wrap_after_instrument()
 
     # -- accounting from inside ----------------------------------------------------------------
 
@@ -144,6 +164,15 @@ class Copy:
     # -- training ------------------------------------------------------------------------------
 
     def run(self, n, untimed_first=True):
+        if not self.shared:
+            return self._run(n, untimed_first)
+        inst = self._instrument()  # (nothing for an analyzer that is off)
+        try:
+            return self._run(n, untimed_first)
+        finally:
+            inst.remove()
+
+    def _run(self, n, untimed_first):
         """One block: an untimed step, then n timed training steps; returns (wall ns,
         training-thread CPU ns) of the n.
 
@@ -154,7 +183,8 @@ class Copy:
         interval 10 whatever the block. Step numbers of consecutive blocks leave a gap (the
         analyzer needs them increasing, not contiguous); the batches follow the number of
         steps run, the same in every copy."""
-        an, model, opt, data, losses = self.an, self.model, self.opt, self.data, self.losses
+        t = self.t
+        an, model, opt, data, losses = self.an, t.model, t.opt, t.data, t.losses
         mse = nn.functional.mse_loss
         acc = self.acc
         interval = an.options["interval"] if an.enabled else 0
@@ -170,14 +200,14 @@ class Copy:
                 acc.paused = step < first
             an.begin_step(step)
             with an.section("dataloader"):
-                x, y = data[self.done % len(data)]
+                x, y = data[t.done % len(data)]
             opt.zero_grad(set_to_none=True)
             loss = mse(model(x), y)
             loss.backward()
             opt.step()
             an.end_step()
             losses.append(loss.item())
-            self.done += 1
+            t.done += 1
         w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
         self.timed += n
         return w1 - w0, c1 - c0
@@ -290,8 +320,8 @@ T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 
-def across_processes(medians):
-    """(estimate, low, high): the mean of the per-process medians with a 95 % t interval."""
+def across_layouts(medians):
+    """(estimate, low, high): the mean of the per-layout medians with a 95 % t interval."""
     n = len(medians)
     m = statistics.fmean(medians)
     half = (T975[n - 2] if n - 1 <= len(T975) else 1.96) * statistics.stdev(medians) / n ** 0.5
@@ -323,43 +353,62 @@ def make_data(a):
 
 
 def ab_worker(a, modes, seed, rounds):
-    """One process's A/B: every mode's copy, made in a random order between allocations of
-    random sizes (so that where each copy's tensors and Python objects lie in memory differs from
-    process to process), then `rounds` rounds, each running one block of every copy in a random
-    order. Returns what the parent needs, as JSON-able data."""
+    """One process's A/B, in layouts of `--layout-rounds` rounds each. A layout: every mode's copy,
+    made in a random order between allocations of random sizes (so that where each copy's tensors
+    and Python objects lie in memory differs from layout to layout), then its rounds, each running
+    one block of every copy in a random order (after `--warmup-rounds` not counted); then the
+    copies are closed and dropped, and the next layout makes new ones. Every layout trains from
+    the same start on the same batches. Returns what the parent needs, as JSON-able data."""
     rng = random.Random(seed)
     dims, data = make_data(a)
-    order = list(range(len(modes)))
-    rng.shuffle(order)
-    copies = [None] * len(modes)
-    padding = []
-    for i in order:
-        padding.append(torch.empty(rng.randrange(1, 1 << 16)))
-        padding.append([object() for _ in range(rng.randrange(1, 4096))])
-        copies[i] = Copy(modes[i][0], modes[i][1], dims, data)
-    walls = {c.name: [] for c in copies}
-    cpus = {c.name: [] for c in copies}
-    for r in range(a.warmup_rounds + rounds):
-        turn = copies[:]
-        rng.shuffle(turn)
-        for c in turn:
-            w, cpu = c.run(a.block)
-            if r >= a.warmup_rounds:
-                walls[c.name].append(w)
-                cpus[c.name].append(cpu)
-    for c in copies:
-        c.close()
-    background = {}  # name -> (CPU ms, GIL-held ms, steps) of the copy's background thread
-    for c in copies:
-        if c.an._channel is not None:  # on (closed by now)
-            counters = c.an.counters()
-            if "background_cpu_ms" in counters:
-                background[c.name] = (counters["background_cpu_ms"],
-                                      counters["background_gil_ms"], c.done)
-    ref = [float(x).hex() for x in copies[0].losses]
-    differ = [c.name for c in copies[1:] if [float(x).hex() for x in c.losses] != ref]
-    return {"seed": seed, "order": [modes[i][0] for i in order], "walls": walls, "cpus": cpus,
-            "background": background, "losses": ref, "differ": differ}
+    layouts = []
+    background = {}  # name -> [CPU ms, GIL-held ms, steps] of the copies' background threads
+    ref, differ = None, []
+    left = rounds
+    while left > 0:
+        n = min(a.layout_rounds, left)
+        if left - n < a.layout_rounds // 2:  # no short layout at the end
+            n = left
+        left -= n
+        padding = [torch.empty(rng.randrange(1, 1 << 16)),
+                   [object() for _ in range(rng.randrange(1, 4096))]]
+        trainer = Trainer(dims, data)  # every mode trains this model in turn
+        order = list(range(len(modes)))
+        rng.shuffle(order)
+        copies = [None] * len(modes)
+        for i in order:
+            padding.append([object() for _ in range(rng.randrange(1, 1024))])
+            copies[i] = Copy(modes[i][0], modes[i][1], dims, data, trainer=trainer)
+        walls = {c.name: [] for c in copies}
+        cpus = {c.name: [] for c in copies}
+        for r in range(a.warmup_rounds + n):
+            turn = copies[:]
+            rng.shuffle(turn)
+            for c in turn:
+                w, cpu = c.run(a.block)
+                if r >= a.warmup_rounds:
+                    walls[c.name].append(w)
+                    cpus[c.name].append(cpu)
+        for c in copies:
+            c.close()
+            if c.an._channel is not None:  # on (closed by now)
+                counters = c.an.counters()
+                if "background_cpu_ms" in counters:
+                    bg = background.setdefault(c.name, [0.0, 0.0, 0])
+                    bg[0] += counters["background_cpu_ms"]
+                    bg[1] += counters["background_gil_ms"]
+                    bg[2] += c.block * (a.block + 1)
+        # The same model trained from the same start on the same batches, laggard on or off
+        # from block to block: the same bits in every layout.
+        losses = [float(x).hex() for x in trainer.losses]
+        if ref is None:
+            ref = losses
+        elif losses != ref:
+            differ.append(len(layouts) + 1)
+        layouts.append({"order": [modes[i][0] for i in order], "walls": walls, "cpus": cpus})
+        del copies, trainer, padding
+    return {"seed": seed, "layouts": layouts, "background": background, "losses": ref,
+            "differ": differ}
 
 
 def run_processes(a, argv):
@@ -394,14 +443,17 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=400,
                    help="A/B rounds in all, split between the processes; each round runs one "
                         "block of every mode (default 400)")
-    p.add_argument("--processes", type=int, default=4,
-                   help="A/B processes, run one after another, each with its own memory layout "
-                        "(default 4; at least 2 for the interval across processes)")
+    p.add_argument("--processes", type=int, default=2,
+                   help="A/B processes, run one after another, the rounds split between them "
+                        "(default 2)")
     p.add_argument("--block", type=int, default=10,
                    help="timed steps per block, a multiple of 10 (default 10: one sampled step "
                         "of interval 10 per block); each block starts with one untimed step")
-    p.add_argument("--warmup-rounds", type=int, default=3,
-                   help="rounds not counted, per process (3)")
+    p.add_argument("--layout-rounds", type=int, default=50,
+                   help="rounds per layout: the copies are made anew after so many rounds "
+                        "(default 50)")
+    p.add_argument("--warmup-rounds", type=int, default=2,
+                   help="rounds not counted, at the start of each layout (2)")
     p.add_argument("--account-rounds", type=int, default=40,
                    help="rounds of the accounted copies (default 40)")
     p.add_argument("--seed", type=int, default=1,
@@ -445,11 +497,14 @@ def main(argv=None):
         modes.append(("on, interval 10, hooks always attached",
                       dict(enabled=True, interval=10, hooks_always_attached=True)))
     if a.quick:
-        a.rounds, a.processes, a.account_rounds, a.warmup_rounds = 30, 2, 10, 1
+        a.rounds, a.processes, a.account_rounds, a.warmup_rounds = 40, 2, 10, 1
+        a.layout_rounds = 10
     if a.block < 1 or a.block % 10:
         p.error("--block must be a positive multiple of 10")
     if a.processes < 1 or a.rounds < a.processes:
         p.error("--processes must be at least 1 and at most --rounds")
+    if a.layout_rounds < 1:
+        p.error("--layout-rounds must be at least 1")
     if a.worker_out is not None:  # one A/B process (started by the parent below)
         result = ab_worker(a, modes, a.worker_seed, a.worker_rounds)
         with open(a.worker_out, "w") as f:
@@ -484,14 +539,15 @@ def main(argv=None):
           "torch %s, 1 thread" % (cpu_model(), os.cpu_count(), load0[0], load1[0],
                                   platform.python_version(), torch.__version__))
     print("  training: MLP %s, batch %d, AdamW, stages dataloader/forward/backward/optimizer "
-          "(instrument + a section); %d rounds x %d timed steps per mode in %d processes "
-          "(each: copies made in a random order, blocks in a random order every round, "
-          "%d warm-up rounds); %.0f s in all" % (
+          "(instrument + a section); %d rounds x %d timed steps per mode in %d processes, "
+          "%d layouts (each: copies made anew in a random order, blocks in a random order every "
+          "round, %d warm-up rounds); %.0f s in all" % (
               "-".join(map(str, dims)), a.batch, a.rounds, a.block, a.processes,
-              a.warmup_rounds, elapsed))
+              sum(len(r["layouts"]) for r in procs), a.warmup_rounds, elapsed))
     print()
-    across = a.processes >= 2
-    ci = "[95% CI over processes]" if across else "[95% CI over rounds]"
+    layouts = [lay for r in procs for lay in r["layouts"]]
+    across = len(layouts) >= 2
+    ci = "[95% CI over layouts]" if across else "[95% CI over rounds]"
     hdr = ("mode", "step (median)", "wall overhead: " + ci, "train-thread CPU: " + ci,
            "laggard calls / step", "net of off", "background thread / step")
     widths = (max(22, max(len(n) for n, _ in modes)), 14, 43, 43, 28, 18, 24)
@@ -499,24 +555,24 @@ def main(argv=None):
     print(line)
     print("-" * len(line))
     results = {}
-    per_process = {}
+    per_layout = {}
     own = {}
     for (n, _), ac in zip(modes, accounted):
-        step_ms = statistics.median(sum((r["walls"][n] for r in procs), [])) / a.block / 1e6
+        step_ms = statistics.median(sum((r["walls"][n] for r in layouts), [])) / a.block / 1e6
         if n == base:
             wall_s = cpu_s = "(reference)"
         else:
-            meds = []  # per process: (wall median, CPU median) of the paired differences
-            for r in procs:
+            meds = []  # per layout: (wall median, CPU median) of the paired differences
+            for r in layouts:
                 dw = [x / y - 1 for x, y in zip(r["walls"][n], r["walls"][base])]
                 dc = [x / y - 1 for x, y in zip(r["cpus"][n], r["cpus"][base])]
                 meds.append((statistics.median(dw), statistics.median(dc)))
-            per_process[n] = meds
+            per_layout[n] = meds
             if across:
-                w = across_processes([m[0] for m in meds])
-                c = across_processes([m[1] for m in meds])
+                w = across_layouts([m[0] for m in meds])
+                c = across_layouts([m[1] for m in meds])
             else:
-                r = procs[0]
+                r = layouts[0]
                 w = bootstrap_median_ci([x / y - 1 for x, y in zip(r["walls"][n],
                                                                      r["walls"][base])])
                 c = bootstrap_median_ci([x / y - 1 for x, y in zip(r["cpus"][n],
@@ -540,17 +596,18 @@ def main(argv=None):
             (n, "%.3f ms" % step_ms, wall_s, cpu_s, own_s, net_s, other_s), widths)))
     print()
     if across:
-        print("overhead: per A/B process, the median over its rounds of (block time of the mode / "
-              "block time of off - 1); the table gives the mean of those medians with a 95%% t "
-              "interval over the %d processes, so that each process's own bias between copies "
-              "(where they lie in memory: the A/A row) counts as noise rather than as overhead. "
-              "Per process (wall):" % a.processes)
-        for n, meds in per_process.items():
-            print("  %-*s %s" % (widths[0], n, " ".join(pct(m[0]) for m in meds)))
+        print("overhead: per layout (a set of copies made anew, in a random order between "
+              "allocations of random sizes: %d layouts in %d processes), the median over its "
+              "rounds of (block time of the mode / block time of off - 1); the table gives the "
+              "mean of those medians with a 95%% t interval over layouts, so that each layout's "
+              "own bias between copies (where they lie in memory: the A/A row) counts as noise "
+              "rather than as overhead. Per layout (wall):" % (len(layouts), a.processes))
+        for n, meds in per_layout.items():
+            print("  %-*s %s" % (widths[0], n, " ".join("%+.2f" % (100 * m[0]) for m in meds)))
     else:
         print("overhead: the median over rounds of (block time of the mode / block time of off "
-              "- 1) with a 95% bootstrap interval over rounds (one process: its own bias "
-              "between copies is not in the interval; use --processes 2 or more)")
+              "- 1) with a 95% bootstrap interval over rounds (one layout: its own bias between "
+              "copies is not in the interval; use more rounds than --layout-rounds)")
     print("laggard calls / step: time inside laggard calls on the training thread, accounted "
           "from inside (%d steps per mode): per kind of call (what, sampled step or not) the "
           "median duration x calls, minus the timer's own %.0f ns per call; as a share of the "
@@ -576,27 +633,30 @@ def main(argv=None):
                     what, "sampled" if sampled else "not sampled",
                     len(v) / (a.account_rounds * a.block), statistics.median(v)))
 
-    # Every copy trains the same model on the same batches: the losses must be the same bits, in
-    # every process and in the accounted copies.
+    # Every run trains the same model from the same start on the same batches: the A/B's model
+    # (laggard on and off in turn) in every layout of every process, and each accounted copy
+    # (one mode for good): the losses must be the same bits.
     ref = procs[0]["losses"]
     same = True
     for k, r in enumerate(procs):
-        for name in r["differ"]:
+        for layout in r["differ"]:
             same = False
-            print("losses: %s differs from off in A/B process %d" % (name, k + 1))
+            print("losses: layout %d of A/B process %d differs from its layout 1" % (layout, k + 1))
         n = min(len(ref), len(r["losses"]))
         if r["losses"][:n] != ref[:n]:
             same = False
-            print("losses: off in A/B process %d differs from process 1" % (k + 1))
+            print("losses: A/B process %d differs from process 1" % (k + 1))
     for c in accounted:
         mine = [float(x).hex() for x in c.losses]
         n = min(len(mine), len(ref))
         if mine[:n] != ref[:n]:
             same = False
             first = next(i for i in range(n) if mine[i] != ref[i])
-            print("losses: %s (accounted) differs from off at step %d" % (c.name, first))
-    print("losses: %s (%d steps per A/B copy in process 1, %d per accounted copy)" % (
-        "bit-identical on and off" if same else "DIFFERENT", len(ref), len(accounted[0].losses)))
+            print("losses: %s (accounted) differs from the A/B at step %d" % (c.name, first))
+    print("losses: %s (the A/B's model, laggard on and off in turn: %d steps per layout, in %d "
+          "layouts; %d steps of each accounted copy, one per mode)" % (
+              "bit-identical on and off" if same else "DIFFERENT", len(ref), len(layouts),
+              len(accounted[0].losses)))
 
     on10, on1 = results[MODES[1][0]], results[MODES[2][0]]
     checks = [
