@@ -1,27 +1,29 @@
 """Overhead A/B: the same training run with the analyzer off and on (interval 10 and 1).
 
     PYTHONPATH=python OMP_NUM_THREADS=1 /usr/bin/python3 bench/overhead.py
-    ... bench/overhead.py --rounds 2000 --processes 8 --breakdown   # the figures of the docs
+    ... bench/overhead.py --rounds 2000 --processes 4 --breakdown   # the figures of the docs
     ... bench/overhead.py --quick          # a short run (a smoke test, wide intervals)
 
-Each A/B process trains identical copies of a small MLP (same seed, same batches): one with the
+The A/B trains one small MLP (fixed seed and batches) in four modes that take turns: the
 analyzer off (`--straggler-analysis` not given: Analyzer(enabled=False), the calls still in the
-loop), one on with interval 10 (the default), one on with interval 1, and a second off copy (the
-A/A test: its "overhead" is the bench's own bias between two identical copies), each with the
-automatic stages of laggard.torch.instrument plus a `dataloader` section. The copies take turns in
-blocks of `--block` timed steps (10: each block holds one sampled step of interval 10), each block
-led by one untimed step of the same copy (so that every timed step follows a step of its own copy,
-as in real training), the blocks of a round in a random order, so that drift of a shared machine
-hits every mode alike; each round gives one paired difference per mode:
-block time of the mode / block time of off - 1.
+loop), on with interval 10 (the default), on with interval 1, and off again (the A/A mode: its
+"overhead" is the bench's own bias). Each "on" mode has its own Analyzer and
+laggard.torch.instrument (forward, backward, optimizer) plus a `dataloader` section; its
+instrumentation is put in for each of its blocks and taken out after. A block is 3 untimed
+steps (so that every timed step follows a step of its own mode, as in real training, and the
+instrumentation put in for the block is past its first steps) and `--block` timed ones (10:
+one sampled step of interval 10 per block); a round runs one block of every mode, in a random
+order. Each round gives one paired difference per mode: block time of the mode / block time
+of off - 1.
 
-Two identical copies in one process differ by up to half a percent for the whole run (where
-their tensors and Python objects happen to lie in memory, most likely): a bias no number of
-rounds removes. So the A/B runs in `--processes` fresh processes one after another, each making
-its copies in a random order between allocations of random sizes; the table gives the mean of
-the per-process medians with a 95 % t interval over processes, in wall time (what training
-throughput sees) and in CPU time of the training thread (which time spent waiting for a CPU on a
-busy machine does not inflate), and the per-process medians below it.
+All modes train the same model, because two identical copies of it (a model each) differ by up
+to 2 % in speed for as long as they live — where their tensors and Python objects happen to lie
+in memory — which no number of rounds averages out. The rest of the memory layout is drawn
+anew every `--layout-rounds` rounds (a new model and new Analyzers, made in a random order
+between allocations of random sizes), in `--processes` fresh processes one after another. The
+table gives the mean over layouts of the per-layout median, with a 95 % t interval over
+layouts, in wall time (what training throughput sees) and in CPU time of the training thread
+(which time spent waiting for a CPU on a busy machine does not inflate).
 
 The analyzer's own time on the training thread is then accounted from inside, in separate
 copies whose laggard calls are wrapped with perf_counter_ns: Analyzer.begin_step/section
@@ -31,8 +33,9 @@ optimizer's step, and the recorder marks of its backward hooks (minus the timer'
 each kind of call (so that a preemption by another process that lands inside a timed call does
 not count; the mean is shown too). Each "on" copy's background thread reports its own CPU time
 and the part of it that held the GIL (Analyzer.counters()); that part is what the training
-thread can have waited for (in this single process, at whichever copy's turn it fell). Finally
-the loss sequences of all copies are compared bit for bit.
+thread can have waited for (in the A/B, at whichever mode's turn it fell). Finally the loss
+sequences are compared bit for bit: the A/B's model in every layout (laggard on and off in turn)
+and each accounted copy (one mode for good) train the same steps from the same start.
 
 Targets (issue 4): interval 10: median <= 0.1 % and upper end of the interval <= 0.5 %;
 interval 1: median <= 0.5 %.
@@ -63,6 +66,7 @@ MODES = [("off", dict(enabled=False)),
          ("on, interval 10", dict(enabled=True, interval=10)),
          ("on, interval 1", dict(enabled=True, interval=1))]
 AA = "off, second copy (A/A)"
+LEAD_STEPS = 3  # untimed steps at the start of each block (at most 9)
 
 
 def make_model(dims, seed=0):
@@ -154,6 +158,8 @@ class Copy:
                   "backward_call": "backward call (a mark)",
                   "backward_return": "backward return",
                   "backward_anchor": "anchor parameter's hook",
+                  "backward_end": "backward end (a mark)",
+                  "backward_cancel": "backward dropped (a mark)",
                   "optimizer_pre": "optimizer hook", "optimizer_post": "optimizer hook"}
 
     def _timed_hook(self, name, fn):
@@ -163,26 +169,28 @@ class Copy:
 
     # -- training ------------------------------------------------------------------------------
 
-    def run(self, n, untimed_first=True):
+    def run(self, n, lead=LEAD_STEPS):
         if not self.shared:
-            return self._run(n, untimed_first)
+            return self._run(n, lead)
         inst = self._instrument()  # (nothing for an analyzer that is off)
         try:
-            return self._run(n, untimed_first)
+            return self._run(n, lead)
         finally:
             inst.remove()
 
-    def _run(self, n, untimed_first):
-        """One block: an untimed step, then n timed training steps; returns (wall ns,
+    def _run(self, n, lead):
+        """One block: `lead` untimed steps, then n timed training steps; returns (wall ns,
         training-thread CPU ns) of the n.
 
-        The untimed step puts this copy's model, optimizer and laggard state back into the
-        caches after the other copies' blocks, so that every timed step follows a step of its
-        own copy, as in real training. Its step number is one less than a multiple of 10 (not
-        sampled at interval 10), so the n timed steps hold exactly n / 10 sampled steps of
+        The untimed steps put the model, optimizer and this mode's laggard state back into the
+        caches after the other modes' blocks, so that every timed step follows a step of its
+        own mode, as in real training; they also take the instrumentation put in for the block
+        through its first steps (at interval 1 the anchor parameter's hook confirms the first 3
+        backward calls, then goes: laggard.torch). Their step numbers precede a multiple of 10
+        (not sampled at interval 10), so the n timed steps hold exactly n / 10 sampled steps of
         interval 10 whatever the block. Step numbers of consecutive blocks leave a gap (the
         analyzer needs them increasing, not contiguous); the batches follow the number of
-        steps run, the same in every copy."""
+        steps run, the same in every mode."""
         t = self.t
         an, model, opt, data, losses = self.an, t.model, t.opt, t.data, t.losses
         mse = nn.functional.mse_loss
@@ -190,7 +198,7 @@ class Copy:
         interval = an.options["interval"] if an.enabled else 0
         first = self.block * (n + 10) + 10  # a multiple of 10
         self.block += 1
-        steps = list(range(first - 1 if untimed_first else first, first + n))
+        steps = list(range(first - lead, first + n))
         w0 = c0 = None
         for step in steps:
             if step == first:
@@ -397,7 +405,7 @@ def ab_worker(a, modes, seed, rounds):
                     bg = background.setdefault(c.name, [0.0, 0.0, 0])
                     bg[0] += counters["background_cpu_ms"]
                     bg[1] += counters["background_gil_ms"]
-                    bg[2] += c.block * (a.block + 1)
+                    bg[2] += c.block * (a.block + LEAD_STEPS)
         # The same model trained from the same start on the same batches, laggard on or off
         # from block to block: the same bits in every layout.
         losses = [float(x).hex() for x in trainer.losses]
@@ -448,7 +456,8 @@ def main(argv=None):
                         "(default 2)")
     p.add_argument("--block", type=int, default=10,
                    help="timed steps per block, a multiple of 10 (default 10: one sampled step "
-                        "of interval 10 per block); each block starts with one untimed step")
+                        "of interval 10 per block); each block starts with %d untimed steps" %
+                        LEAD_STEPS)
     p.add_argument("--layout-rounds", type=int, default=50,
                    help="rounds per layout: the copies are made anew after so many rounds "
                         "(default 50)")

@@ -42,6 +42,8 @@ _FORWARD_WRAPPER = True  # False: forward hooks instead (bench/overhead.py --for
 _BACKWARD_CALL = True  # False: the output's gradient hook at interval 1 too (bench/overhead.py
 #                        --output-hook)
 _MISSES_BEFORE_OUTPUT_HOOK = 3  # backward calls in a row that never reach the model
+_ANCHOR_HOOK_BACKWARDS = 3  # without DDP: backward calls the anchor's hook confirms before the
+#                             gradient's version takes its place
 
 DEFAULT_MODULE_STAGE_PATTERNS = {
     "attention": r"attention|attn",
@@ -70,6 +72,7 @@ class Instrumentation:
         self._switch = None  # _core.HookSwitch of the hooks whose dicts are known
         self._fallbacks = []  # (attach, detach) Python functions; each returns its failures
         self._tensor_hooks = []  # (tensor, hook name): registered for good at install
+        self._tensor_handles = {}  # hook name -> (tensor, handle) of those, once registered
         self.hooks = {}
         self.stages = []
         self.notes = []
@@ -154,6 +157,7 @@ def _switch_entry(obj, register, attr, fn):
 def _build_switch(inst, core):
     for tensor, name in inst._tensor_hooks:
         handle = tensor.register_hook(inst.hooks[name])
+        inst._tensor_handles[name] = (tensor, handle)
         inst._undo.append(lambda tensor=tensor, handle=handle: _remove_tensor_hook(tensor, handle))
     inst._tensor_hooks = []
     entries = []
@@ -334,8 +338,10 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # thread: the training thread's id (instrument() is called there): a backward called
         # from another thread passes straight through the wrapper (the recorder belongs to one
         # thread).
-        state = {"in_backward": False, "called": False, "misses": 0,
-                 "output_hook": anchor is None, "thread": get_ident()}
+        # confirmed: calls the anchor's hook confirmed; hooked: that hook is still in place
+        # (without DDP it is taken out after _ANCHOR_HOOK_BACKWARDS of them, see _BackwardCall).
+        state = {"in_backward": False, "called": False, "misses": 0, "confirmed": 0,
+                 "hooked": True, "output_hook": anchor is None, "thread": get_ident()}
 
         # These run inside the user's forward and backward: nothing may raise out of them (a
         # failure is counted and warned about, as everywhere in laggard).
@@ -399,6 +405,7 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
                     state["called"] = False
                     state["in_backward"] = True
                     state["misses"] = 0
+                    state["confirmed"] += 1
                     if comm_id >= 0:  # DDP: compute ends where its wait for the all-reduce begins
                         queue_callback(compute_done)
                     # else the stage ends when the call returns (backward_returned): the same
@@ -412,19 +419,34 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
                 errors.report("backward hook", e)
             return None
 
+        def missed():
+            # A torch.autograd.backward call that never reached the anchor: not the model's.
+            state["misses"] += 1
+            if state["misses"] >= _MISSES_BEFORE_OUTPUT_HOOK:
+                use_output_hook("%d backward calls in a row did not reach the model's "
+                                "parameter %s" % (state["misses"], anchor[0]))
+
+        def drop_anchor_hook():
+            # Without DDP, once the anchor's hook has confirmed a few backward calls, whether a
+            # call reached the model is read from the anchor's gradient after it (_BackwardCall):
+            # cheaper than a Python hook that torch calls inside every backward.
+            state["hooked"] = False
+            tensor, handle = inst._tensor_handles.pop("backward_anchor")
+            _remove_tensor_hook(tensor, handle)
+
         def backward_returned():
-            # After a torch.autograd.backward call that began the stage (sampled steps only).
+            # After a torch.autograd.backward call that began the stage while the anchor's hook
+            # is in place (sampled steps only).
             try:
                 if state["called"]:  # it never reached the anchor: not the model's backward
                     state["called"] = False
                     bwd_cancel()
-                    state["misses"] += 1
-                    if state["misses"] >= _MISSES_BEFORE_OUTPUT_HOOK:
-                        use_output_hook("%d backward calls in a row did not reach the model's "
-                                        "parameter %s" % (state["misses"], anchor[0]))
+                    missed()
                 elif state["in_backward"]:  # without DDP the end; with it, the backward raised
                     state["in_backward"] = False  # before its final callback
                     bwd_end()
+                if comm_id < 0 and state["confirmed"] >= _ANCHOR_HOOK_BACKWARDS:
+                    drop_anchor_hook()
             except Exception as e:
                 errors.report("backward hook", e)
 
@@ -432,9 +454,12 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             inst.hooks["backward_call"] = bwd_begin
             inst.hooks["backward_return"] = backward_returned
             inst.hooks["backward_anchor"] = on_anchor_grad
+            inst.hooks["backward_end"] = bwd_end
+            inst.hooks["backward_cancel"] = bwd_cancel
             inst._tensor_hooks.append((anchor[1], "backward_anchor"))  # registered at install
             inst._direct.append(_BackwardCall(torch.autograd, "backward", inst.hooks,
-                                              torch.autograd.backward, an, state).entry())
+                                              torch.autograd.backward, an, state, anchor[1],
+                                              missed, errors).entry())
             inst.notes.append("backward: from torch.autograd.backward (anchor parameter %s)"
                               % anchor[0])
 
@@ -578,17 +603,27 @@ class _OptimizerStep(_WrappedMethod):
 class _BackwardCall(_MethodCall):
     """torch.autograd.backward while the hooks are attached (Tensor.backward calls it through
     the module, so both are covered): on a sampled step, when no backward of the model is under
-    way, it begins the backward stage before the call and, after it, drops that entry if the
-    anchor parameter's hook never confirmed it (a backward of something else), or ends it if
-    the final callback never ran (the backward raised). A nested call (reentrant
-    checkpointing) passes straight through."""
+    way, it begins the backward stage before the call; a nested call (reentrant checkpointing)
+    passes straight through.
 
-    __slots__ = ("_an", "_state")
+    Whether the call was the model's backward: at first the anchor parameter's gradient hook
+    confirms it (and, under DDP, queues the end of the stage), and after the call the entry is
+    dropped if it never did (a backward of something else), or ended (without DDP, or if the
+    backward raised). Without DDP, after _ANCHOR_HOOK_BACKWARDS confirmed calls that hook is
+    taken out, and the anchor's gradient answers instead: a call reached the model if, when it
+    returns, the anchor's .grad is another tensor than before or the same one written to (its
+    version counter moved). Reading that costs less than the Python hook torch would call in
+    every backward; a backward run without this call is then no longer noticed."""
 
-    def __init__(self, obj, name, hooks, bound, an, state):
+    __slots__ = ("_an", "_state", "_anchor", "_missed", "_errors")
+
+    def __init__(self, obj, name, hooks, bound, an, state, anchor, missed, errors):
         super().__init__(obj, name, hooks, bound)
         self._an = an  # the Analyzer: its _sampled
         self._state = state  # _install's state of the backward stage
+        self._anchor = anchor  # the anchor parameter
+        self._missed = missed  # _install's count of a call that did not reach the model
+        self._errors = errors
 
     def __call__(self, *args, **kwargs):
         where = self._where  # _inner(), inlined: this runs on every step at interval 1
@@ -602,10 +637,28 @@ class _BackwardCall(_MethodCall):
         hooks = self._hooks
         state["called"] = True
         hooks["backward_call"]()
+        if state["hooked"]:
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                hooks["backward_return"]()
+        anchor = self._anchor
+        before = anchor.grad
+        version = -1 if before is None else before._version
         try:
             return inner(*args, **kwargs)
         finally:
-            hooks["backward_return"]()
+            try:
+                state["called"] = False
+                after = anchor.grad
+                if after is not before or (after is not None and after._version != version):
+                    state["misses"] = 0
+                    hooks["backward_end"]()
+                else:
+                    hooks["backward_cancel"]()
+                    self._missed()
+            except Exception as e:
+                self._errors.report("backward hook", e)
 
 
 def _anchor_parameter(model):

@@ -169,19 +169,23 @@ def test_backward_stage_counts_the_models_backward_only(tmp_path, interval):
     # model's (a 20 ms loss backward, then the model's own 10 ms). Interval 1 times from the
     # backward call (the loss's part included), interval 2 from the output's gradient; neither
     # counts the other backward.
+    # At interval 1 the anchor's hook tells the two apart for the first 3 steps, then the
+    # anchor's gradient (the hook is gone by then).
     an = laggard.Analyzer(enabled=True, interval=interval, log_dir=str(tmp_path))
     model = Net()
     lt.instrument(an, model=model)
-    for step in range(4):
+    for step in range(6):
         an.begin_step(step)
         z = torch.randn(3, requires_grad=True)
         Delay.apply(z, 40.0).sum().backward()
         Delay.apply(model(torch.randn(4, 8)), 20.0).pow(2).mean().backward()
         an.end_step()
+        if interval == 1:
+            assert bool(model.head.bias._backward_hooks) == (step < 2), step
     c = an.counters()
     an.close()
     samples = samples_of(tmp_path)
-    assert len(samples) == 4 // interval
+    assert len(samples) == 6 // interval
     for s in samples:
         b = s.find("backward")
         assert b.calls == 1
@@ -235,6 +239,27 @@ def test_backward_that_never_reaches_the_anchor_switches_to_the_output_hook(tmp_
     samples = samples_of(tmp_path)
     assert [s.find("backward") is not None for s in samples] == [False] * 3 + [True] * 3
     assert all(s.find("backward").ms >= 10 * 0.9 for s in samples[3:])
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+def test_anchor_that_stops_getting_gradients_later_switches_to_the_output_hook(tmp_path):
+    # The same once the anchor's hook is gone (after 3 confirmed backward calls): the anchor's
+    # gradient no longer changes, so the calls are dropped, and after 3 of them the output's
+    # gradient marks the start.
+    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lt.instrument(an, model=model, optimizer=opt)
+    run(an, model, opt, steps=4)
+    assert model.head.bias._backward_hooks is None  # the hook is gone
+    model.head.bias.requires_grad_(False)
+    run(an, model, opt, steps=6)
+    c = an.counters()
+    an.close()
+    samples = samples_of(tmp_path)
+    assert [s.find("backward") is not None for s in samples] == \
+        [True] * 4 + [False] * 3 + [True] * 3
+    assert all(s.find("backward").ms >= 10 * 0.9 for s in samples if s.find("backward"))
     assert c["unbalanced"] == 0 and c["report_errors"] == 0
 
 
@@ -652,6 +677,8 @@ def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(
         monkeypatch.undo()  # the instrumentation holds the broken ones; training needs the engine
         assert ("communication" in inst.stages) == ddp
         run(an, model, opt, steps=3 * interval)  # forward, backward and step as usual
+        if ddp:  # under DDP the anchor's hook stays: it queues the end of the compute
+            assert model.module.head.bias._backward_hooks
         c = an.counters()
         an.close()
         assert c["report_errors"] == 3 and c["samples_emitted"] == 3
