@@ -21,9 +21,10 @@ to 2 % in speed for as long as they live — where their tensors and Python obje
 in memory — which no number of rounds averages out. The rest of the memory layout is drawn
 anew every `--layout-rounds` rounds (a new model and new Analyzers, made in a random order
 between allocations of random sizes), in `--processes` fresh processes one after another. The
-table gives the mean over layouts of the per-layout median, with a 95 % t interval over
-layouts, in wall time (what training throughput sees) and in CPU time of the training thread
-(which time spent waiting for a CPU on a busy machine does not inflate).
+table gives the median of the paired differences over all rounds, with a 95 % interval from a
+bootstrap that resamples whole layouts, in wall time (what training throughput sees) and in CPU
+time of the training thread (which time spent waiting for a CPU on a busy machine does not
+inflate); below it, each layout's median, and their mean with a t interval.
 
 The analyzer's own time on the training thread is then accounted from inside, in separate
 copies whose laggard calls are wrapped with perf_counter_ns: Analyzer.begin_step/section
@@ -336,6 +337,22 @@ def across_layouts(medians):
     return m, m - half, m + half
 
 
+def cluster_bootstrap_median(groups, resamples=2000, seed=12345, level=0.95):
+    """(estimate, low, high): the median of all values pooled, with a 95 % interval from a
+    bootstrap that resamples whole groups (layouts), so that what a layout shares (its memory
+    layout, a stretch of machine noise) counts in the interval."""
+    rng = random.Random(seed)
+    pooled = [x for g in groups for x in g]
+    meds = []
+    for _ in range(resamples):
+        pick = [x for g in rng.choices(groups, k=len(groups)) for x in g]
+        meds.append(statistics.median(pick))
+    meds.sort()
+    lo = meds[int((1 - level) / 2 * resamples)]
+    hi = meds[min(resamples - 1, int((1 + level) / 2 * resamples))]
+    return statistics.median(pooled), lo, hi
+
+
 def pct(x):
     return "%+.3f%%" % (100.0 * x)
 
@@ -487,6 +504,8 @@ def main(argv=None):
     p.add_argument("--forward-hooks", action="store_true",
                    help="add copies at interval 10 and 1 that time the forward with forward hooks "
                         "instead of laggard.torch's forward wrapper")
+    p.add_argument("--raw", metavar="FILE",
+                   help="also write every layout's block times (ns, per mode) to FILE as JSON")
     p.add_argument("--worker-seed", type=int, help=argparse.SUPPRESS)
     p.add_argument("--worker-rounds", type=int, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
@@ -555,8 +574,11 @@ def main(argv=None):
               sum(len(r["layouts"]) for r in procs), a.warmup_rounds, elapsed))
     print()
     layouts = [lay for r in procs for lay in r["layouts"]]
+    if a.raw:
+        with open(a.raw, "w") as f:
+            json.dump({"block": a.block, "lead_steps": LEAD_STEPS, "layouts": layouts}, f)
     across = len(layouts) >= 2
-    ci = "[95% CI over layouts]" if across else "[95% CI over rounds]"
+    ci = "median [95% CI]"
     hdr = ("mode", "step (median)", "wall overhead: " + ci, "train-thread CPU: " + ci,
            "laggard calls / step", "net of off", "background thread / step")
     widths = (max(22, max(len(n) for n, _ in modes)), 14, 43, 43, 28, 18, 24)
@@ -565,6 +587,7 @@ def main(argv=None):
     print("-" * len(line))
     results = {}
     per_layout = {}
+    mean_of_medians = {}
     own = {}
     for (n, _), ac in zip(modes, accounted):
         step_ms = statistics.median(sum((r["walls"][n] for r in layouts), [])) / a.block / 1e6
@@ -572,14 +595,18 @@ def main(argv=None):
             wall_s = cpu_s = "(reference)"
         else:
             meds = []  # per layout: (wall median, CPU median) of the paired differences
+            gw, gc = [], []  # per layout: the paired differences
             for r in layouts:
                 dw = [x / y - 1 for x, y in zip(r["walls"][n], r["walls"][base])]
                 dc = [x / y - 1 for x, y in zip(r["cpus"][n], r["cpus"][base])]
+                gw.append(dw)
+                gc.append(dc)
                 meds.append((statistics.median(dw), statistics.median(dc)))
             per_layout[n] = meds
             if across:
-                w = across_layouts([m[0] for m in meds])
-                c = across_layouts([m[1] for m in meds])
+                w = cluster_bootstrap_median(gw)
+                c = cluster_bootstrap_median(gc)
+                mean_of_medians[n] = across_layouts([m[0] for m in meds])
             else:
                 r = layouts[0]
                 w = bootstrap_median_ci([x / y - 1 for x, y in zip(r["walls"][n],
@@ -605,14 +632,16 @@ def main(argv=None):
             (n, "%.3f ms" % step_ms, wall_s, cpu_s, own_s, net_s, other_s), widths)))
     print()
     if across:
-        print("overhead: per layout (a set of copies made anew, in a random order between "
-              "allocations of random sizes: %d layouts in %d processes), the median over its "
-              "rounds of (block time of the mode / block time of off - 1); the table gives the "
-              "mean of those medians with a 95%% t interval over layouts, so that each layout's "
-              "own bias between copies (where they lie in memory: the A/A row) counts as noise "
-              "rather than as overhead. Per layout (wall):" % (len(layouts), a.processes))
+        print("overhead: the median of (block time of the mode / block time of off - 1) over all "
+              "rounds of all %d layouts (a layout: the model and the Analyzers made anew, in a "
+              "random order between allocations of random sizes; %d processes), with a 95%% "
+              "interval from a bootstrap that resamples whole layouts. Per layout, the median "
+              "over its rounds (wall), and the mean of those with a 95%% t interval:" % (
+                  len(layouts), a.processes))
         for n, meds in per_layout.items():
-            print("  %-*s %s" % (widths[0], n, " ".join("%+.2f" % (100 * m[0]) for m in meds)))
+            print("  %-*s %s [%s, %s]: %s" % (
+                (widths[0], n) + tuple(pct(x) for x in mean_of_medians[n]) +
+                (" ".join("%+.2f" % (100 * m[0]) for m in meds),)))
     else:
         print("overhead: the median over rounds of (block time of the mode / block time of off "
               "- 1) with a 95% bootstrap interval over rounds (one layout: its own bias between "
