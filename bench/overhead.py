@@ -16,9 +16,9 @@ one sampled step of interval 10 per block); a round runs one block of every mode
 order. Each round gives one paired difference per mode: block time of the mode / block time
 of off - 1.
 
-All modes train the same model, because two identical copies of it (a model each) differ by up
-to 2 % in speed for as long as they live — where their tensors and Python objects happen to lie
-in memory — which no number of rounds averages out. The rest of the memory layout is drawn
+All modes train the same model, because two identical copies of it (a model each) differ in
+speed by a percent or more for as long as they live — where their tensors and Python objects
+happen to lie in memory, most likely — which no number of rounds averages out. The rest of the memory layout is drawn
 anew every `--layout-rounds` rounds (a new model and new Analyzers, made in a random order
 between allocations of random sizes), in `--processes` fresh processes one after another. The
 table gives the median of the paired differences over all rounds, with a 95 % interval from a

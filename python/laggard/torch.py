@@ -11,13 +11,14 @@ the current stream; nothing here synchronizes the device or calls a collective):
                  computed and, for DDP, handed to the all-reduce — before DDP waits for it;
                  where the backward is timed from its call, below, and the model is not DDP,
                  the return of that call, which comes right after the final callbacks).
-                 The start: where the hooks stay attached (interval 1), the call of
-                 torch.autograd.backward (what Tensor.backward calls) whose graph reaches the
-                 model — a hook on one parameter confirms that it does, and a call that never
-                 reaches it is dropped; elsewhere (and where that does not work: a backward
-                 started some other way, a parameter that never gets a gradient) the moment the
-                 gradient reaches the model output (a hook on each step's output tensor, which
-                 costs more per step: see _install).
+                 The start: the call of torch.autograd.backward (what Tensor.backward calls)
+                 whose graph reaches the model — a hook on one parameter confirms that it
+                 does (without DDP only for the first 3 calls, then that parameter's gradient),
+                 and a call that never reaches it is dropped; under DDP where hooks are
+                 attached on sampled steps only (interval > 1), and where the call does not
+                 work (a backward started some other way, a parameter that never gets a
+                 gradient), the moment the gradient reaches the model output (a hook on each
+                 sampled step's output tensor, which costs more per step: see _install).
   communication  DistributedDataParallel only: from that moment until DDP has waited for its
                  gradient all-reduce (a second final callback, queued by the first, so it runs
                  after DDP's own finalize). This is the rank's *wait for its peers* (plus the
@@ -324,14 +325,17 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         queue_callback = torch.autograd.Variable._execution_engine.queue_callback
         is_grad_enabled = torch.is_grad_enabled
         tensor_type = torch.Tensor
-        # How the start of the backward is found (see the module's docstring). Where the hooks
-        # stay attached, the call of torch.autograd.backward begins the stage and a hook on one
-        # parameter (the anchor) confirms it: two Python calls per step. The output's gradient
-        # hook is registered anew on each step's output, and that costs more than the rest of
-        # a sampled step's hooks together (bench/cold_calls.py: the output's grad_fn object
-        # alone is 6-8 µs right after a step), which decides at interval 1, not at interval 10.
-        anchor = _anchor_parameter(model) if (backward and always_attached and _BACKWARD_CALL) \
-            else None
+        # How the start of the backward is found (see the module's docstring). The call of
+        # torch.autograd.backward begins the stage, and a hook on one parameter (the anchor)
+        # confirms it; without DDP that hook goes after 3 confirmations, and the anchor's
+        # gradient confirms instead (_BackwardCall). The output's gradient hook is registered
+        # anew on each sampled step's output, and that costs more than the rest of a sampled
+        # step's hooks together (bench/cold_calls.py: the output's grad_fn object alone is
+        # 6-8 µs right after a step). Under DDP the anchor's hook has to stay (it queues the
+        # end of the compute), so where hooks are attached on sampled steps only, the output's
+        # hook is used there: cheaper than a Python hook in every backward.
+        anchor = _anchor_parameter(model) if (
+            backward and _BACKWARD_CALL and (always_attached or not ddp)) else None
         # in_backward: between the start of the model's backward and its final callback;
         # called: a torch.autograd.backward call began the stage, not yet confirmed;
         # misses: such calls in a row that never reached the anchor.
