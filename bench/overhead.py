@@ -495,14 +495,14 @@ def main(argv=None):
                         "'overhead' is the bench's own bias between two identical copies)")
     p.add_argument("--aa", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--always-attached", action="store_true",
-                   help="add a copy: interval 10 with instrument's hooks attached for good "
+                   help="add a mode: interval 10 with instrument's hooks attached for good "
                         "instead of on sampled steps only")
     p.add_argument("--output-hook", action="store_true",
-                   help="add a copy at interval 1 that finds the start of the backward with the "
-                        "gradient hook on each step's output (as at interval 10) instead of the "
-                        "torch.autograd.backward call")
+                   help="add a mode at interval 1 that finds the start of the backward with the "
+                        "gradient hook on each step's output (as under DDP at interval 10) instead "
+                        "of the torch.autograd.backward call")
     p.add_argument("--forward-hooks", action="store_true",
-                   help="add copies at interval 10 and 1 that time the forward with forward hooks "
+                   help="add modes at interval 10 and 1 that time the forward with forward hooks "
                         "instead of laggard.torch's forward wrapper")
     p.add_argument("--raw", metavar="FILE",
                    help="also write every layout's block times (ns, per mode) to FILE as JSON")
