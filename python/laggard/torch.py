@@ -379,6 +379,11 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             if not an._sampled:
                 return None
             try:
+                if state["hooked"] and anchor is not None:
+                    # The output's hook has taken over (use_output_hook): the anchor's hook, which
+                    # torch would go on calling in every backward, goes (not from inside the
+                    # backward, where torch is going through the hook dict).
+                    drop_anchor_hook()
                 fwd_end()  # without a forward stage (id -1) a no-op
                 # A new output: its backward is still to come (also after a backward that never
                 # finished, e.g. one that raised).
@@ -435,8 +440,9 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             # call reached the model is read from the anchor's gradient after it (_BackwardCall):
             # cheaper than a Python hook that torch calls inside every backward.
             state["hooked"] = False
-            tensor, handle = inst._tensor_handles.pop("backward_anchor")
-            _remove_tensor_hook(tensor, handle)
+            registered = inst._tensor_handles.pop("backward_anchor", None)
+            if registered is not None:
+                _remove_tensor_hook(*registered)
 
         def backward_returned():
             # After a torch.autograd.backward call that began the stage while the anchor's hook
