@@ -103,7 +103,6 @@ class Copy:
         self.shared = trainer is not None
         self.t = trainer if trainer is not None else Trainer(dims, data)
         self.block = 0  # blocks run
-        self.timed = 0  # timed steps
         self.acc = Account() if account else None
         kwargs = dict(kwargs)
         self._flags = (kwargs.pop("hooks_always_attached", False),
@@ -218,7 +217,6 @@ class Copy:
             losses.append(loss.item())
             t.done += 1
         w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        self.timed += n
         return w1 - w0, c1 - c0
 
     def close(self):
@@ -314,15 +312,6 @@ def timer_cost_ns(reps=100000):
 
 # -- statistics ----------------------------------------------------------------------------------
 
-def bootstrap_median_ci(values, resamples=4000, seed=12345, level=0.95):
-    rng = random.Random(seed)
-    n = len(values)
-    meds = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(resamples))
-    lo = meds[int((1 - level) / 2 * resamples)]
-    hi = meds[min(resamples - 1, int((1 + level) / 2 * resamples))]
-    return statistics.median(values), lo, hi
-
-
 # Student's t, two-sided 95 %, by degrees of freedom (1..30; 1.96 beyond)
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -340,7 +329,8 @@ def across_layouts(medians):
 def cluster_bootstrap_median(groups, resamples=2000, seed=12345, level=0.95):
     """(estimate, low, high): the median of all values pooled, with a 95 % interval from a
     bootstrap that resamples whole groups (layouts), so that what a layout shares (its memory
-    layout, a stretch of machine noise) counts in the interval."""
+    layout, a stretch of machine noise) counts in the interval. Groups of one value each: the
+    plain bootstrap over values."""
     rng = random.Random(seed)
     pooled = [x for g in groups for x in g]
     meds = []
@@ -607,12 +597,9 @@ def main(argv=None):
                 w = cluster_bootstrap_median(gw)
                 c = cluster_bootstrap_median(gc)
                 mean_of_medians[n] = across_layouts([m[0] for m in meds])
-            else:
-                r = layouts[0]
-                w = bootstrap_median_ci([x / y - 1 for x, y in zip(r["walls"][n],
-                                                                     r["walls"][base])])
-                c = bootstrap_median_ci([x / y - 1 for x, y in zip(r["cpus"][n],
-                                                                     r["cpus"][base])])
+            else:  # one layout: the bootstrap over its rounds
+                w = cluster_bootstrap_median([[x] for x in gw[0]], resamples=4000)
+                c = cluster_bootstrap_median([[x] for x in gc[0]], resamples=4000)
             results[n] = w + c
             wall_s = "%s [%s, %s]" % tuple(pct(x) for x in w)
             cpu_s = "%s [%s, %s]" % tuple(pct(x) for x in c)

@@ -525,21 +525,18 @@ class _MethodCall:
     _core.MethodWrapper instead, which does the same without a Python frame: _WrappedMethod.)
 
     It calls whatever obj.__dict__[name] held before the switch put it there (a wrapper of the
-    user's or of an lr_scheduler, also one made after instrument(): the switch remembers it),
-    else the class's method. Made once. Every other attribute (`__self__`, `__func__`,
-    `__name__`, lr_scheduler's `_with_counter` marker, ...) is that inner method's, so code that
-    inspects obj.name while this is in place sees the method it wraps."""
+    user's, also one made after instrument(): the switch remembers it), else `bound` (for
+    torch.autograd, the module's function). Made once. Every other attribute (`__name__`,
+    `__doc__`, ...) is that inner function's, so code that inspects obj.name while this is in
+    place sees the function it wraps."""
 
     __slots__ = ("_obj", "_name", "_hooks", "_where", "_bound")
 
-    def __init__(self, obj, name, hooks, bound=None):
+    def __init__(self, obj, name, hooks, bound):
         self._obj = obj
         self._name = name
         self._hooks = hooks  # Instrumentation.hooks: looked up at each call
         self._where = None  # (switch.previous, this entry's index), set by bind()
-        if bound is None:
-            cls = type(obj)
-            bound = getattr(cls, name).__get__(obj, cls)  # the class's method
         self._bound = bound
 
     def bind(self, switch, index):

@@ -723,12 +723,14 @@ int switch_clear(PyObject* o) {
   return 0;
 }
 
-void switch_dealloc(PyObject* o) {
+/// tp_dealloc of a garbage-collected heap type whose tp_clear is Clear.
+template <int (*Clear)(PyObject*)>
+void gc_dealloc(PyObject* o) {
   PyObject_GC_UnTrack(o);
-  switch_clear(o);
+  Clear(o);
   PyTypeObject* type = Py_TYPE(o);
   type->tp_free(o);
-  Py_DECREF(type);
+  Py_DECREF(type);  // heap type instances own a reference to their type
 }
 
 PyObject* switch_on(PyObject* o, PyObject*) {
@@ -785,16 +787,27 @@ PyObject* switch_off(PyObject* o, PyObject*) {
   return PyLong_FromLong(failed);
 }
 
+bool switch_has_entry(const HookSwitch* self, Py_ssize_t i) {
+  return self->saved && i >= 0 && i < PyList_GET_SIZE(self->saved);
+}
+
+/// What entry i's key held before on() (borrowed), or nullptr when nothing (or when off).
+/// The entry must exist (switch_has_entry).
+PyObject* switch_replaced(const HookSwitch* self, Py_ssize_t i) {
+  PyObject* prev = PyList_GET_ITEM(self->saved, i);
+  return prev == g_missing || prev == g_not_in ? nullptr : prev;
+}
+
 PyObject* switch_previous(PyObject* o, PyObject* arg) {
   auto* self = reinterpret_cast<HookSwitch*>(o);
   const Py_ssize_t i = PyLong_AsSsize_t(arg);
   if (i == -1 && PyErr_Occurred()) return nullptr;
-  if (!self->saved || i < 0 || i >= PyList_GET_SIZE(self->saved)) {
+  if (!switch_has_entry(self, i)) {
     PyErr_SetString(PyExc_IndexError, "HookSwitch.previous: no such entry");
     return nullptr;
   }
-  PyObject* prev = PyList_GET_ITEM(self->saved, i);
-  if (prev == g_missing || prev == g_not_in) Py_RETURN_NONE;
+  PyObject* prev = switch_replaced(self, i);
+  if (!prev) Py_RETURN_NONE;
   return new_ref(prev);
 }
 
@@ -814,7 +827,7 @@ PyGetSetDef kSwitchGetSet[] = {{"is_on", switch_is_on, nullptr, "Whether on() is
                                {nullptr, nullptr, nullptr, nullptr, nullptr}};
 PyType_Slot kSwitchSlots[] = {
     {Py_tp_new, reinterpret_cast<void*>(switch_new)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(switch_dealloc)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(gc_dealloc<switch_clear>)},
     {Py_tp_traverse, reinterpret_cast<void*>(switch_traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(switch_clear)},
     {Py_tp_methods, kSwitchMethods},
@@ -872,11 +885,10 @@ struct MethodWrapper {
 /// that was this wrapper itself, left in the dict by an off() that failed to take it out).
 PyObject* wrapper_inner(MethodWrapper* self) {
   if (self->sw) {
-    PyObject* saved = reinterpret_cast<HookSwitch*>(self->sw)->saved;
-    if (saved && self->index < PyList_GET_SIZE(saved)) {
-      PyObject* prev = PyList_GET_ITEM(saved, self->index);
-      if (prev != g_missing && prev != g_not_in && prev != reinterpret_cast<PyObject*>(self))
-        return prev;
+    const auto* sw = reinterpret_cast<HookSwitch*>(self->sw);
+    if (switch_has_entry(sw, self->index)) {
+      PyObject* prev = switch_replaced(sw, self->index);
+      if (prev && prev != reinterpret_cast<PyObject*>(self)) return prev;
     }
   }
   return self->bound;
@@ -1062,13 +1074,6 @@ int wrapper_clear(PyObject* o) {
   return 0;
 }
 
-void wrapper_dealloc(PyObject* o) {
-  PyObject_GC_UnTrack(o);
-  wrapper_clear(o);
-  PyTypeObject* type = Py_TYPE(o);
-  type->tp_free(o);
-  Py_DECREF(type);
-}
 
 /// Attributes of the type itself (bind, __call__, __class__, __doc__, ...), else the inner
 /// callable's: what `__getattr__` would do in Python.
@@ -1096,8 +1101,7 @@ PyObject* wrapper_bind(PyObject* o, PyObject* const* args, Py_ssize_t nargs) {
   }
   const Py_ssize_t index = PyLong_AsSsize_t(args[1]);
   if (index == -1 && PyErr_Occurred()) return nullptr;
-  PyObject* saved = reinterpret_cast<HookSwitch*>(args[0])->saved;
-  if (!saved || index < 0 || index >= PyList_GET_SIZE(saved)) {
+  if (!switch_has_entry(reinterpret_cast<HookSwitch*>(args[0]), index)) {
     PyErr_SetString(PyExc_IndexError, "MethodWrapper.bind: the switch has no such entry");
     return nullptr;
   }
@@ -1119,7 +1123,7 @@ PyMemberDef kWrapperMembers[] = {
     {nullptr, 0, 0, 0, nullptr}};
 PyType_Slot kWrapperSlots[] = {
     {Py_tp_new, reinterpret_cast<void*>(wrapper_new)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(wrapper_dealloc)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(gc_dealloc<wrapper_clear>)},
     {Py_tp_traverse, reinterpret_cast<void*>(wrapper_traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(wrapper_clear)},
     {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
