@@ -11,14 +11,17 @@ the current stream; nothing here synchronizes the device or calls a collective):
                  computed and, for DDP, handed to the all-reduce — before DDP waits for it;
                  where the backward is timed from its call, below, and the model is not DDP,
                  the return of that call, which comes right after the final callbacks).
-                 The start: the call of torch.autograd.backward (what Tensor.backward calls)
-                 whose graph reaches the model — a hook on one parameter confirms that it
-                 does (without DDP only for the first 3 calls, then that parameter's gradient),
-                 and a call that never reaches it is dropped; under DDP where hooks are
-                 attached on sampled steps only (interval > 1), and where the call does not
-                 work (a backward started some other way, a parameter that never gets a
-                 gradient), the moment the gradient reaches the model output (a hook on each
-                 sampled step's output tensor, which costs more per step: see _install).
+                 The start, at every interval and with or without DDP: the call of
+                 torch.autograd.backward (what Tensor.backward calls) whose graph reaches the
+                 model, so the stage includes the loss's backward and any autograd work
+                 between the loss and the model output. A hook on one parameter confirms that
+                 the call reaches the model (without DDP only for the first 3 calls, then that
+                 parameter's gradient; under DDP where hooks are attached on sampled steps
+                 only (interval > 1), a gradient hook on each sampled step's output tensor,
+                 which also queues the end), and a call that never reaches it is dropped.
+                 Where the call does not work (a backward started some other way, a
+                 parameter that never gets a gradient), the start is the moment the gradient
+                 reaches the model output (that output hook alone; see _install).
   communication  DistributedDataParallel only: from that moment until DDP has waited for its
                  gradient all-reduce (a second final callback, queued by the first, so it runs
                  after DDP's own finalize). This is the rank's *wait for its peers* (plus the
@@ -40,8 +43,8 @@ from ._log import logger
 
 _LAZY_HOOKS = True  # attach on sampled steps only (False: always; bench/overhead.py --always-attached)
 _FORWARD_WRAPPER = True  # False: forward hooks instead (bench/overhead.py --forward-hooks)
-_BACKWARD_CALL = True  # False: the output's gradient hook at interval 1 too (bench/overhead.py
-#                        --output-hook)
+_BACKWARD_CALL = True  # False: the output's gradient hook alone marks the start, without the
+#                        torch.autograd.backward wrapper (bench/overhead.py --output-hook)
 _MISSES_BEFORE_OUTPUT_HOOK = 3  # backward calls in a row that never reach the model
 _ANCHOR_HOOK_BACKWARDS = 3  # without DDP: backward calls the anchor's hook confirms before the
 #                             gradient's version takes its place
@@ -331,11 +334,16 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # gradient confirms instead (_BackwardCall). The output's gradient hook is registered
         # anew on each sampled step's output, and that costs more than the rest of a sampled
         # step's hooks together (bench/cold_calls.py: the output's grad_fn object alone is
-        # 6-8 µs right after a step). Under DDP the anchor's hook has to stay (it queues the
-        # end of the compute), so where hooks are attached on sampled steps only, the output's
-        # hook is used there: cheaper than a Python hook in every backward.
+        # 6-8 µs right after a step). Under DDP the anchor's hook would have to stay (it queues
+        # the end of the compute), so where hooks are attached on sampled steps only, the
+        # output's hook takes its place there (cheaper than a Python hook torch calls in every
+        # backward): the call of torch.autograd.backward still begins the stage — so that it
+        # includes the loss's backward and any autograd work between the loss and the model
+        # output — and the output's hook confirms the call and queues the end of the compute
+        # (output_confirms).
         anchor = _anchor_parameter(model) if (
             backward and _BACKWARD_CALL and (always_attached or not ddp)) else None
+        output_confirms = bool(backward and _BACKWARD_CALL and ddp and not always_attached)
         # in_backward: between the start of the model's backward and its final callback;
         # called: a torch.autograd.backward call began the stage, not yet confirmed;
         # misses: such calls in a row that never reached the anchor.
@@ -344,8 +352,11 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # thread).
         # confirmed: calls the anchor's hook confirmed; hooked: that hook is still in place
         # (without DDP it is taken out after _ANCHOR_HOOK_BACKWARDS of them, see _BackwardCall).
+        # output_hook: the output's gradient hook begins the stage itself (no call wrapper, or
+        # the call did not work); output_confirms: it confirms a call that began the stage.
         state = {"in_backward": False, "called": False, "misses": 0, "confirmed": 0,
-                 "hooked": True, "output_hook": anchor is None, "thread": get_ident()}
+                 "hooked": True, "output_hook": anchor is None and not output_confirms,
+                 "thread": get_ident()}
 
         # These run inside the user's forward and backward: nothing may raise out of them (a
         # failure is counted and warned about, as everywhere in laggard).
@@ -365,7 +376,16 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
 
         def on_output_grad(grad):
             try:
-                if an._sampled and not state["in_backward"]:
+                if state["called"]:  # DDP, hooks on sampled steps: the call that began the
+                    # stage reaches the model; its compute ends at the engine's final callback
+                    state["called"] = False
+                    state["in_backward"] = True
+                    state["misses"] = 0
+                    state["confirmed"] += 1
+                    queue_callback(compute_done)
+                elif an._sampled and not state["in_backward"]:
+                    # the output hook alone, or (DDP) a backward begun without
+                    # torch.autograd.backward: timed from here
                     state["in_backward"] = True
                     bwd_begin()
                     queue_callback(compute_done)
@@ -429,11 +449,13 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             return None
 
         def missed():
-            # A torch.autograd.backward call that never reached the anchor: not the model's.
+            # A torch.autograd.backward call that never reached the anchor (or, under DDP with
+            # hooks on sampled steps, the model output): not the model's.
             state["misses"] += 1
             if state["misses"] >= _MISSES_BEFORE_OUTPUT_HOOK:
-                use_output_hook("%d backward calls in a row did not reach the model's "
-                                "parameter %s" % (state["misses"], anchor[0]))
+                use_output_hook("%d backward calls in a row did not reach the model's %s" % (
+                    state["misses"], "parameter " + anchor[0] if anchor is not None
+                    else "output"))
 
         def drop_anchor_hook():
             # Without DDP, once the anchor's hook has confirmed a few backward calls, whether a
@@ -460,24 +482,29 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             except Exception as e:
                 errors.report("backward hook", e)
 
-        if anchor is not None:
+        if anchor is not None or output_confirms:
             inst.hooks["backward_call"] = bwd_begin
             inst.hooks["backward_return"] = backward_returned
-            inst.hooks["backward_anchor"] = on_anchor_grad
             inst.hooks["backward_end"] = bwd_end
             inst.hooks["backward_cancel"] = bwd_cancel
-            inst._tensor_hooks.append((anchor[1], "backward_anchor"))  # registered at install
+            if anchor is not None:
+                inst.hooks["backward_anchor"] = on_anchor_grad
+                inst._tensor_hooks.append((anchor[1], "backward_anchor"))  # registered at install
             inst._direct.append(_BackwardCall(torch.autograd, "backward", inst.hooks,
-                                              torch.autograd.backward, an, state, anchor[1],
+                                              torch.autograd.backward, an, state,
+                                              anchor[1] if anchor is not None else None,
                                               missed, errors).entry())
-            inst.notes.append("backward: from torch.autograd.backward (anchor parameter %s)"
-                              % anchor[0])
+            inst.notes.append(
+                "backward: from torch.autograd.backward (anchor parameter %s)" % anchor[0]
+                if anchor is not None else
+                "backward: from torch.autograd.backward (confirmed by the model output's "
+                "gradient)")
 
         # the forward mark itself (a builtin); without a forward stage, nothing
         inst.hooks["forward_pre"] = fwd_begin if forward else _nothing
         # with the output hook, forward_done; else the forward mark alone (a builtin)
-        inst.hooks["forward"] = forward_done if state["output_hook"] else \
-            (fwd_end if forward else _nothing)
+        inst.hooks["forward"] = forward_done if (state["output_hook"] or output_confirms) \
+            else (fwd_end if forward else _nothing)
         if _FORWARD_WRAPPER and not isinstance(model, torch.jit.ScriptModule) \
                 and hasattr(model, "__dict__") and callable(getattr(type(model), "forward", None)):
             # The usual case: the model's forward is wrapped on sampled steps (_ForwardCall).
@@ -614,9 +641,10 @@ class _BackwardCall(_MethodCall):
     passes straight through.
 
     Whether the call was the model's backward: at first the anchor parameter's gradient hook
-    confirms it (and, under DDP, queues the end of the stage), and after the call the entry is
-    dropped if it never did (a backward of something else), or ended (without DDP, or if the
-    backward raised). Without DDP, after _ANCHOR_HOOK_BACKWARDS confirmed calls that hook is
+    confirms it (and, under DDP, queues the end of the stage; under DDP with hooks on sampled
+    steps only, the model output's gradient hook does both, and there is no anchor), and after
+    the call the entry is dropped if it never did (a backward of something else), or ended
+    (without DDP, or if the backward raised). Without DDP, after _ANCHOR_HOOK_BACKWARDS confirmed calls that hook is
     taken out, and the anchor's gradient answers instead: a call reached the model if, when it
     returns, the anchor's .grad is another tensor than before or the same one written to (its
     version counter moved). Reading that costs less than the Python hook torch would call in

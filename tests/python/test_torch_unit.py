@@ -650,9 +650,10 @@ class BrokenEngine:
 @pytest.mark.parametrize("interval", [1, 2])
 def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(
         monkeypatch, tmp_path, interval):
-    # DDP on one rank. Interval 2: the output's gradient hook cannot be registered (in the
-    # forward); interval 1: the anchor parameter's hook cannot queue the end of the backward
-    # compute (in the backward); the stage then ends when the backward call returns.
+    # DDP on one rank. Interval 2: the output's gradient hook, which confirms the backward
+    # call and queues the end of the compute, cannot be registered (in the forward), so the
+    # calls are dropped; interval 1: the anchor parameter's hook cannot queue the end of the
+    # backward compute (in the backward); the stage then ends when the backward call returns.
     import torch.distributed as dist
 
     ddp = True
@@ -679,7 +680,7 @@ def test_a_failure_inside_the_forward_or_backward_hooks_never_reaches_training(
         run(an, model, opt, steps=3 * interval)  # forward, backward and step as usual
         if interval == 1:  # under DDP the anchor's hook stays: it queues the end of the compute
             assert model.module.head.bias._backward_hooks
-        else:  # ... so with hooks on sampled steps only, the output's hook is used instead
+        else:  # ... so with hooks on sampled steps only, the output's hook does that instead
             assert not model.module.head.bias._backward_hooks
         c = an.counters()
         an.close()
@@ -708,3 +709,118 @@ def test_without_ddp_the_backward_ends_when_its_call_returns(monkeypatch, tmp_pa
     for s in samples:
         b = s.find("backward")
         assert b.calls == 1 and b.ms >= 10 * 0.9, b.ms  # the model's backward sleeps 10 ms
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A one-rank gloo process group (DDP on one process), destroyed afterwards."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized")
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "store"), rank=0,
+                            world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+LOSS_MS = 40.0  # the slow autograd op between the model output and the loss
+
+
+def ddp_steps(an, model, opt, steps, other_backward_ms=0.0, backward=None):
+    for step in range(steps):
+        an.begin_step(step)
+        opt.zero_grad()
+        if other_backward_ms:  # a backward of something else, never reaching the model
+            z = torch.randn(3, requires_grad=True)
+            Delay.apply(z, other_backward_ms).sum().backward()
+        loss = Delay.apply(model(torch.randn(4, 8)), LOSS_MS).pow(2).mean()
+        if backward is None:
+            loss.backward()
+        else:
+            backward(loss)
+        opt.step()
+        an.end_step()
+
+
+# Under DDP at every interval (1: the anchor parameter's hook confirms the call; above 1: the
+# output's gradient hook does), the backward stage starts at the torch.autograd.backward call:
+# a slow autograd op applied to the model output before the loss is inside it, not in the
+# untimed gap before the output's gradient, and not in communication. A backward of something
+# else in the same step is not counted.
+@pytest.mark.parametrize("interval", [1, 3])
+def test_ddp_backward_stage_includes_the_loss_backward(tmp_path, one_rank_group, interval):
+    an = laggard.Analyzer(enabled=True, interval=interval, log_dir=str(tmp_path))
+    model = nn.parallel.DistributedDataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    inst = lt.instrument(an, model=model, optimizer=opt)
+    assert inst.stages == ["forward", "backward", "communication", "optimizer"]
+    assert any("from torch.autograd.backward" in n for n in inst.notes), inst.notes
+    backward = torch.autograd.backward
+    ddp_steps(an, model, opt, 3 * interval, other_backward_ms=30.0)
+    if interval > 1:  # no anchor hook that torch would call in every backward
+        assert not model.module.head.bias._backward_hooks
+        assert torch.autograd.backward is backward  # the wrapper only on sampled steps
+    c = an.counters()
+    an.close()
+    samples = samples_of(tmp_path)
+    assert [s.step for s in samples] == list(range(0, 3 * interval, interval))
+    for s in samples:
+        b, comm = s.find("backward"), s.find("communication")
+        assert b.calls == 1 and comm.calls == 1
+        # the loss's 40 ms op and the model's own 10 ms, not the other backward's 30 ms
+        assert (LOSS_MS + 10) * 0.9 <= b.ms < LOSS_MS + 10 + 30, b.ms
+        assert comm.ms < LOSS_MS * 0.5, comm.ms
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+def test_ddp_backward_started_without_autograd_backward_is_timed_from_the_output(
+        tmp_path, one_rank_group):
+    # Interval 2 under DDP: a backward that bypasses the wrapped torch.autograd.backward (a
+    # reference taken before instrument()) cannot be timed from its call; the output's hook
+    # begins the stage, so the loss's op is left out but the model's own backward is there.
+    raw_backward = torch.autograd.backward
+    an = laggard.Analyzer(enabled=True, interval=2, log_dir=str(tmp_path))
+    model = nn.parallel.DistributedDataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lt.instrument(an, model=model, optimizer=opt)
+    ddp_steps(an, model, opt, 4, backward=raw_backward)
+    c = an.counters()
+    an.close()
+    samples = samples_of(tmp_path)
+    assert len(samples) == 2
+    for s in samples:
+        b = s.find("backward")
+        assert b.calls == 1 and 10 * 0.9 <= b.ms < LOSS_MS, b.ms
+        assert s.find("communication").calls == 1
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+def test_ddp_calls_that_never_reach_the_output_switch_to_the_output_hook(
+        tmp_path, one_rank_group, caplog):
+    # Interval 2 under DDP: a sampled step whose backward call never reaches the model output
+    # (the output detached before the loss) is dropped; after 3 such calls in a row, the output's
+    # hook alone marks the start (logged), which then times the model's backward again.
+    an = laggard.Analyzer(enabled=True, interval=2, log_dir=str(tmp_path))
+    model = nn.parallel.DistributedDataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lt.instrument(an, model=model, optimizer=opt)
+    with caplog.at_level("INFO", logger="laggard"):
+        for step in range(10):
+            an.begin_step(step)
+            out = model(torch.randn(4, 8))
+            z = torch.randn(3, requires_grad=True)
+            (z.sum() + out.detach().sum()).backward()  # not the model's
+            if step >= 6:
+                Delay.apply(out, LOSS_MS).pow(2).mean().backward()
+            an.end_step()
+    c = an.counters()
+    an.close()
+    assert "did not reach the model's output" in caplog.text
+    samples = samples_of(tmp_path)
+    assert [s.find("backward") is not None for s in samples] == [False] * 3 + [True] * 2
+    for s in samples[3:]:  # from the output's gradient: the loss's op is not in it
+        assert 10 * 0.9 <= s.find("backward").ms < LOSS_MS, s.find("backward").ms
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
