@@ -21,6 +21,8 @@ latest_metrics/latest_report may be called from any thread.
 
 import atexit
 import logging
+import math
+import numbers
 import os
 import socket
 import sys
@@ -29,6 +31,10 @@ import weakref
 from ._log import ErrorCounter, log_once
 
 _REFS = ("mean", "median", "robust")
+
+# The largest duration add() takes (about 31.7 years): any real duration is far below, and sums
+# of such values cannot overflow to infinity.
+MAX_ADD_MS = 1e12
 
 
 class _NoopSection:
@@ -49,6 +55,49 @@ NOOP_SECTION = _NoopSection()
 def _torch_if_imported():
     """torch when the program already imported it; laggard never imports torch itself here."""
     return sys.modules.get("torch")
+
+
+class SettingTypeError(TypeError, ValueError):
+    """A constructor argument of the wrong type: a TypeError, and a ValueError as docs/python.md
+    promises for every bad setting."""
+
+
+def _int_setting(name, value, low=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SettingTypeError("%s must be an integer, got %r (%s)" %
+                               (name, value, type(value).__name__))
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError("%s must be >= %d, got %d" % (name, low, value))
+    return value
+
+
+def _seconds_setting(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SettingTypeError("%s must be a number of seconds, got %r (%s)" %
+                               (name, value, type(value).__name__))
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError("%s must be a finite number of seconds > 0, got %r" % (name, value))
+    return value
+
+
+def _env_rank():
+    """(rank, world_size) from the launcher's RANK and WORLD_SIZE (torchrun, Slurm wrappers), or
+    None when they are absent or unusable (then a warning says why)."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    try:
+        rank, world = int(rank), int(world)
+    except ValueError:
+        rank = world = -1
+    if not 0 <= rank < world:
+        log_once("envrank", logging.WARNING, "laggard: ignoring RANK=%r WORLD_SIZE=%r from the "
+                 "environment (not 0 <= RANK < WORLD_SIZE)", os.environ.get("RANK"),
+                 os.environ.get("WORLD_SIZE"))
+        return None
+    return rank, world
 
 
 def _dist_info(torch):
@@ -93,6 +142,7 @@ class Analyzer:
         self._sampled = False
         self._closed = False
         self._skip_every = None  # host clock: steps begin_step need not pass to the recorder
+        self._forked_steps = None  # in a child forked after the start: its steps (not recorded)
         self.rank = 0
         self.world_size = 1
         self.step = None
@@ -119,13 +169,31 @@ class Analyzer:
         if not enabled:
             return  # nothing created: no thread, no group, no file
 
-        interval = int(interval)
+        interval = _int_setting("interval", interval)
         if interval < 0:
             raise ValueError("interval must be >= 0 (0 = never sample), got %d" % interval)
         if ref not in _REFS:
             raise ValueError("ref must be one of %s, got %r" % (", ".join(_REFS), ref))
         if timing not in ("auto", "host", "cuda"):
             raise ValueError("timing must be 'auto', 'host' or 'cuda', got %r" % (timing,))
+        queue_capacity = _int_setting("queue_capacity", queue_capacity, low=1)
+        side_channel_timeout_s = _seconds_setting("side_channel_timeout_s",
+                                                  side_channel_timeout_s)
+        close_timeout_s = _seconds_setting("close_timeout_s", close_timeout_s)
+        if host is not None and not isinstance(host, str):
+            raise SettingTypeError("host must be a string or None, got %r (%s)" %
+                                   (host, type(host).__name__))
+        if not isinstance(cohort, str):
+            raise SettingTypeError("cohort must be a string, got %r (%s)" %
+                                   (cohort, type(cohort).__name__))
+        analysis_rank = _int_setting("analysis_rank", analysis_rank)
+        if rank is not None:
+            rank = _int_setting("rank", rank, low=0)
+        if world_size is not None:
+            world_size = _int_setting("world_size", world_size, low=1)
+        if log_dir is not None and not isinstance(log_dir, (str, bytes, os.PathLike)):
+            raise SettingTypeError("log_dir must be a path or None, got %r (%s)" %
+                                   (log_dir, type(log_dir).__name__))
         try:
             from . import _core  # the extension is needed only when enabled
         except ImportError as e:
@@ -144,6 +212,20 @@ class Analyzer:
         info = _dist_info(torch)
         if info is not None:
             self.rank, self.world_size = info
+        elif rank is None and world_size is None:
+            # Under a launcher, before init_process_group: every rank would otherwise call itself
+            # rank 0 of 1 and append to the same rank-0.jsonl. The launcher's RANK/WORLD_SIZE
+            # name the rank (its log is complete and `laggard analyze` reads all ranks); without
+            # torch.distributed there is no side channel, so no live cross-rank analysis.
+            env = _env_rank()
+            if env is not None:
+                self.rank, self.world_size = env
+                if self.world_size > 1:
+                    log_once("envrank-used", logging.WARNING,
+                             "laggard: torch.distributed is not initialized yet: using RANK=%d "
+                             "and WORLD_SIZE=%d from the environment; each rank writes its own "
+                             "log, but there is no live cross-rank analysis (create the Analyzer "
+                             "after init_process_group for that)", self.rank, self.world_size)
         if rank is not None:
             self.rank = int(rank)
         if world_size is not None:
@@ -157,6 +239,9 @@ class Analyzer:
         if not 0 <= self.analysis_rank < self.world_size:
             raise ValueError("analysis_rank must be in [0, %d), got %d" %
                              (self.world_size, self.analysis_rank))
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError("rank must be in [0, world_size=%d), got %d" %
+                             (self.world_size, self.rank))
         self.is_analysis_rank = self.rank == self.analysis_rank
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
 
@@ -225,6 +310,9 @@ class Analyzer:
         atexit.register(self._atexit)
         # Dropped without close(): let the thread finish what was marked and exit.
         weakref.finalize(self, queue.close)
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref_self))
 
     @classmethod
     def from_args(cls, args, **overrides):
@@ -282,10 +370,25 @@ class Analyzer:
                 self._rec_set_stream(self._stream())
         except Exception as e:
             self._sampled = False
-            self._errors.report("begin_step", e)
+            if isinstance(step, numbers.Integral):
+                self._errors.report("begin_step", e)
+            else:  # "seven" % 10 would say "not all arguments converted during formatting"
+                self._errors.report("begin_step", TypeError(
+                    "begin_step(%r): the step must be an integer (got %s); this step is not "
+                    "sampled" % (step, type(step).__name__)))
             return
         if sampled and self._on_sampled_step:  # (empty where hooks stay attached)
             self._call_hooks(self._on_sampled_step, "begin_step", "attached")
+
+    def _begin_step_in_forked_child(self, step):
+        self.step = step
+        self._forked_steps += 1
+        if self._forked_steps == 1:
+            self._errors.report("fork", RuntimeError(
+                "this process (pid %d) was forked from pid %d after its Analyzer started: the "
+                "Analyzer records nothing here (its steps are counted in "
+                "counters()['forked_steps_dropped']); create a new Analyzer in the child" %
+                (os.getpid(), self._pid)))
 
     def section(self, name, kind=None):
         """A context manager timing one entry of stage `name` in this step.
@@ -328,7 +431,14 @@ class Analyzer:
         if not self._sampled:
             return
         try:
-            self._recorder.add(self._recorder.stage(str(name), kind), float(ms), int(calls))
+            ms = float(ms)
+            # Infinity would reach the log as a stage without a time, NaN and negatives would be
+            # dropped by the recorder without a word, and a huge value would overflow the stage's
+            # sum to infinity: each is refused here and counted (report_errors, kind "add").
+            if not 0.0 <= ms <= MAX_ADD_MS:
+                raise ValueError("laggard: add(%r, %r): ms must be a finite number in [0, %g]; "
+                                 "the value was not added" % (name, ms, MAX_ADD_MS))
+            self._recorder.add(self._recorder.stage(str(name), kind), ms, int(calls))
         except Exception as e:
             self._errors.report("add", e)
 
@@ -381,6 +491,12 @@ class Analyzer:
     def counters(self):
         """What was sampled, emitted and dropped, and how many failures were counted."""
         out = {"report_errors": 0}
+        if self._forked_steps is not None:
+            # A forked child: the parent's C++ objects may hold locks taken by threads that do
+            # not exist here, so they are not touched.
+            out["forked_steps_dropped"] = self._forked_steps
+            out["report_errors"] = self._errors.total
+            return out
         try:
             if self._recorder is not None:
                 out.update(self._recorder.counters)
@@ -462,6 +578,20 @@ def _live_analysis(options, world_size, rank, sinks, errors, report_log, late_ro
     from .live import LiveAnalysis
 
     return LiveAnalysis(options, world_size, rank, sinks, errors, report_log, late_rounds)
+
+
+def _after_fork_in_child(ref):
+    """os.fork() copied a started Analyzer: the child has no background thread, and the
+    parent's rank log and side channel are not the child's. It records nothing; its
+    begin_step() warns once and counts its steps (counters()["forked_steps_dropped"])."""
+    an = ref()
+    if an is None or not an._enabled:
+        return
+    an._enabled = False
+    an._sampled = False
+    an._forked_steps = 0
+    an._channel = an._analysis = None
+    an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child
 
 
 def _close_at_exit(ref):
