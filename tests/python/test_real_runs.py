@@ -1,0 +1,175 @@
+"""Real runs: 3 gloo ranks (real processes) train a small DDP model on the CPU with laggard's
+DEFAULT detector settings (no ref, thresholds, persistence or preset passed), and the verdicts
+must name exactly the injected rank and stage, and nobody in a healthy run: both the live
+reports (the analysis rank's sink) and laggard's offline analysis of the rank logs
+(laggard._core.read_run + a Detector with the default options, as `laggard analyze` does).
+
+Each scenario runs twice (a flaky pass does not count: every repetition must pass):
+  healthy          no injection (hand-written sections, and laggard.torch.instrument);
+  slow-optimizer   rank 1's optimizer 25 ms slower, sections by hand (the DDP all-reduce wait
+                   of the others sits inside their "backward");
+  slow-loss-bwd    laggard.torch.instrument under DDP, rank 2's loss backward 25 ms slower (an
+                   autograd op between the model output and the loss);
+  untimed          a 25 ms sleep on rank 0 outside any section: named in the stage "untimed"
+                   (step_ms minus the sum of the stages, kind "other");
+  slow-dataloader  rank 2's data loader 25 ms slower.
+
+On failure the message shows each rank's median stage times (and untimed = step_ms minus the
+stages), which is what a detector change should be judged against.
+LAGGARD_REAL_RUNS_PRESET=recommended runs the same with that preset (by hand, for comparison).
+"""
+
+import json
+import multiprocessing
+import os
+import statistics
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
+
+from laggard import _core  # noqa: E402
+from laggard.launch import free_port  # noqa: E402
+
+pytestmark = pytest.mark.multiproc
+
+WORLD = 3
+STEPS = 60
+INTERVAL = 5
+WINDOWS = STEPS // INTERVAL
+SLOW_MS = 25.0
+REPEATS = 2
+
+# name: (mode, slow rank, injection, the expected confirmed (rank, stage) findings)
+SCENARIOS = {
+    "healthy-sections": ("sections", -1, "none", set()),
+    "healthy-instrument": ("instrument", -1, "none", set()),
+    "slow-optimizer": ("sections", 1, "optimizer", {(1, "optimizer")}),
+    "slow-loss-bwd": ("instrument", 2, "loss_backward", {(2, "backward")}),
+    "untimed": ("sections", 0, "untimed", {(0, "untimed")}),
+    "slow-dataloader": ("sections", 2, "dataloader", {(2, "dataloader")}),
+}
+
+
+def _child(rank, port, cfg):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    import real_run_worker
+
+    code = 1
+    try:
+        code = real_run_worker.run(rank, WORLD, port, cfg)
+    finally:
+        os._exit(code or 0)
+
+
+def run_ranks(cfg, timeout_s=120):
+    """Forks WORLD ranks of real_run_worker (torch is imported here once and inherited)."""
+    import laggard.torch  # noqa: F401 — loaded before the fork, shared by every rank
+
+    ctx = multiprocessing.get_context("fork")
+    port = free_port()
+    procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout_s)
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+        p.join()
+    codes = [p.exitcode for p in procs]
+    if alive or any(c != 0 for c in codes):
+        raise AssertionError("ranks failed: exit codes %s%s" % (
+            codes, " (timed out)" if alive else ""))
+    results = []
+    for r in range(WORLD):
+        with open(os.path.join(cfg["out"], "result-%d.json" % r)) as f:
+            results.append(json.load(f))
+    return results
+
+
+def offline_options():
+    preset = os.environ.get("LAGGARD_REAL_RUNS_PRESET")
+    if preset:
+        return _core.DetectorOptions.preset(preset, WORLD)
+    return _core.DetectorOptions()
+
+
+def offline_confirmed(log_dir):
+    """(rank, stage) confirmed by laggard's offline analysis of the rank logs, and the windows."""
+    windows, stats = _core.read_run(str(log_dir))
+    assert stats["malformed"] == 0 and stats["files"] == WORLD, stats
+    det = _core.Detector(offline_options())
+    for step, samples in windows:
+        det.observe(samples, step)
+    return {(f["rank"], f["stage"]) for f in det.confirmed()}, windows
+
+
+def live_confirmed(log_dir, results):
+    """(rank, stage) confirmed in any live report: reports.jsonl and the analysis rank's sink
+    must agree."""
+    from_sink = set()
+    for seen in results[0]["seen"]:
+        for item in filter(None, seen["confirmed"].split(",")):
+            rank, stage = item.split(":", 1)
+            from_sink.add((int(rank), stage))
+    from_log = set()
+    lines = (log_dir / "reports.jsonl").read_text().splitlines()
+    for line in lines:
+        report = json.loads(line)
+        for item in filter(None, report.get("straggler/confirmed", "").split(",")):
+            rank, stage = item.split(":", 1)
+            from_log.add((int(rank), stage))
+    assert from_sink == from_log, (from_sink, from_log)
+    return from_log, len(lines), len(results[0]["seen"])
+
+
+def stage_table(windows):
+    """Per rank: the median ms of each stage over the windows, step_ms, and untimed (step_ms
+    minus the sum of the stages), as text."""
+    per_rank = {}
+    for _, samples in windows:
+        for s in samples:
+            row = per_rank.setdefault(s.rank, {})
+            total = 0.0
+            for t in s.stages:
+                row.setdefault(t.name, []).append(t.ms)
+                total += t.ms
+            row.setdefault("step_ms", []).append(s.step_ms)
+            row.setdefault("(untimed)", []).append(s.step_ms - total)
+    names = []
+    for row in per_rank.values():
+        names += [n for n in row if n not in names]
+    lines = ["rank  " + "  ".join("%13s" % n for n in names) + "   (medians, ms; max in [])"]
+    for rank in sorted(per_rank):
+        row = per_rank[rank]
+        lines.append("%4d  " % rank + "  ".join(
+            "%6.1f [%5.1f]" % (statistics.median(row[n]), max(row[n])) if n in row
+            else "%13s" % "-" for n in names))
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_real_run_names_exactly_the_injected_rank(tmp_path, scenario, repeat):
+    mode, slow_rank, slow, expected = SCENARIOS[scenario]
+    log_dir = tmp_path / "logs"
+    cfg = {"out": str(tmp_path), "log_dir": str(log_dir), "mode": mode, "slow_rank": slow_rank,
+           "slow": slow, "slow_ms": SLOW_MS, "interval": INTERVAL, "steps": STEPS}
+    results = run_ranks(cfg)
+    offline, windows = offline_confirmed(log_dir)
+    live, report_lines, sink_calls = live_confirmed(log_dir, results)
+    table = stage_table(windows)
+    print("\n%s (repeat %d): offline %s, live %s, options %s\n%s" % (
+        scenario, repeat, sorted(offline), sorted(live), results[0]["options"], table))
+    assert len(windows) == WINDOWS
+    assert sink_calls == report_lines >= WINDOWS - 2, (sink_calls, report_lines)
+    for r in results:
+        assert r["counters"]["unbalanced"] == 0, r["counters"]
+    why = "%s: expected %s\n%s" % (scenario, sorted(expected), table)
+    assert offline == expected, "offline analysis confirmed %s; %s" % (sorted(offline), why)
+    assert live == expected, "live reports confirmed %s; %s" % (sorted(live), why)
