@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import sys
 
 import pytest
 
@@ -62,6 +63,11 @@ def _child(rank, port, cfg):
     code = 1
     try:
         code = real_run_worker.run(rank, WORLD, port, cfg)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()  # the test's captured output shows why the rank failed
+        sys.stderr.flush()
     finally:
         os._exit(code or 0)
 
