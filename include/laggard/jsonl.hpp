@@ -16,9 +16,16 @@ namespace laggard {
 
 inline constexpr std::string_view kSampleSchema = "laggard.sample/1";
 
+/// The longest line a sample log may hold (16 MiB, without its '\n'). A longer line is skipped as
+/// malformed without being held in memory: a reader's buffer never grows past this.
+inline constexpr std::size_t kMaxLineBytes = std::size_t{16} << 20;
+
 /// Appends `sample` as one JSON object and a '\n' to `out`. Numbers are written so that they
-/// read back exactly (shortest round-trip form). Thread-safe (no shared state).
-LAGGARD_API void append_sample_json(const StepSample& sample, std::string& out);
+/// read back exactly (shortest round-trip form). A stage whose `ms` is not finite (infinity,
+/// NaN) is left out of the line, so that the rest of the sample stays readable; the result is
+/// the number of stages left out, for the caller to count. A non-finite `step_ms` is written as
+/// null (the reader refuses the line). Thread-safe (no shared state).
+LAGGARD_API std::size_t append_sample_json(const StepSample& sample, std::string& out);
 
 /// Parses one line of a sample log into `out`, reusing its buffers. On failure returns false and
 /// sets `error` to what was wrong ("field 'ms' of stage 2 is negative (-1)"); `out` is then

@@ -212,10 +212,18 @@ simdjson::error_code classify(od::field& field, Field (*fields)(std::string_view
   return simdjson::SUCCESS;
 }
 
+// How deeply an ignored value may nest arrays and objects (simdjson's own default limit). The
+// check below recurses once per level: without this bound, a line of 100,000 '[' overflowed the
+// stack.
+constexpr int kMaxIgnoredDepth = 1024;
+
 // Reads through a value the sample does not use, so that a line with broken JSON anywhere is
 // refused: On-Demand checks only what is read, and would otherwise skip the damage unseen.
 // Unknown fields are rare (laggard's own files have none), so this costs nothing in practice.
-simdjson::error_code check_json(od::value& value) {
+// `depth` is the nesting level of `value` inside the ignored field; deeper than kMaxIgnoredDepth
+// is refused with DEPTH_ERROR.
+simdjson::error_code check_json(od::value& value, int depth = 1) {
+  if (depth > kMaxIgnoredDepth) return simdjson::DEPTH_ERROR;
   od::json_type type;
   if (auto code = value.type().get(type)) return code;
   switch (type) {
@@ -227,7 +235,7 @@ simdjson::error_code check_json(od::value& value) {
         std::string_view key;
         if (auto code = std::move(field_result).get(field)) return code;
         if (auto code = field.unescaped_key().get(key)) return code;
-        if (auto code = check_json(field.value())) return code;
+        if (auto code = check_json(field.value(), depth + 1)) return code;
       }
       return simdjson::SUCCESS;
     }
@@ -237,7 +245,7 @@ simdjson::error_code check_json(od::value& value) {
       for (auto element_result : array) {
         od::value element;
         if (auto code = std::move(element_result).get(element)) return code;
-        if (auto code = check_json(element)) return code;
+        if (auto code = check_json(element, depth + 1)) return code;
       }
       return simdjson::SUCCESS;
     }
@@ -260,6 +268,11 @@ simdjson::error_code check_json(od::value& value) {
     }
   }
   return simdjson::TAPE_ERROR;
+}
+
+std::string line_too_long(std::uint64_t length) {
+  return "line too long (" + std::to_string(length) + " bytes; the limit is " +
+         std::to_string(kMaxLineBytes) + ")";
 }
 
 // What a stage object held, checked once the whole object has been read: the stage's name, which
@@ -290,6 +303,10 @@ class SampleLineParser {
 
   /// Parses any line: copies it into a padded scratch buffer first (reused between calls).
   bool parse_copy(std::string_view line, StepSample& out, std::string& error) {
+    if (line.size() > kMaxLineBytes) {
+      error = line_too_long(line.size());
+      return false;
+    }
     if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING)
       scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING);
     if (!line.empty()) std::memcpy(scratch_.data(), line.data(), line.size());
@@ -330,7 +347,11 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
     return false;
   }
   const auto invalid_json = [&error](simdjson::error_code code) {
-    error = std::string("not valid JSON (") + simdjson::error_message(code) + ")";
+    if (code == simdjson::DEPTH_ERROR)
+      error = "arrays or objects nested more than " + std::to_string(kMaxIgnoredDepth) +
+              " levels deep";
+    else
+      error = std::string("not valid JSON (") + simdjson::error_message(code) + ")";
     return false;
   };
 
@@ -641,6 +662,10 @@ struct SampleFileReader::Impl {
   std::size_t begin = 0, end = 0;
   bool eof = false;
   bool at_start = true;  // a UTF-8 byte order mark, if any, is still to be skipped
+  // Inside a line longer than kMaxLineBytes: its bytes are dropped as they are read, up to its
+  // newline, so that the buffer never grows past the limit. `skipped` counts them.
+  bool skipping = false;
+  std::uint64_t skipped = 0;
 
   std::size_t lines = 0, malformed = 0;
   std::uint64_t bytes = 0;
@@ -666,9 +691,9 @@ struct SampleFileReader::Impl {
       begin = 0;
       end = tail;
     }
-    if (end == capacity) {  // one line longer than the buffer: grow it
+    if (end == capacity) {  // one line longer than the buffer: grow it, up to the line limit
       std::unique_ptr<char[]> old = std::move(buffer);
-      allocate(capacity * 2);
+      allocate(std::max(capacity, std::min(capacity * 2, kMaxLineBytes + 1)));
       std::memcpy(buffer.get(), old.get(), end);
     }
     for (;;) {
@@ -737,13 +762,38 @@ bool SampleFileReader::next(StepSample& out) {
       continue;
     }
     const void* newline = available ? std::memchr(line, '\n', available) : nullptr;
+    if (LAGGARD_UNLIKELY(s.skipping)) {  // the rest of a line over the limit: drop it
+      const std::size_t part =
+          newline ? static_cast<std::size_t>(static_cast<const char*>(newline) - line) : available;
+      s.skipped += part;
+      s.bytes += part;
+      s.begin += part;
+      if (!newline && !s.eof) {
+        s.fill();
+        continue;
+      }
+      if (newline) {
+        ++s.begin;
+        ++s.bytes;
+      }
+      s.skipping = false;
+      ++s.lines;
+      s.error = line_too_long(s.skipped);
+      s.record(s.lines, /*truncated=*/newline == nullptr);
+      continue;
+    }
     std::size_t length;
     if (newline) {
       length = static_cast<std::size_t>(static_cast<const char*>(newline) - line);
       s.begin += length + 1;
       s.bytes += length + 1;
     } else if (!s.eof) {
-      s.fill();
+      if (LAGGARD_UNLIKELY(available > kMaxLineBytes)) {  // no newline within the limit
+        s.skipping = true;
+        s.skipped = 0;
+      } else {
+        s.fill();
+      }
       continue;
     } else if (available) {  // last line, without '\n'
       length = available;
@@ -753,6 +803,11 @@ bool SampleFileReader::next(StepSample& out) {
       return false;
     }
     ++s.lines;
+    if (LAGGARD_UNLIKELY(length > kMaxLineBytes)) {  // a chunk larger than the limit holds it
+      s.error = line_too_long(length);
+      s.record(s.lines, /*truncated=*/newline == nullptr);
+      continue;
+    }
     if (is_blank(std::string_view(line, length))) continue;
     const std::size_t room =
         s.capacity + simdjson::SIMDJSON_PADDING - static_cast<std::size_t>(line - data);

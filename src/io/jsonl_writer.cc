@@ -133,7 +133,7 @@ using detail::append_json_int;
 using detail::append_json_number;
 using detail::append_json_string;
 
-void append_sample_json(const StepSample& sample, std::string& out) {
+std::size_t append_sample_json(const StepSample& sample, std::string& out) {
   out += "{\"schema\":\"";
   out.append(kSampleSchema.data(), kSampleSchema.size());
   out += "\",\"rank\":";
@@ -154,7 +154,15 @@ void append_sample_json(const StepSample& sample, std::string& out) {
   }
   out += ",\"stages\":[";
   bool first = true;
+  std::size_t left_out = 0;
   for (const StageTime& stage : sample.stages) {
+    // A non-finite time (an add() of infinity, a sum that overflowed) would be written as null,
+    // which the reader refuses, losing the whole step: the stage is left out instead, and the
+    // caller counts it from the result.
+    if (LAGGARD_UNLIKELY(!std::isfinite(stage.ms))) {
+      ++left_out;
+      continue;
+    }
     out += first ? "{\"name\":" : ",{\"name\":";
     first = false;
     append_json_string(stage.name, out);
@@ -167,6 +175,7 @@ void append_sample_json(const StepSample& sample, std::string& out) {
     out += '}';
   }
   out += "]}\n";
+  return left_out;
 }
 
 }  // namespace laggard

@@ -216,7 +216,17 @@ void Background::drain_ring() {
   const std::size_t max_batch = std::min<std::size_t>(64, options.max_unacked_samples);
   while (ring.pop(sample)) {
     line.clear();
-    append_sample_json(sample, line);
+    if (const std::size_t left_out = append_sample_json(sample, line)) {
+      // Infinity or NaN (an add() of inf, a sum that overflowed): the stage is left out of the
+      // log line and of the analysis, the rest of the sample is kept, and the loss is counted.
+      errors.report("non-finite value", "step " + std::to_string(sample.step) + ": " +
+                                            std::to_string(left_out) +
+                                            " stage time(s) not finite, left out of the sample");
+      auto& st = sample.stages;
+      st.erase(std::remove_if(st.begin(), st.end(),
+                              [](const StageTime& x) { return !std::isfinite(x.ms); }),
+               st.end());
+    }
     if (!rank_log_path.empty()) {
       if (rank_log.write(rank_log_path, line, error_text))
         samples_logged.fetch_add(1, std::memory_order_relaxed);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "temp_dir.hpp"
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -122,16 +123,33 @@ TEST(AppendSampleJson, ReplacesInvalidUtf8SoTheLineStaysReadable) {
   EXPECT_EQ(back.host, "bad\xef\xbf\xbd\xef\xbf\xbd(end");
 }
 
-TEST(AppendSampleJson, WritesNonFiniteTimesAsNullWhichTheReaderRejects) {
+TEST(AppendSampleJson, LeavesOutANonFiniteStageSoTheRestOfTheSampleStaysReadable) {
   StepSample s = example_sample();
+  s.stages[0].ms = std::numeric_limits<double>::infinity();  // add(inf), or 1e308 + 1e308
   s.stages[1].ms = std::numeric_limits<double>::quiet_NaN();
+  s.stages.push_back({"optimizer", StageKind::compute, 2.5, 1});
+  std::string json;
+  EXPECT_EQ(append_sample_json(s, json), 2u);
+  EXPECT_EQ(json.find("null"), std::string::npos) << json;
+  SampleParser parser;
+  StepSample back;
+  std::string error;
+  ASSERT_TRUE(parser.parse(json, back, error)) << error;
+  ASSERT_EQ(back.stages.size(), 1u);
+  EXPECT_EQ(back.stages[0].name, "optimizer");
+  EXPECT_EQ(append_sample_json(example_sample(), json), 0u);
+}
+
+TEST(AppendSampleJson, WritesANonFiniteStepTimeAsNullWhichTheReaderRejects) {
+  StepSample s = example_sample();
+  s.step_ms = std::numeric_limits<double>::infinity();
   const std::string json = to_json(s);
-  EXPECT_NE(json.find(R"("ms":null)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("step_ms":null)"), std::string::npos) << json;
   SampleParser parser;
   StepSample back;
   std::string error;
   EXPECT_FALSE(parser.parse(json, back, error));
-  EXPECT_NE(error.find("field 'ms' of stage 1 ('communication')"), std::string::npos) << error;
+  EXPECT_NE(error.find("field 'step_ms'"), std::string::npos) << error;
 }
 
 // ---- round trip --------------------------------------------------------------------------------
@@ -643,6 +661,97 @@ TEST(SampleFileReader, ThrowsForADirectory) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
+}
+
+// ---- hostile input (issue 14) -------------------------------------------------------------------
+
+std::string nested(std::size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+
+TEST(SampleParser, RefusesDeeplyNestedIgnoredFieldsWithoutCrashing) {
+  const std::string head =
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":0,"step_ms":1,)";
+  SampleParser parser;
+  StepSample s;
+  std::string error;
+  // 100,000 levels overflowed the stack of the validity check (SIGSEGV).
+  EXPECT_FALSE(parser.parse(head + R"("stages":[],"x":)" + nested(100000) + "}", s, error));
+  EXPECT_NE(error.find("nested more than 1024 levels"), std::string::npos) << error;
+  error.clear();
+  EXPECT_FALSE(parser.parse(
+      head + R"("stages":[{"name":"f","ms":1,"x":)" + nested(100000) + "}]}", s, error));
+  EXPECT_NE(error.find("nested more than 1024 levels"), std::string::npos) << error;
+  // Moderate nesting in an ignored field is still accepted.
+  EXPECT_TRUE(parser.parse(head + R"("stages":[],"x":)" + nested(1000) + "}", s, error)) << error;
+}
+
+TEST(SampleFileReader, SkipsADeeplyNestedLineAndReadsOn) {
+  TempDir dir;
+  const std::string bad =
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":0,"step_ms":1,"stages":[],"x":)" +
+      nested(100000) + "}\n";
+  const std::string path = dir.file("rank-0.jsonl", bad + kExampleLine);
+  SampleFileReader reader(path);
+  EXPECT_EQ(read_all(reader).size(), 1u);
+  ASSERT_EQ(reader.errors().size(), 1u);
+  EXPECT_EQ(reader.errors()[0].line, 1u);
+  EXPECT_NE(reader.errors()[0].what.find("nested"), std::string::npos) << reader.errors()[0].what;
+}
+
+long max_rss_kib() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+TEST(SampleParser, RefusesALineOverTheLimit) {
+  SampleParser parser;
+  StepSample s;
+  std::string error;
+  const std::string line(kMaxLineBytes + 1, ' ');
+  EXPECT_FALSE(parser.parse(line, s, error));
+  EXPECT_NE(error.find("line too long"), std::string::npos) << error;
+}
+
+TEST(SampleFileReader, SkipsALineOverTheLimitWithoutHoldingIt) {
+  TempDir dir;
+  // A good line, 5x the limit of NULs (a crash that left a file of zeros), a good line.
+  const std::size_t long_length = 5 * kMaxLineBytes;
+  std::string content = kExampleLine;
+  content.append(long_length, '\0');
+  content += "\n";
+  content += kExampleLine;
+  content.append(kMaxLineBytes + 10, '\0');  // and a truncated one over the limit at the end
+  const std::string path = dir.file("rank-3.jsonl", content);
+  content.clear();
+  content.shrink_to_fit();
+  const long before = max_rss_kib();
+  SampleFileReader reader(path, 1 << 20);
+  const auto samples = read_all(reader);
+  const long grown_mib = (max_rss_kib() - before) / 1024;
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(reader.lines(), 4u);
+  EXPECT_EQ(reader.malformed(), 2u);
+  ASSERT_EQ(reader.errors().size(), 2u);
+  EXPECT_EQ(reader.errors()[0].message(),
+            path + ":2: line too long (" + std::to_string(long_length) + " bytes; the limit is " +
+                std::to_string(kMaxLineBytes) + ")");
+  EXPECT_EQ(reader.errors()[1].line, 4u);
+  EXPECT_NE(reader.errors()[1].what.find("truncated line"), std::string::npos);
+  EXPECT_NE(reader.errors()[1].what.find("line too long"), std::string::npos);
+  // The buffer stops at the limit (16 MiB + 1), where it used to grow to hold the whole line.
+  EXPECT_LT(grown_mib, 3 * static_cast<long>(kMaxLineBytes >> 20)) << grown_mib << " MiB";
+}
+
+TEST(SampleFileReader, AcceptsALineJustAtTheLimit) {
+  TempDir dir;
+  std::string line = kExampleLine;
+  line.pop_back();
+  line.append(kMaxLineBytes - line.size(), ' ');
+  SampleFileReader reader(dir.file("r.jsonl", line + "\n" + kExampleLine), 4096);
+  EXPECT_EQ(read_all(reader).size(), 2u);
+  EXPECT_EQ(reader.malformed(), 0u);
 }
 
 TEST(SampleFileReader, RejectsAZeroChunk) {
