@@ -84,8 +84,9 @@ namespace {
 std::string who(int rank, const std::string& host, const std::string& cohort) {
   std::string s = "rank " + std::to_string(rank);
   std::string extra;
-  if (!host.empty()) extra = host;
-  if (!cohort.empty()) extra += (extra.empty() ? "" : ", ") + std::string("cohort ") + cohort;
+  if (!host.empty()) extra = printable(host);
+  if (!cohort.empty())
+    extra += (extra.empty() ? "" : ", ") + std::string("cohort ") + printable(cohort);
   if (!extra.empty()) s += " (" + extra + ")";
   return s;
 }
@@ -110,7 +111,7 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
   std::cout << "Confirmed stragglers\n";
   if (sum.stragglers.empty()) std::cout << "  none\n";
   for (const auto& s : sum.stragglers) {
-    std::cout << "  " << who(s.rank, s.host, s.cohort) << " in " << s.stage << ": slow in "
+    std::cout << "  " << who(s.rank, s.host, s.cohort) << " in " << printable(s.stage) << ": slow in "
               << s.windows_flagged << " of " << s.windows_seen << " windows, "
               << fixed(s.typical_slowdown, 2) << "x typical (last " << fixed(s.last_ms, 1)
               << " ms vs " << fixed(s.last_ref_ms, 1) << " ms reference), flagged since step "
@@ -121,21 +122,21 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
   if (!sum.slow_hosts.empty()) {
     std::cout << "\nSlow hosts (every rank of the host slow: look at the host, not one GPU)\n";
     for (const auto& h : sum.slow_hosts)
-      std::cout << "  " << h.host << " in " << h.stage << ": ranks " << join_ints(h.ranks)
+      std::cout << "  " << printable(h.host) << " in " << printable(h.stage) << ": ranks " << join_ints(h.ranks)
                 << ", " << h.windows << " windows, " << fixed(h.typical_slowdown, 2)
                 << "x typical\n";
   }
   std::cout << "\nWaiting only (excess spent waiting in communication: evidence, not a verdict)\n";
   if (sum.waiting.empty()) std::cout << "  none\n";
   for (const auto& w : sum.waiting)
-    std::cout << "  " << who(w.rank, w.host, w.cohort) << " in " << w.stage << ": " << w.windows
+    std::cout << "  " << who(w.rank, w.host, w.cohort) << " in " << printable(w.stage) << ": " << w.windows
               << (w.windows == 1 ? " window, +" : " windows, +") << fixed(w.typical_excess_ms, 1) << " ms typical\n";
 
   std::cout << "\nLikely bottleneck: ";
   if (sum.likely_bottleneck.empty())
     std::cout << "none\n";
   else
-    std::cout << sum.likely_bottleneck << " (" << sum.bottleneck_windows.at(sum.likely_bottleneck)
+    std::cout << printable(sum.likely_bottleneck) << " (" << sum.bottleneck_windows.at(sum.likely_bottleneck)
               << " of " << sum.windows << " windows)\n";
   std::cout << "Step time onset: ";
   if (sum.step_time_onset)
@@ -152,7 +153,7 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
   std::cout << "Input: " << stats.files << " files, " << stats.malformed << " malformed lines, "
             << stats.duplicates << " duplicates, " << stats.out_of_order
             << " out-of-order lines skipped\n";
-  for (const auto& e : stats.errors) std::cout << "  skipped " << e.message() << "\n";
+  for (const auto& e : stats.errors) std::cout << "  skipped " << printable(e.message()) << "\n";
   if (stats.malformed > stats.errors.size())
     std::cout << "  ... and " << (stats.malformed - stats.errors.size()) << " more\n";
 }
@@ -227,7 +228,7 @@ void require_samples(const std::string& run_dir, const RunSummary& sum, const Ru
   if (sum.windows > 0) return;
   std::string why = "no well-formed samples in " + run_dir + " (" + std::to_string(stats.files) +
                     " rank files, " + std::to_string(stats.malformed) + " malformed lines)";
-  if (!stats.errors.empty()) why += "; first: " + stats.errors.front().message();
+  if (!stats.errors.empty()) why += "; first: " + printable(stats.errors.front().message());
   throw UsageError{why};
 }
 

@@ -37,15 +37,20 @@ LoadedRun load(const std::string& dir, const char* which, bool quiet) {
     std::string why = "no well-formed samples in " + dir + " (" + which + ", " +
                       std::to_string(run.stats.files) + " rank files, " +
                       std::to_string(run.stats.malformed) + " malformed lines)";
-    if (!run.stats.errors.empty()) why += "; first: " + run.stats.errors.front().message();
+    if (!run.stats.errors.empty())
+      why += "; first: " + printable(run.stats.errors.front().message());
     throw UsageError{why};
   }
   return run;
 }
 
-std::string join(const std::vector<std::string>& v) {
+// "a, b, c", names made printable; after `limit` names "... and N more" (a run can have tens of
+// thousands of stage names, and an error message must stay readable).
+std::string join(const std::vector<std::string>& v, std::size_t limit = 20) {
   std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i)
+    out += (out.empty() ? "" : ", ") + printable(v[i]);
+  if (v.size() > limit) out += ", ... and " + std::to_string(v.size() - limit) + " more";
   return out;
 }
 
@@ -115,7 +120,9 @@ void print_run(const char* what, const std::string& dir, const RunOverview& r) {
 void print_text(const CompareArgs& args, const Comparison& c) {
   const CompareOptions& o = c.options;
   const bool nc = names_cohorts(c);
-  const auto label = [&](const StageComparison& s) { return stage_label(s.stage, s.cohort, nc); };
+  const auto label = [&](const StageComparison& s) {
+    return printable(stage_label(s.stage, s.cohort, nc));
+  };
   std::cout << "laggard compare " << args.baseline_dir << " " << args.current_dir << "\n";
   print_run("baseline: ", args.baseline_dir, c.baseline);
   print_run("current:  ", args.current_dir, c.current);
@@ -146,7 +153,7 @@ void print_text(const CompareArgs& args, const Comparison& c) {
     if (s.verdict == Verdict::unknown) {
       if (!any_unknown) std::cout << "\nUNKNOWN\n";
       any_unknown = true;
-      std::cout << "  " << label(s) << ": " << s.reason << "\n";
+      std::cout << "  " << label(s) << ": " << printable(s.reason) << "\n";
     }
   std::cout << "\n";
   if (c.origin >= 0) {
@@ -169,7 +176,7 @@ void print_text(const CompareArgs& args, const Comparison& c) {
     std::cout << (c.origin >= 0 ? "Earlier stages" : "Stages")
               << " without enough evidence (UNKNOWN): " << (v.empty() ? "none" : join(v)) << "\n";
   }
-  if (!c.hint.empty()) std::cout << "Hint: " << c.hint << "\n";
+  if (!c.hint.empty()) std::cout << "Hint: " << printable(c.hint) << "\n";
   if (!c.only_in_baseline.empty())
     std::cout << "Only in the baseline (not compared): " << join(c.only_in_baseline) << "\n";
   if (!c.only_in_current.empty())
@@ -178,9 +185,9 @@ void print_text(const CompareArgs& args, const Comparison& c) {
   std::cout << "Step time (slowest rank per step): " << to_string(st.verdict);
   if (st.steps_needed == 0)
     std::cout << ", " << fixed(st.baseline_ms, 2) << " -> " << fixed(st.current_ms, 2) << " ms ("
-              << st.reason << ")";
+              << printable(st.reason) << ")";
   else
-    std::cout << " (" << st.reason << ")";
+    std::cout << " (" << printable(st.reason) << ")";
   std::cout << "\n\nPer rank: " << c.per_rank_note << "\n";
   if (c.per_rank) {
     // First the pairs that say something the stage verdicts do not: the rank regressed while the
@@ -193,7 +200,7 @@ void print_text(const CompareArgs& args, const Comparison& c) {
         own.push_back(&r);
         continue;
       }
-      const std::string l = stage_label(r.stage, r.cohort, nc);
+      const std::string l = printable(stage_label(r.stage, r.cohort, nc));
       if (with_median.empty() || with_median.back().first != l) with_median.push_back({l, {}});
       with_median.back().second.push_back(r.rank);
     }
@@ -203,7 +210,7 @@ void print_text(const CompareArgs& args, const Comparison& c) {
       std::cout << "  no rank regressed beyond what its stage's median rank shows\n";
     for (std::size_t i = 0; i < own.size() && i < kMaxRankLines; ++i) {
       const auto& r = *own[i];
-      std::cout << "  rank " << r.rank << " in " << stage_label(r.stage, r.cohort, nc)
+      std::cout << "  rank " << r.rank << " in " << printable(stage_label(r.stage, r.cohort, nc))
                 << ": REGRESSED " << fixed(r.ratio, 3) << "x (interval "
                 << interval(r.ci_low, r.ci_high) << "), " << fixed(r.baseline_ms, 2) << " -> "
                 << fixed(r.current_ms, 2)
@@ -220,7 +227,7 @@ void print_text(const CompareArgs& args, const Comparison& c) {
       if (r.verdict == Verdict::unknown && r.kind != StageKind::communication) unsure.push_back(&r);
     for (std::size_t i = 0; i < unsure.size() && i < 5; ++i) {
       const auto& r = *unsure[i];
-      std::cout << "  rank " << r.rank << " in " << stage_label(r.stage, r.cohort, nc)
+      std::cout << "  rank " << r.rank << " in " << printable(stage_label(r.stage, r.cohort, nc))
                 << ": UNKNOWN " << fixed(r.ratio, 3) << "x (interval "
                 << interval(r.ci_low, r.ci_high)
                 << "): changed, but the interval straddles the threshold (a change mid-run? see "

@@ -10,9 +10,30 @@
 namespace laggard::cli {
 
 std::string fixed(double value, int digits) {
+  if (!std::isfinite(value)) return "n/a";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  if (std::fabs(value) >= 1e12)
+    std::snprintf(buf, sizeof buf, "%.4g", value);
+  else
+    std::snprintf(buf, sizeof buf, "%.*f", digits, value);
   return buf;
+}
+
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7F) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
 }
 
 std::string join_ints(const std::vector<int>& values, const char* sep) {

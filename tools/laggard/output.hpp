@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -14,8 +15,12 @@ namespace laggard::cli {
 
 using Json = nlohmann::ordered_json;
 
-/// Fixed-point text with `digits` decimals ("12.30").
+/// Fixed-point text with `digits` decimals ("12.30"). Absurd figures stay short: a magnitude of
+/// 1e12 or more is written in 4 significant digits ("1.798e+308"), a non-finite one as "n/a".
 std::string fixed(double value, int digits);
+/// `text` (a host, stage or cohort name from the input) safe for a terminal: control characters
+/// (ESC, BEL, NUL, ..., DEL) become \xHH, so that no input can move the cursor, recolour or beep.
+std::string printable(std::string_view text);
 /// "0,1,2"
 std::string join_ints(const std::vector<int>& values, const char* sep = ",");
 /// Metrics as a JSON object (numbers stay numbers, text stays text; NaN becomes null).
