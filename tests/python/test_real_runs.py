@@ -45,14 +45,14 @@ SLOW_MS = 25.0
 REPEATS = 2
 HEALTHY_REPEATS = 3  # a false confirmation is the likelier failure: healthy runs once more
 
-# name: (mode, slow rank, injection, the expected confirmed (rank, stage) findings)
+# name: (mode, slow rank, injection, the expected confirmed (rank, stage, stage kind) findings)
 SCENARIOS = {
     "healthy-sections": ("sections", -1, "none", set()),
     "healthy-instrument": ("instrument", -1, "none", set()),
-    "slow-optimizer": ("sections", 1, "optimizer", {(1, "optimizer")}),
-    "slow-loss-bwd": ("instrument", 2, "loss_backward", {(2, "backward")}),
-    "untimed": ("sections", 0, "untimed", {(0, "untimed")}),
-    "slow-dataloader": ("sections", 2, "dataloader", {(2, "dataloader")}),
+    "slow-optimizer": ("sections", 1, "optimizer", {(1, "optimizer", "compute")}),
+    "slow-loss-bwd": ("instrument", 2, "loss_backward", {(2, "backward", "compute")}),
+    "untimed": ("sections", 0, "untimed", {(0, "untimed", "other")}),
+    "slow-dataloader": ("sections", 2, "dataloader", {(2, "dataloader", "data")}),
 }
 
 
@@ -108,13 +108,16 @@ def offline_options():
 
 
 def offline_confirmed(log_dir):
-    """(rank, stage) confirmed by laggard's offline analysis of the rank logs, and the windows."""
+    """(rank, stage) confirmed by laggard's offline analysis of the rank logs, the kind of each
+    such stage, and the windows."""
     windows, stats = _core.read_run(str(log_dir))
     assert stats["malformed"] == 0 and stats["files"] == WORLD, stats
     det = _core.Detector(offline_options())
     for step, samples in windows:
         det.observe(samples, step)
-    return {(f["rank"], f["stage"]) for f in det.confirmed()}, windows
+    confirmed = det.confirmed()
+    return ({(f["rank"], f["stage"]) for f in confirmed},
+            {(f["rank"], f["stage"]): f["kind"] for f in confirmed}, windows)
 
 
 def live_confirmed(log_dir, results):
@@ -170,7 +173,7 @@ def test_real_run_names_exactly_the_injected_rank(tmp_path, scenario, repeat):
     cfg = {"out": str(tmp_path), "log_dir": str(log_dir), "mode": mode, "slow_rank": slow_rank,
            "slow": slow, "slow_ms": SLOW_MS, "interval": INTERVAL, "steps": STEPS}
     results = run_ranks(cfg)
-    offline, windows = offline_confirmed(log_dir)
+    offline, kinds, windows = offline_confirmed(log_dir)
     live, report_lines, sink_calls = live_confirmed(log_dir, results)
     table = stage_table(windows)
     options = {k: v for k, v in results[0]["options"].items() if k != "log_dir"}
@@ -180,6 +183,9 @@ def test_real_run_names_exactly_the_injected_rank(tmp_path, scenario, repeat):
     assert sink_calls == report_lines >= WINDOWS - 2, (sink_calls, report_lines)
     for r in results:
         assert r["counters"]["unbalanced"] == 0, r["counters"]
-    why = "%s: expected %s\n%s" % (scenario, sorted(expected), table)
-    assert offline == expected, "offline analysis confirmed %s; %s" % (sorted(offline), why)
-    assert live == expected, "live reports confirmed %s; %s" % (sorted(live), why)
+    want = {(rank, stage) for rank, stage, _ in expected}
+    why = "%s: expected %s\n%s" % (scenario, sorted(want), table)
+    assert offline == want, "offline analysis confirmed %s; %s" % (sorted(offline), why)
+    assert live == want, "live reports confirmed %s; %s" % (sorted(live), why)
+    for rank, stage, kind in expected:
+        assert kinds[(rank, stage)] == kind, (rank, stage, kinds)
