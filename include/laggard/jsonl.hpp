@@ -95,6 +95,10 @@ struct RunStats {
   std::size_t windows = 0;
   std::uint64_t bytes = 0;
   std::vector<LineError> errors;  ///< the first few malformed lines, all files together
+  /// Samples whose world_size differs from the first sample's (they are still used), and the
+  /// first such difference in words ("files disagree on world_size: rank 5 says 8 ...").
+  std::size_t world_size_conflicts = 0;
+  std::string world_size_conflict;
 };
 
 /// Reads RUN_DIR/rank-*.jsonl and yields one Window per step, in step order, merging the files
@@ -102,7 +106,9 @@ struct RunStats {
 /// order, as laggard writes it. Not thread-safe.
 class LAGGARD_API RunReader {
  public:
-  /// Throws InputError for a missing directory or one without rank-*.jsonl files.
+  /// Throws InputError for a missing directory, one without rank-*.jsonl files (naming any
+  /// rank-X.jsonl whose X is not a number), or a rank file that is not a readable regular file
+  /// (a directory, a FIFO, a dangling or looping symbolic link), as for an unreadable file.
   explicit RunReader(const std::string& run_dir);
   ~RunReader();
   RunReader(const RunReader&) = delete;

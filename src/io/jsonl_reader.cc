@@ -724,12 +724,18 @@ SampleFileReader::SampleFileReader(std::string path, std::size_t chunk_bytes)
     : impl_(std::make_unique<Impl>()) {
   if (chunk_bytes == 0) throw std::invalid_argument("SampleFileReader: chunk_bytes must be > 0");
   impl_->path = std::move(path);
-  impl_->fd = ::open(impl_->path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever.
+  impl_->fd = ::open(impl_->path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (impl_->fd < 0) throw InputError("cannot open " + impl_->path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(impl_->fd, &st) != 0)
     throw InputError("cannot read " + impl_->path + ": " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw InputError("cannot read " + impl_->path + ": it is a directory");
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
+    throw InputError("cannot read " + impl_->path + ": it is a " +
+                     (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") + ", not a regular file");
+  const int flags = ::fcntl(impl_->fd, F_GETFL);
+  if (flags >= 0) ::fcntl(impl_->fd, F_SETFL, flags & ~O_NONBLOCK);
   // A small file gets a buffer its size: a run of thousands of short rank files need not hold
   // a full chunk per file. A file that grows while it is read still works, through more reads.
   constexpr std::uint64_t kMinBuffer = 4096;

@@ -86,6 +86,8 @@ struct RunReader::Impl {
   std::vector<Source> sources;
   RunStats stats;
   std::uint64_t bytes_total = 0;
+  int world_size = 0;       // the first sample's, which the others are checked against
+  int world_size_rank = 0;  // the rank of that sample
   bool started = false;
   // Min-heap of (head step, source index): equal steps pop in file order, so "first" is well
   // defined when two files hold the same (rank, step).
@@ -142,16 +144,48 @@ RunReader::RunReader(const std::string& run_dir) : impl_(std::make_unique<Impl>(
   if (!fs::is_directory(status)) throw InputError(run_dir + " is not a directory");
 
   std::vector<std::pair<std::uint64_t, std::string>> found;  // (rank number, path)
+  std::vector<std::string> misnamed;  // rank-*.jsonl whose * is not a number
   fs::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     std::uint64_t number = 0;
-    if (!rank_file_number(it->path().filename().string(), number)) continue;
+    if (!rank_file_number(name, number)) {
+      if (name.size() > 11 && name.compare(0, 5, "rank-") == 0 &&
+          name.compare(name.size() - 6, 6, ".jsonl") == 0 && misnamed.size() < 3)
+        misnamed.push_back(name);
+      continue;
+    }
+    // Whatever it is (a directory, a FIFO, a dangling or looping link), a file named as a rank
+    // file is opened, and one that cannot be read stops the run with the reason, as an
+    // unreadable regular file does: skipping it would analyse a run with a rank missing.
     std::error_code type_ec;
-    if (!it->is_regular_file(type_ec)) continue;
+    const fs::file_status st = it->status(type_ec);
+    if (type_ec)
+      throw InputError("cannot read " + it->path().string() + ": " + type_ec.message() +
+                       (it->is_symlink(type_ec) ? " (a symbolic link)" : ""));
+    if (!fs::is_regular_file(st)) {
+      const char* what = st.type() == fs::file_type::not_found ? "a dangling symbolic link"
+                         : fs::is_directory(st)   ? "a directory"
+                         : fs::is_fifo(st)      ? "a FIFO"
+                         : fs::is_socket(st)    ? "a socket"
+                         : fs::is_block_file(st) || fs::is_character_file(st) ? "a device"
+                                                                              : "not a file";
+      throw InputError("cannot read " + it->path().string() + ": it is " + what +
+                       ", not a regular file");
+    }
     found.emplace_back(number, it->path().string());
   }
   if (ec) throw InputError("cannot list run directory " + run_dir + ": " + ec.message());
-  if (found.empty()) throw InputError("no rank-*.jsonl files in " + run_dir);
+  if (found.empty()) {
+    std::string why = "no rank-*.jsonl files in " + run_dir;
+    if (!misnamed.empty()) {
+      why += " (";
+      for (std::size_t i = 0; i < misnamed.size(); ++i) why += (i ? ", " : "") + misnamed[i];
+      why += misnamed.size() == 1 ? " does" : " do";
+      why += " not name a rank: expected rank-<N>.jsonl with N in decimal digits)";
+    }
+    throw InputError(why);
+  }
   // Numerically, so rank-10 follows rank-9; the name breaks ties (rank-1 vs rank-01).
   std::sort(found.begin(), found.end());
 
@@ -223,6 +257,19 @@ bool RunReader::next(Window& out) {
     ++kept;
   }
   s.shrink(samples, kept);
+
+  for (const StepSample& sample : samples) {
+    if (s.world_size == 0) {
+      s.world_size = sample.world_size;
+      s.world_size_rank = sample.rank;
+    } else if (sample.world_size != s.world_size) {
+      if (s.stats.world_size_conflicts++ == 0)
+        s.stats.world_size_conflict =
+            "files disagree on world_size: rank " + std::to_string(sample.rank) + " says " +
+            std::to_string(sample.world_size) + " at step " + std::to_string(step) + ", rank " +
+            std::to_string(s.world_size_rank) + " said " + std::to_string(s.world_size);
+    }
+  }
 
   out.step = step;
   s.stats.samples += kept;

@@ -3,6 +3,7 @@
 
 #include "temp_dir.hpp"
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -105,7 +106,6 @@ TEST(RunReader, OrdersFilesNumericallyAndIgnoresOtherNames) {
   dir.file("rank-x.jsonl", "garbage\n");
   dir.file("rank-3.jsonl.bak", "garbage\n");
   dir.file("rank-.jsonl", "garbage\n");
-  fs::create_directory(fs::path(dir.path()) / "rank-4.jsonl");  // a directory, not a file
   RunReader reader(dir.path());
   std::vector<std::string> names;
   for (const auto& f : reader.files()) names.push_back(fs::path(f).filename().string());
@@ -261,6 +261,83 @@ TEST(RunReader, ThrowsForADirectoryWithoutRankFiles) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "no rank-*.jsonl files in " + dir.path());
   }
+}
+
+TEST(RunReader, NamesARankFileWhoseRankIsNotANumber) {
+  TempDir dir;
+  dir.file("rank-abc.jsonl", lines({sample(0, 1)}));
+  try {
+    RunReader reader(dir.path());
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "no rank-*.jsonl files in " + dir.path() +
+                  " (rank-abc.jsonl does not name a rank: expected rank-<N>.jsonl with N in "
+                  "decimal digits)");
+  }
+}
+
+// A rank file that is not a readable regular file stops the run with a message naming it, as an
+// unreadable file does (they used to be skipped without a word).
+TEST(RunReader, RefusesRankFilesThatAreNotRegularFiles) {
+  const auto expect_refused = [](const std::string& dir, const std::string& name,
+                                 const std::string& why) {
+    try {
+      RunReader reader(dir);
+      ADD_FAILURE() << name << ": no exception";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("cannot read " + (fs::path(dir) / name).string()), std::string::npos)
+          << what;
+      EXPECT_NE(what.find(why), std::string::npos) << what;
+    }
+  };
+  {
+    TempDir dir;
+    dir.file("rank-0.jsonl", lines({sample(0, 1)}));
+    fs::create_directory(fs::path(dir.path()) / "rank-1.jsonl");
+    expect_refused(dir.path(), "rank-1.jsonl", "it is a directory");
+  }
+  {
+    TempDir dir;
+    dir.file("rank-0.jsonl", lines({sample(0, 1)}));
+    fs::create_symlink("nowhere.jsonl", fs::path(dir.path()) / "rank-1.jsonl");
+    expect_refused(dir.path(), "rank-1.jsonl", "No such file or directory");
+  }
+  {
+    TempDir dir;
+    dir.file("rank-0.jsonl", lines({sample(0, 1)}));
+    fs::create_symlink("rank-1.jsonl", fs::path(dir.path()) / "rank-1.jsonl");  // a loop
+    expect_refused(dir.path(), "rank-1.jsonl", "symbolic links");
+  }
+  {
+    TempDir dir;
+    dir.file("rank-0.jsonl", lines({sample(0, 1)}));
+    const std::string fifo = (fs::path(dir.path()) / "rank-1.jsonl").string();
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    expect_refused(dir.path(), "rank-1.jsonl", "it is a FIFO");  // and does not hang
+    SampleFileReader* never = nullptr;
+    try {
+      never = new SampleFileReader(fifo);
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("FIFO"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(never, nullptr);
+    delete never;
+  }
+}
+
+TEST(RunReader, CountsSamplesThatDisagreeOnWorldSize) {
+  TempDir dir;
+  StepSample other = sample(1, 5);
+  other.world_size = 8;
+  dir.file("rank-0.jsonl", lines({sample(0, 5), sample(0, 6)}));
+  dir.file("rank-1.jsonl", lines({other}));
+  RunReader reader(dir.path());
+  read_windows(reader);
+  EXPECT_EQ(reader.stats().world_size_conflicts, 1u);
+  EXPECT_EQ(reader.stats().world_size_conflict,
+            "files disagree on world_size: rank 1 says 8 at step 5, rank 0 said 16");
 }
 
 // Writes `files` one-line rank files.

@@ -246,6 +246,7 @@ int run_analyze(const AnalyzeArgs& args) {
   const RunStats& stats = reader.stats();
   const RunSummary sum = analysis.summary();
   require_samples(args.run_dir, sum, stats);
+  warn_input(args.run_dir, stats);
   if (args.json)
     std::cout << to_json(args, sum, stats, opt).dump(2) << "\n";
   else

@@ -20,6 +20,7 @@ constexpr std::size_t kMaxRankLines = 20;
 struct LoadedRun {
   RunProfile profile;
   RunStats stats;
+  std::vector<std::string> files;
 };
 
 LoadedRun load(const std::string& dir, const char* which, bool quiet) {
@@ -33,6 +34,8 @@ LoadedRun load(const std::string& dir, const char* which, bool quiet) {
   }
   progress.finish();
   run.stats = reader.stats();
+  run.files = reader.files();
+  warn_input(dir, run.stats);
   if (run.profile.windows() == 0) {
     std::string why = "no well-formed samples in " + dir + " (" + which + ", " +
                       std::to_string(run.stats.files) + " rank files, " +
@@ -365,6 +368,8 @@ int run_compare_runs(const CompareArgs& args) {
   const LoadedRun base = load(args.baseline_dir, "baseline", args.quiet);
   const LoadedRun cur = load(args.current_dir, "current", args.quiet);
   const Comparison c = compare_runs(base.profile, cur.profile, options);
+  std::vector<std::string> inputs = base.files;
+  inputs.insert(inputs.end(), cur.files.begin(), cur.files.end());
   if (c.stages.empty())
     throw UsageError{"no stage in common: the baseline has " +
                      (c.only_in_baseline.empty() ? std::string("none") : join(c.only_in_baseline)) +
@@ -375,8 +380,10 @@ int run_compare_runs(const CompareArgs& args) {
   else
     print_text(args, c);
   if (!args.html.empty())
-    write_file(args.html, render_compare_report(c, base.profile, cur.profile, args.baseline_dir,
-                                                args.current_dir));
+    write_file_replacing(args.html,
+                         render_compare_report(c, base.profile, cur.profile, args.baseline_dir,
+                                               args.current_dir),
+                         inputs);
   for (const auto* r : {&base, &cur})
     if (r->stats.malformed > 0 && !args.quiet)
       std::cerr << "laggard: skipped " << r->stats.malformed << " malformed line(s) in "

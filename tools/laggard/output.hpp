@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "laggard/detector.hpp"
+#include "laggard/jsonl.hpp"
 
 namespace laggard::cli {
 
@@ -27,6 +28,16 @@ std::string join_ints(const std::vector<int>& values, const char* sep = ",");
 Json metrics_json(const Metrics& metrics);
 /// A finite number, or null.
 Json number_or_null(double value);
+
+/// Writes `text` to `path` through a temporary file in the same directory, renamed over `path`
+/// once complete: a full disk or a crash leaves `path` as it was, never empty or cut. Refuses a
+/// `path` that is one of `inputs` (the rank files being read). Throws UsageError (exit 2)
+/// naming the file.
+void write_file_replacing(const std::string& path, const std::string& text,
+                          const std::vector<std::string>& inputs = {});
+/// Warns on stderr about what the reader of `dir` met that is not a bad line (ranks disagreeing
+/// on world_size).
+void warn_input(const std::string& dir, const RunStats& stats);
 
 /// Progress on stderr for long inputs: one rewritten line, at most 4 updates a second, and only
 /// when stderr is a terminal (quiet in pipes and CI logs).

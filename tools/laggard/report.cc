@@ -36,7 +36,9 @@ int run_report(const ReportArgs& args) {
   const RunStats& stats = reader.stats();
   const RunSummary sum = analysis.summary();
   require_samples(args.run_dir, sum, stats);
-  write_file(args.output, render_run_report(sum, data, {args.run_dir, opt, stats}));
+  warn_input(args.run_dir, stats);
+  write_file_replacing(args.output, render_run_report(sum, data, {args.run_dir, opt, stats}),
+                       reader.files());
   std::cout << "wrote " << args.output << ": " << sum.ranks << " ranks, " << sum.windows
             << " sampled steps, " << sum.stragglers.size() << " confirmed straggler"
             << (sum.stragglers.size() == 1 ? "" : "s") << ", step time onset "
