@@ -58,12 +58,16 @@ enum class Timing : std::uint8_t {
 struct AnalyzerOptions {
   bool enabled = false;  ///< off: nothing is created, every call is one check
   int interval = 10;     ///< sample every interval-th step (step % interval == 0); 0 = never
-  double relative_threshold = 1.2;
-  double absolute_ms_threshold = 5.0;
-  Reference ref = Reference::mean;
-  double mad_z = 3.5;  ///< Reference::robust only
-  int confirm_k = 2;   ///< a finding is confirmed when slow in k ...
-  int confirm_n = 3;   ///< ... of the last n windows
+  // Detector settings: the defaults are DetectorOptions' (docs/detection.md);
+  // DetectorOptions::rfc() gives the RFC's rule.
+  Method method = DetectorOptions{}.method;
+  double relative_threshold = DetectorOptions{}.relative_threshold;
+  double absolute_ms_threshold = DetectorOptions{}.absolute_ms_threshold;
+  Reference ref = DetectorOptions{}.ref;
+  double mad_z = DetectorOptions{}.mad_z;
+  int confirm_k = DetectorOptions{}.confirm_k;  ///< threshold method: confirmed when slow in k ...
+  int confirm_n = DetectorOptions{}.confirm_n;  ///< ... of the last n windows
+  double false_alarm_budget = DetectorOptions{}.false_alarm_budget;  ///< sequential method
   /// When set: every rank appends its samples to log_dir/rank-<r>.jsonl and the analysis rank
   /// its reports to log_dir/reports.jsonl, one line each, flushed per line.
   std::optional<std::string> log_dir;
@@ -93,9 +97,23 @@ struct AnalyzerOptions {
   double warning_interval_s = 60.0;      ///< at most one warning per kind of failure per interval
   double poll_interval_s = 0.005;        ///< how often the background thread looks for work
 
+  /// Takes the detector settings of `d` (a preset, say).
+  void set_detector(const DetectorOptions& d) {
+    method = d.method;
+    ref = d.ref;
+    relative_threshold = d.relative_threshold;
+    absolute_ms_threshold = d.absolute_ms_threshold;
+    mad_z = d.mad_z;
+    confirm_k = d.confirm_k;
+    confirm_n = d.confirm_n;
+    false_alarm_budget = d.false_alarm_budget;
+  }
+
   /// The detector settings these options describe.
   DetectorOptions detector() const {
     DetectorOptions d;
+    d.method = method;
+    d.false_alarm_budget = false_alarm_budget;
     d.ref = ref;
     d.relative_threshold = relative_threshold;
     d.absolute_ms_threshold = absolute_ms_threshold;

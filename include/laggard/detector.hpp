@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,27 +28,65 @@ LAGGARD_API const char* to_string(Reference ref) noexcept;
 /// "mean", "median" or "robust"; throws std::invalid_argument naming the bad value.
 LAGGARD_API Reference parse_reference(std::string_view text);
 
-/// Detector settings. Defaults are the RFC's (mean, 1.2, 5.0 ms) plus persistence 2 of 3.
+/// How a (rank, stage) becomes a confirmed straggler.
+///  - sequential: the default (docs/detection.md). Per (cohort, stage, rank), a one-sided CUSUM of
+///    the log-likelihood ratio "slow by relative_threshold" against "within healthy_spread of the
+///    cohort's median", on the log of the rank's time over the median; each window's evidence is
+///    capped at ln(1 / pause_rate), so a transient pause counts as one unusual window at most;
+///    confirmed when the evidence reaches ln(pairs watched x budget_windows / false_alarm_budget)
+///    and named until it falls back to zero.
+///  - threshold: the RFC's rule: flagged in a window when t >= ref x relative_threshold or
+///    t - ref >= absolute_ms_threshold, confirmed when flagged in confirm_k of the last confirm_n.
+enum class Method : std::uint8_t { threshold = 0, sequential = 1 };
+
+LAGGARD_API const char* to_string(Method method) noexcept;
+/// "threshold" or "sequential"; throws std::invalid_argument naming the bad value.
+LAGGARD_API Method parse_method(std::string_view text);
+
+/// Detector settings. The defaults are the detector the benchmark measured best
+/// (docs/detection.md): sequential, robust reference, 1.1x, no absolute rule. `rfc()` is the
+/// RFC's rule exactly (threshold, mean, 1.2x, 5 ms, persistence 2 of 3).
 struct LAGGARD_API DetectorOptions {
-  Reference ref = Reference::mean;
-  double relative_threshold = 1.2;     ///< slow if t >= ref * relative_threshold
-  double absolute_ms_threshold = 5.0;  ///< ... or t - ref >= absolute_ms_threshold
-  double mad_z = 3.5;                  ///< robust mode only
-  int confirm_k = 2;                   ///< confirmed when slow in k ...
-  int confirm_n = 3;                   ///< ... of the last n windows the rank took part in
+  Method method = Method::sequential;
+  /// The reference a window's flags (StageFigures::flagged_ranks, num_stragglers) compare with.
+  /// The sequential evidence always uses the cohort's median.
+  Reference ref = Reference::robust;
+  double relative_threshold = 1.1;  ///< slow if t >= ref * relative_threshold
+  /// ... or t - ref >= absolute_ms_threshold (infinity = off). In the sequential method an excess
+  /// below it (when finite) gives no evidence.
+  double absolute_ms_threshold = std::numeric_limits<double>::infinity();
+  double mad_z = 3.5;  ///< robust reference: a flag also needs t - median >= mad_z x sigma
+  int confirm_k = 2;   ///< threshold method: confirmed when slow in k ...
+  int confirm_n = 3;   ///< ... of the last n windows the rank took part in
+  // Sequential method only:
+  double healthy_spread = 1.03;      ///< a rank this much above the median is still healthy
+  double pause_rate = 0.01;          ///< share of a pair's windows hit by a transient pause
+  double false_alarm_budget = 0.01;  ///< chance of any false confirmation ...
+  double budget_windows = 1000;      ///< ... in a run of this many sampled windows
 
   /// Throws std::invalid_argument naming the offending setting.
   void validate() const;
 
-  /// The RFC's settings (the defaults above): mean, 1.2, 5.0 ms, persistence 2 of 3.
-  static DetectorOptions rfc() { return DetectorOptions{}; }
-  /// The settings the detection benchmark recommends (docs/detection.md): robust reference,
-  /// relative 1.1, no absolute rule, persistence 2 of 3 up to 512 ranks and 3 of 5 above
-  /// (with thousands of ranks, repeated noise in one rank and stage is no longer rare).
+  /// The RFC's settings: threshold, mean, 1.2, 5.0 ms, persistence 2 of 3.
+  static DetectorOptions rfc();
+  /// The defaults (kept under this name for the presets of earlier releases).
   static DetectorOptions recommended(int world_size);
-  /// "rfc" or "recommended"; throws std::invalid_argument for anything else.
+  /// "default", "recommended" (the same) or "rfc"; throws std::invalid_argument for anything
+  /// else.
   static DetectorOptions preset(std::string_view name, int world_size);
 };
+
+/// One line for reports: "sequential: slow = 1.10x the cohort's median ..." or the RFC rule's
+/// "threshold: ref mean, slow if t >= ref x 1.20 or t - ref >= 5.0 ms; confirmed when ...".
+LAGGARD_API std::string describe_rule(const DetectorOptions& options);
+
+/// The evidence a confirmation needs under `options` with `pairs` (rank, stage) pairs watched:
+/// ln(pairs x budget_windows / false_alarm_budget), at least ln(1 / false_alarm_budget).
+LAGGARD_API double evidence_threshold(const DetectorOptions& options, double pairs);
+
+/// The name of the stage laggard adds to every sample with a step time: the part of step_ms that
+/// no section covers (kind other), compared across ranks like the others.
+inline constexpr std::string_view kUntimedStage = "untimed";
 
 /// Per stage and cohort, the RFC figures for one window.
 struct StageFigures {
@@ -86,7 +125,8 @@ struct RankFinding {
   double slowdown = 1.0;  ///< ms / ref_ms
   // Filled by Detector::observe:
   int windows_flagged = 0;  ///< windows this (rank, stage) was flagged in, since first seen
-  bool confirmed = false;   ///< slow in confirm_k of the last confirm_n windows
+  bool confirmed = false;   ///< threshold: slow in k of the last n; sequential: evidence >= threshold
+  double evidence = 0.0;    ///< sequential: the CUSUM's evidence (log-likelihood ratio) now
 };
 
 /// Every rank of one host slow in the same stage: the host, not one GPU, is named.
@@ -182,6 +222,26 @@ class LAGGARD_API Detector {
     std::string key;  ///< into tracks_
     int rank;
   };
+  /// Sequential method: the state of one (cohort, stage, rank).
+  struct SeqState {
+    double evidence = 0.0;  ///< the CUSUM, >= 0
+    double level = 0.0;     ///< EWMA of the log-ratio (for the noise estimate only)
+    bool has_level = false;
+    bool named = false;     ///< evidence reached the threshold and has not fallen back to 0
+    int confirmed_index = -1;
+    int seen = 0;
+    int flagged = 0;
+    std::int64_t rise_step = -1;  ///< the window where the evidence last rose from 0
+    std::int64_t first_flagged_step = -1;
+  };
+  /// Sequential method: one (cohort, stage).
+  struct SeqTrack {
+    std::vector<SeqState> ranks;  ///< indexed by rank
+    double log_scale = 0.0;       ///< EWMA of ln(noise sigma of the log-ratio)
+    int scale_windows = 0;
+  };
+  void observe_threshold(const Window& window, Report& report);
+  void observe_sequential(const Window& window, Report& report);
   static void catch_up(const Track& track, History& h);
   /// Ranks at or above this are not tracked (histories are indexed by rank).
   static constexpr int kMaxTrackedRank = 1 << 22;
@@ -191,6 +251,13 @@ class LAGGARD_API Detector {
   std::vector<Confirmed> confirmed_;
   std::vector<ConfirmedAt> confirmed_at_;  ///< parallel to confirmed_
   std::int64_t windows_ = 0;
+  std::unordered_map<std::string, SeqTrack> seq_tracks_;  ///< key: cohort \x1f stage
+  double pairs_ = 0.0;  ///< most (rank, stage) pairs watched in one window so far
+  // Scratch of observe_sequential, kept between windows.
+  std::vector<double> seq_x_, seq_scratch_;
+  std::vector<std::size_t> seq_offsets_;
+  std::vector<int> seq_late_;
+  std::vector<char> seq_wait_;
 };
 
 /// The lesson's rule over one vector of per-stage times in pipeline order. `limit` is

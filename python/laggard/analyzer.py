@@ -122,9 +122,14 @@ class Analyzer:
       laggard.torch.instrument).
     timing: "auto" (CUDA events when torch has a GPU, else host clock), "host" or "cuda".
     confirm_k / confirm_n: a finding is confirmed when slow in k of the last n windows.
-    preset: None (use the thresholds given), "rfc" (the defaults) or "recommended" (robust
-      reference, 1.1x, no absolute rule, persistence by world size: docs/detection.md); a preset
-      replaces ref, the thresholds, mad_z and confirm_k/n.
+    Detector settings left None take the library's defaults, the detector the benchmark measured
+    best (docs/detection.md): method "sequential", ref "robust", relative_threshold 1.1, no
+    absolute rule, false_alarm_budget 0.01 (per 1000 sampled windows).
+    method: "sequential" (evidence over windows against a false-alarm budget) or "threshold"
+      (the RFC's per-window rule with confirm_k of confirm_n persistence).
+    preset: None (the defaults, with any setting given on top), "default"/"recommended" (the
+      same) or "rfc" (the RFC's rule exactly: threshold, mean, 1.2x, 5 ms, 2 of 3); a preset
+      replaces every detector setting.
     queue_capacity: samples waiting for the background thread before new ones are dropped.
     side_channel_timeout_s: timeout of the side-channel gloo group's collectives.
     close_timeout_s: how long close() waits for outstanding samples and reports.
@@ -132,12 +137,13 @@ class Analyzer:
       torch.distributed initialized to span several ranks).
     """
 
-    def __init__(self, enabled=True, interval=10, relative_threshold=1.2,
-                 absolute_ms_threshold=5.0, ref="mean", log_dir=None, sinks=(), *,
+    def __init__(self, enabled=True, interval=10, relative_threshold=None,
+                 absolute_ms_threshold=None, ref=None, log_dir=None, sinks=(), *,
                  analysis_rank=0, module_stages=False, module_stage_patterns=None,
-                 timing="auto", confirm_k=2, confirm_n=3, mad_z=3.5, queue_capacity=256,
+                 timing="auto", confirm_k=None, confirm_n=None, mad_z=None, queue_capacity=256,
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
-                 rank=None, world_size=None, preset=None):
+                 rank=None, world_size=None, preset=None, method=None,
+                 false_alarm_budget=None):
         self._enabled = False
         self._sampled = False
         self._closed = False
@@ -172,7 +178,7 @@ class Analyzer:
         interval = _int_setting("interval", interval)
         if interval < 0:
             raise ValueError("interval must be >= 0 (0 = never sample), got %d" % interval)
-        if ref not in _REFS:
+        if ref is not None and ref not in _REFS:
             raise ValueError("ref must be one of %s, got %r" % (", ".join(_REFS), ref))
         if timing not in ("auto", "host", "cuda"):
             raise ValueError("timing must be 'auto', 'host' or 'cuda', got %r" % (timing,))
@@ -202,10 +208,14 @@ class Analyzer:
                 from e
         from .sinks import as_sink
 
-        options = _core.DetectorOptions(ref=ref, relative_threshold=float(relative_threshold),
-                                        absolute_ms_threshold=float(absolute_ms_threshold),
-                                        mad_z=float(mad_z), confirm_k=int(confirm_k),
-                                        confirm_n=int(confirm_n))
+        def opt(value, kind):
+            return None if value is None else kind(value)
+
+        options = _core.DetectorOptions(
+            method=method, ref=ref, relative_threshold=opt(relative_threshold, float),
+            absolute_ms_threshold=opt(absolute_ms_threshold, float), mad_z=opt(mad_z, float),
+            confirm_k=opt(confirm_k, int), confirm_n=opt(confirm_n, int),
+            false_alarm_budget=opt(false_alarm_budget, float))
         sink_list = [as_sink(s) for s in (sinks or ())]
 
         torch = _torch_if_imported()
@@ -233,9 +243,12 @@ class Analyzer:
         self.analysis_rank = int(analysis_rank)
         if preset is not None:
             options = _core.DetectorOptions.preset(str(preset), int(self.world_size))
-            self.options.update(ref=options.ref.name, relative_threshold=options.relative_threshold,
-                                absolute_ms_threshold=options.absolute_ms_threshold,
-                                confirm_k=options.confirm_k, confirm_n=options.confirm_n)
+        self.detector_options = options
+        self.options.update(method=options.method.name, ref=options.ref.name,
+                            relative_threshold=options.relative_threshold,
+                            absolute_ms_threshold=options.absolute_ms_threshold,
+                            confirm_k=options.confirm_k, confirm_n=options.confirm_n,
+                            false_alarm_budget=options.false_alarm_budget)
         if not 0 <= self.analysis_rank < self.world_size:
             raise ValueError("analysis_rank must be in [0, %d), got %d" %
                              (self.world_size, self.analysis_rank))

@@ -39,15 +39,10 @@ STAGE_MS = {"dataloader": 10.0, "forward": 20.0, "backward": 20.0, "optimizer": 
 
 WARMUP_STEPS = 3  # before step 0, not timed
 
-# The detector settings of the demo: the Analyzer's defaults (the RFC's: mean, 1.2, 5.0 ms) with
-# persistence 3 of 5 instead of 2 of 3. With 4 ranks sharing 2 busy cores, a healthy rank's
-# stage is now and then late by more than 20 % or 5 ms twice in three windows, and 2 of 3
-# confirms it; 3 of 5 did not in the measured runs and still confirms a 2x slowdown 2 windows
-# after it begins (docs/performance.md, "The demo's detector settings").
-DEMO_DETECTOR = dict(interval=10, ref="mean", relative_threshold=1.2, absolute_ms_threshold=5.0,
-                     confirm_k=3, confirm_n=5)
-ANALYZER_DEFAULTS = dict(interval=10, ref="mean", relative_threshold=1.2,
-                         absolute_ms_threshold=5.0, confirm_k=2, confirm_n=3)
+# The detector settings of the demo are the library's own defaults (docs/detection.md): every
+# setting left None here takes them, in the Analyzer and in `laggard analyze`.
+DETECTOR_SETTINGS = ("preset", "method", "ref", "relative_threshold", "absolute_ms_threshold",
+                     "confirm_k", "confirm_n")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -77,21 +72,23 @@ def parse_args(argv=None):
                    help="run directory for the rank logs (default: a new "
                         "/tmp/laggard-demo-<time> directory); must be empty or new")
     g = p.add_argument_group(
-        "detector settings (default: the Analyzer's, i.e. the RFC's rule, with 3-of-5 "
-        "persistence instead of 2 of 3; docs/performance.md says why)")
-    g.add_argument("--interval", type=int, default=DEMO_DETECTOR["interval"],
+        "detector settings (default: the library's own, docs/detection.md; a setting left out "
+        "takes it)")
+    g.add_argument("--interval", type=int, default=10,
                    help="sample every N-th step (%(default)s)")
-    g.add_argument("--ref", choices=("mean", "median", "robust"), default=DEMO_DETECTOR["ref"],
-                   help="reference over ranks (%(default)s)")
-    g.add_argument("--relative-threshold", type=float,
-                   default=DEMO_DETECTOR["relative_threshold"], help="(%(default)s)")
-    g.add_argument("--absolute-ms-threshold", type=float,
-                   default=DEMO_DETECTOR["absolute_ms_threshold"],
-                   help="(%(default)s; inf: off)")
-    g.add_argument("--confirm-k", type=int, default=DEMO_DETECTOR["confirm_k"],
-                   help="confirmed when slow in k ... (%(default)s; the Analyzer's: 2)")
-    g.add_argument("--confirm-n", type=int, default=DEMO_DETECTOR["confirm_n"],
-                   help="... of the last n windows (%(default)s; the Analyzer's: 3)")
+    g.add_argument("--preset", choices=("default", "rfc", "recommended"), default=None,
+                   help="settings by name; rfc: the RFC's rule exactly (mean, 1.2x, 5 ms, 2 of 3)")
+    g.add_argument("--method", choices=("sequential", "threshold"), default=None,
+                   help="sequential (the default) or threshold (the RFC's per-window rule)")
+    g.add_argument("--ref", choices=("mean", "median", "robust"), default=None,
+                   help="reference over ranks (default robust)")
+    g.add_argument("--relative-threshold", type=float, default=None, help="(default 1.1)")
+    g.add_argument("--absolute-ms-threshold", type=float, default=None,
+                   help="(default off)")
+    g.add_argument("--confirm-k", type=int, default=None,
+                   help="threshold method: confirmed when slow in k ... (default 2)")
+    g.add_argument("--confirm-n", type=int, default=None,
+                   help="... of the last n windows (default 3)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="step counter on stderr: auto = only when stderr is a terminal")
     a = p.parse_args(argv)
@@ -109,25 +106,38 @@ def parse_args(argv=None):
         p.error("--interval must be >= 1")
     if a.stage_ms is not None and not 0 <= a.stage_ms <= 1000:
         p.error("--stage-ms must be in [0, 1000]")
-    if not 1 <= a.confirm_k <= a.confirm_n:
-        p.error("need 1 <= --confirm-k <= --confirm-n")
+    try:
+        detector_options(a)
+    except ValueError as e:
+        p.error("detector settings: %s" % e)
     return a
 
 
+def detector_options(args):
+    """The _core.DetectorOptions of the demo's settings (the library's defaults where unset)."""
+    from . import _core
+
+    if args.preset is not None:
+        base = _core.DetectorOptions.preset(args.preset, args.ranks)
+        given = {k: getattr(args, k) for k in DETECTOR_SETTINGS[1:] if getattr(args, k) is not None}
+        for k, v in given.items():
+            if k == "method":
+                v = _core.Method.__members__[v]
+            elif k == "ref":
+                v = _core.Reference.__members__[v]
+            setattr(base, k, v)
+        base.validate()
+        return base
+    return _core.DetectorOptions(method=args.method, ref=args.ref,
+                                 relative_threshold=args.relative_threshold,
+                                 absolute_ms_threshold=args.absolute_ms_threshold,
+                                 confirm_k=args.confirm_k, confirm_n=args.confirm_n)
+
+
 def describe_detector(args):
-    rule = "interval %d, ref %s, slow if t >= ref x %.2f" % (
-        args.interval, args.ref, args.relative_threshold)
-    if args.absolute_ms_threshold != float("inf"):
-        rule += " or t - ref >= %.1f ms" % args.absolute_ms_threshold
-    rule += "; confirmed when slow in %d of the last %d windows" % (args.confirm_k,
-                                                                    args.confirm_n)
-    settings = {k: getattr(args, k) for k in DEMO_DETECTOR}
-    if settings == ANALYZER_DEFAULTS:
-        rule += " (the Analyzer's defaults)"
-    elif settings == DEMO_DETECTOR:
-        rule += "\n    (the Analyzer's defaults, but 3 of 5 instead of 2 of 3: on a small busy " \
-                "machine, CPU contention\n    makes a healthy stage late twice in three windows " \
-                "now and then)"
+    rule = "interval %d, %s" % (args.interval, detector_options(args).describe())
+    if all(getattr(args, k) is None for k in DETECTOR_SETTINGS):
+        rule += "\n    (the library's defaults)"
     return rule
 
 
@@ -252,7 +262,8 @@ def _rank_main(rank, world, port, cfg, shared, queue):
         enabled=True, interval=cfg["interval"], relative_threshold=cfg["relative_threshold"],
         absolute_ms_threshold=cfg["absolute_ms_threshold"], ref=cfg["ref"],
         log_dir=cfg["out"], sinks=[verdicts] if rank == 0 else (), timing="host",
-        confirm_k=cfg["confirm_k"], confirm_n=cfg["confirm_n"],
+        confirm_k=cfg["confirm_k"], confirm_n=cfg["confirm_n"], method=cfg["method"],
+        preset=cfg["preset"],
         side_channel_timeout_s=60.0, close_timeout_s=15.0, host="localhost", cohort="dp")
     holder["an"] = an
     model = nn.parallel.DistributedDataParallel(MLP())
@@ -368,9 +379,13 @@ def find_cli():
 
 
 def detector_cli_args(args):
-    return ["--ref", args.ref, "--relative-threshold", repr(float(args.relative_threshold)),
-            "--absolute-ms-threshold", repr(float(args.absolute_ms_threshold)),
-            "--confirm-k", str(args.confirm_k), "--confirm-n", str(args.confirm_n)]
+    """`laggard analyze` flags for the settings given (none: the same defaults)."""
+    out = []
+    for k in DETECTOR_SETTINGS:
+        v = getattr(args, k)
+        if v is not None:
+            out += ["--" + k.replace("_", "-"), repr(float(v)) if isinstance(v, float) else str(v)]
+    return out
 
 
 def analyze(args, out):
@@ -384,7 +399,7 @@ def analyze(args, out):
             print("laggard analyze failed (%d): %s" % (text.returncode, text.stderr.strip()),
                   flush=True)
             return None
-        print("$ laggard analyze %s %s" % (out, " ".join(detector_cli_args(args))))
+        print("$ laggard analyze %s" % " ".join([out] + detector_cli_args(args)))
         print(text.stdout.rstrip("\n"), flush=True)
         js = subprocess.run(cmd + ["--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True)
@@ -401,10 +416,7 @@ def _analyze_in_python(args, out):
     from . import _core
 
     windows, stats = _core.read_run(out)
-    opts = _core.DetectorOptions(ref=args.ref, relative_threshold=args.relative_threshold,
-                                 absolute_ms_threshold=args.absolute_ms_threshold,
-                                 confirm_k=args.confirm_k, confirm_n=args.confirm_n)
-    det = _core.Detector(opts)
+    det = _core.Detector(detector_options(args))
     for step, samples in windows:
         det.observe(samples, step)
     print("(the laggard program was not found: set LAGGARD_CLI or build it, then run "
@@ -465,7 +477,8 @@ def main(argv=None):
                slowdown=args.slowdown, slow_from=args.slow_from, steps=args.steps,
                interval=args.interval, ref=args.ref, relative_threshold=args.relative_threshold,
                absolute_ms_threshold=args.absolute_ms_threshold, confirm_k=args.confirm_k,
-               confirm_n=args.confirm_n, out=out, warmup=WARMUP_STEPS)
+               confirm_n=args.confirm_n, method=args.method, preset=args.preset, out=out,
+               warmup=WARMUP_STEPS)
     port = free_port()
 
     previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the ranks

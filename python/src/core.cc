@@ -501,7 +501,8 @@ py::dict finding_dict(const RankFinding& f) {
                   "stage"_a = f.stage, "kind"_a = to_string(f.kind),
                   "role"_a = f.role == RankFinding::Role::straggler ? "straggler" : "waiting",
                   "ms"_a = f.ms, "ref_ms"_a = f.ref_ms, "slowdown"_a = f.slowdown,
-                  "windows_flagged"_a = f.windows_flagged, "confirmed"_a = f.confirmed);
+                  "windows_flagged"_a = f.windows_flagged, "confirmed"_a = f.confirmed,
+                  "evidence"_a = f.evidence);
 }
 
 py::dict report_dict(const Report& r, int local_rank) {
@@ -1363,31 +1364,56 @@ PYBIND11_MODULE(_core, m) {
       .value("median", Reference::median)
       .value("robust", Reference::robust);
 
-  py::class_<DetectorOptions>(m, "DetectorOptions")
-      .def(py::init([](py::object ref, double rel, double abs_ms, double mad_z, int k, int n) {
+  py::enum_<Method>(m, "Method")
+      .value("threshold", Method::threshold)
+      .value("sequential", Method::sequential);
+
+  py::class_<DetectorOptions>(m, "DetectorOptions",
+                              "Detector settings; every argument left None takes the default "
+                              "(docs/detection.md). DetectorOptions.preset('rfc', n) is the "
+                              "RFC's rule.")
+      .def(py::init([](py::object method, py::object ref, py::object rel, py::object abs_ms,
+                       py::object mad_z, py::object k, py::object n, py::object budget) {
              DetectorOptions o;
-             if (py::isinstance<py::str>(ref))
-               o.ref = parse_reference(ref.cast<std::string>());
-             else
-               o.ref = ref.cast<Reference>();
-             o.relative_threshold = rel;
-             o.absolute_ms_threshold = abs_ms;
-             o.mad_z = mad_z;
-             o.confirm_k = k;
-             o.confirm_n = n;
+             if (!method.is_none()) {
+               if (py::isinstance<py::str>(method))
+                 o.method = parse_method(method.cast<std::string>());
+               else
+                 o.method = method.cast<Method>();
+             }
+             if (!ref.is_none()) {
+               if (py::isinstance<py::str>(ref))
+                 o.ref = parse_reference(ref.cast<std::string>());
+               else
+                 o.ref = ref.cast<Reference>();
+             }
+             if (!rel.is_none()) o.relative_threshold = rel.cast<double>();
+             if (!abs_ms.is_none()) o.absolute_ms_threshold = abs_ms.cast<double>();
+             if (!mad_z.is_none()) o.mad_z = mad_z.cast<double>();
+             if (!k.is_none()) o.confirm_k = k.cast<int>();
+             if (!n.is_none()) o.confirm_n = n.cast<int>();
+             if (!budget.is_none()) o.false_alarm_budget = budget.cast<double>();
              o.validate();
              return o;
            }),
-           "ref"_a = "mean", "relative_threshold"_a = 1.2, "absolute_ms_threshold"_a = 5.0,
-           "mad_z"_a = 3.5, "confirm_k"_a = 2, "confirm_n"_a = 3)
+           "method"_a = py::none(), "ref"_a = py::none(), "relative_threshold"_a = py::none(),
+           "absolute_ms_threshold"_a = py::none(), "mad_z"_a = py::none(),
+           "confirm_k"_a = py::none(), "confirm_n"_a = py::none(),
+           "false_alarm_budget"_a = py::none())
       .def_static("preset", &DetectorOptions::preset, "name"_a, "world_size"_a,
-                  "The 'rfc' settings (the defaults) or the 'recommended' ones for a world size")
+                  "'default' (= 'recommended') or 'rfc' (the RFC's rule exactly)")
+      .def_readwrite("method", &DetectorOptions::method)
       .def_readwrite("ref", &DetectorOptions::ref)
       .def_readwrite("relative_threshold", &DetectorOptions::relative_threshold)
       .def_readwrite("absolute_ms_threshold", &DetectorOptions::absolute_ms_threshold)
       .def_readwrite("mad_z", &DetectorOptions::mad_z)
       .def_readwrite("confirm_k", &DetectorOptions::confirm_k)
       .def_readwrite("confirm_n", &DetectorOptions::confirm_n)
+      .def_readwrite("healthy_spread", &DetectorOptions::healthy_spread)
+      .def_readwrite("pause_rate", &DetectorOptions::pause_rate)
+      .def_readwrite("false_alarm_budget", &DetectorOptions::false_alarm_budget)
+      .def_readwrite("budget_windows", &DetectorOptions::budget_windows)
+      .def("describe", &describe_rule, "One line describing the rule, as reports print it")
       .def("validate", &DetectorOptions::validate);
 
   py::class_<Detector>(m, "Detector",

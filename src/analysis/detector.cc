@@ -64,6 +64,17 @@ std::string fixed2(double value) {
 
 }  // namespace
 
+const char* to_string(Method method) noexcept {
+  return method == Method::threshold ? "threshold" : "sequential";
+}
+
+Method parse_method(std::string_view text) {
+  if (text == "sequential") return Method::sequential;
+  if (text == "threshold") return Method::threshold;
+  throw std::invalid_argument("unknown detector method '" + std::string(text) +
+                              "': expected sequential or threshold");
+}
+
 void DetectorOptions::validate() const {
   // Written as !(ok) so that NaN fails every check.
   if (!(std::isfinite(relative_threshold) && relative_threshold >= 1.0))
@@ -76,26 +87,74 @@ void DetectorOptions::validate() const {
   if (confirm_k > confirm_n)
     bad_option("confirm_k", std::to_string(confirm_k),
                ("<= confirm_n (" + std::to_string(confirm_n) + ")").c_str());
+  if (method == Method::sequential) {
+    if (!(relative_threshold > 1.0))
+      bad_option("relative_threshold", number(relative_threshold),
+                 "> 1.0 with the sequential method");
+    if (!(std::isfinite(healthy_spread) && healthy_spread >= 1.0 &&
+          healthy_spread < relative_threshold))
+      bad_option("healthy_spread", number(healthy_spread),
+                 (">= 1.0 and < relative_threshold (" + number(relative_threshold) + ")").c_str());
+    if (!(pause_rate > 0.0 && pause_rate < 1.0))
+      bad_option("pause_rate", number(pause_rate), "in (0, 1)");
+    if (!(false_alarm_budget > 0.0 && false_alarm_budget < 1.0))
+      bad_option("false_alarm_budget", number(false_alarm_budget), "in (0, 1)");
+    if (!(std::isfinite(budget_windows) && budget_windows >= 1.0))
+      bad_option("budget_windows", number(budget_windows), "finite and >= 1");
+  }
 }
 
-DetectorOptions DetectorOptions::recommended(int world_size) {
+DetectorOptions DetectorOptions::rfc() {
   DetectorOptions o;
-  o.ref = Reference::robust;
-  o.relative_threshold = 1.1;
-  o.absolute_ms_threshold = std::numeric_limits<double>::infinity();  // off: see docs
-  o.mad_z = 3.5;
-  if (world_size > 512) {
-    o.confirm_k = 3;
-    o.confirm_n = 5;
-  }
+  o.method = Method::threshold;
+  o.ref = Reference::mean;
+  o.relative_threshold = 1.2;
+  o.absolute_ms_threshold = 5.0;
+  o.confirm_k = 2;
+  o.confirm_n = 3;
   return o;
 }
 
+DetectorOptions DetectorOptions::recommended(int) { return DetectorOptions{}; }
+
 DetectorOptions DetectorOptions::preset(std::string_view name, int world_size) {
   if (name == "rfc") return rfc();
-  if (name == "recommended") return recommended(world_size);
+  if (name == "default" || name == "recommended") return recommended(world_size);
   throw std::invalid_argument("unknown detector preset '" + std::string(name) +
-                              "': expected rfc or recommended");
+                              "': expected default, recommended or rfc");
+}
+
+std::string describe_rule(const DetectorOptions& o) {
+  char buf[320];
+  std::string flags = "ref " + std::string(to_string(o.ref)) + ", slow if t >= ref x " +
+                      fixed2(o.relative_threshold);
+  if (std::isfinite(o.absolute_ms_threshold)) {
+    std::snprintf(buf, sizeof buf, " or t - ref >= %.1f ms", o.absolute_ms_threshold);
+    flags += buf;
+  } else {
+    flags += " (no absolute rule)";
+  }
+  if (o.ref == Reference::robust) {
+    std::snprintf(buf, sizeof buf, ", and MAD z >= %.1f", o.mad_z);
+    flags += buf;
+  }
+  if (o.method == Method::threshold) {
+    std::snprintf(buf, sizeof buf, "; confirmed when slow in %d of the last %d windows",
+                  o.confirm_k, o.confirm_n);
+    return "threshold: " + flags + buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "sequential: confirmed on evidence over windows that a rank is %.2fx its "
+                "cohort's median (healthy within %.2fx), at most %g%% false alarms per %g "
+                "windows; window flags: ",
+                o.relative_threshold, o.healthy_spread, 100.0 * o.false_alarm_budget,
+                o.budget_windows);
+  return buf + flags;
+}
+
+double evidence_threshold(const DetectorOptions& options, double pairs) {
+  const double watched = std::max(1.0, pairs) * options.budget_windows;
+  return std::log(watched / options.false_alarm_budget);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -146,6 +205,7 @@ struct Workspace {
   std::size_t cohorts_used = 0;
   std::vector<double> scratch;
   std::vector<double> own_work, capped_work;
+  std::vector<double> untimed;
   std::vector<int> host_of_member;
   std::vector<std::string_view> host_names;
   std::vector<ColumnResult> results;
@@ -253,6 +313,7 @@ class WindowEvaluator {
     for (std::size_t c = 0; c < ws_.cohorts_used; ++c) {
       Cohort& cohort = ws_.cohorts[c];
       build_columns(cohort);
+      add_untimed(cohort);
       evaluate_cohort(cohort, best_gap);
     }
     report_.stages.resize(figures_used_);
@@ -413,6 +474,44 @@ class WindowEvaluator {
       }
     }
     if (fast) sync_counts(cohort, rows);
+  }
+
+  // The part of each member's step_ms that no stage covers, as a stage of kind `other` (unless a
+  // stage of that name was reported). Members without a step time are left out. Stages nested in
+  // others (module stages inside forward) make the sum too large: the value is clamped at 0.
+  // Added only when some member has untimed time.
+  void add_untimed(Cohort& cohort) {
+    for (std::size_t p = 0; p < cohort.used; ++p)
+      if (same_name(cohort.stages[p].name, kUntimedStage)) return;
+    const std::size_t members = cohort.members.size();
+    std::vector<double>& values = ws_.untimed;
+    values.assign(members, -1.0);
+    bool any = false;
+    for (std::size_t m = 0; m < members; ++m) {
+      const StepSample& s = samples_[static_cast<std::size_t>(cohort.members[m])];
+      if (!(std::isfinite(s.step_ms) && s.step_ms > 0.0) || s.stages.empty()) continue;
+      double sum = 0.0;
+      for (const StageTime& st : s.stages)
+        if (std::isfinite(st.ms)) sum += st.ms;
+      values[m] = std::max(0.0, s.step_ms - sum);
+      if (values[m] > 0.0) any = true;
+    }
+    if (!any) return;
+    Column* col = nullptr;
+    for (std::size_t m = 0; m < members; ++m) {
+      if (values[m] < 0.0) continue;
+      if (!col) {
+        if (cohort.used == cohort.stages.size()) cohort.stages.emplace_back();
+        col = &cohort.stages[cohort.used++];
+        col->name = kUntimedStage;
+        col->kind = StageKind::other;
+        col->count = 0;
+        col->dense = m == 0;
+        if (col->ms.size() < members) col->ms.resize(members);
+        if (!col->dense && col->member.size() < members) col->member.resize(members);
+      }
+      append(*col, members, static_cast<int>(m), values[m]);
+    }
   }
 
   static int rank_of(const Cohort& cohort, int member) {
@@ -837,6 +936,13 @@ void Detector::catch_up(const Track& track, History& h) {
 void Detector::observe(const Window& window, Report& report) {
   evaluate_window(window, options_, report);
   ++windows_;
+  if (options_.method == Method::sequential)
+    observe_sequential(window, report);
+  else
+    observe_threshold(window, report);
+}
+
+void Detector::observe_threshold(const Window& window, Report& report) {
   const std::uint32_t mask =
       options_.confirm_n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << options_.confirm_n) - 1u;
   auto in_range = [](int rank) { return rank >= 0 && rank < kMaxTrackedRank; };
@@ -925,6 +1031,269 @@ void Detector::observe(const Window& window, Report& report) {
     History& h = t.history[static_cast<std::size_t>(confirmed_at_[i].rank)];
     catch_up(t, h);
     confirmed_[i].windows_seen = h.seen;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sequential method (docs/detection.md, "The default detector")
+
+namespace {
+
+// Times below this are noise of the clock, not of the work: x = ln((t + e) / (ref + e)).
+constexpr double kEpsilonMs = 0.05;
+// Before a (cohort, stage) has two windows, the noise of its log-ratio is taken as this.
+constexpr double kPriorSigma = 0.05;
+// The noise estimate never goes below this: a rank 0.5 % off is not resolved.
+constexpr double kMinSigma = 0.005;
+constexpr double kLevelAlpha = 0.1;  // EWMA of each rank's log-ratio (noise estimate only)
+constexpr double kScaleAlpha = 0.1;  // EWMA of ln(sigma) of a (cohort, stage)
+
+double log_ratio(double ms, double ref) {
+  return std::log((std::max(ms, 0.0) + kEpsilonMs) / (std::max(ref, 0.0) + kEpsilonMs));
+}
+
+}  // namespace
+
+void Detector::observe_sequential(const Window& window, Report& report) {
+  const double log_slow = std::log(options_.relative_threshold);
+  const double log_healthy = std::log(options_.healthy_spread);
+  const double gap = log_slow - log_healthy;       // the shift the test is built for
+  const double mid = 0.5 * (log_slow + log_healthy);  // evidence is positive above this
+  const double cap = std::log(1.0 / options_.pause_rate);
+  const bool use_absolute = std::isfinite(options_.absolute_ms_threshold);
+  auto in_range = [](int rank) { return rank >= 0 && rank < kMaxTrackedRank; };
+
+  // Pairs watched: (rank, stage) of the stages that are not communication.
+  double pairs = 0.0;
+  for (const StageFigures& f : report.stages)
+    if (f.kind != StageKind::communication) pairs += static_cast<double>(f.rank_ids.size());
+  pairs_ = std::max(pairs_, pairs);
+  const double threshold = evidence_threshold(options_, pairs_);
+
+  // Log-ratios of every (stage, rank) of the window, stage after stage.
+  std::vector<double>& xs = seq_x_;
+  std::vector<std::size_t>& offsets = seq_offsets_;
+  offsets.assign(report.stages.size() + 1, 0);
+  for (std::size_t i = 0; i < report.stages.size(); ++i)
+    offsets[i + 1] = offsets[i] + report.stages[i].rank_ms.size();
+  xs.resize(offsets.back());
+  for (std::size_t i = 0; i < report.stages.size(); ++i) {
+    const StageFigures& f = report.stages[i];
+    for (std::size_t j = 0; j < f.rank_ms.size(); ++j)
+      xs[offsets[i] + j] = log_ratio(f.rank_ms[j], f.median_ms);
+  }
+
+  // A stage holds a wait for a late rank when a rank that is relative_threshold slower than the
+  // median in another stage of its cohort is as much faster in this one: it arrived last at a
+  // collective inside this stage, and the others waited there for it. The others' excess in
+  // this stage is then waiting, whatever the stage was called: it gives no evidence.
+  std::vector<char>& wait_bearing = seq_wait_;
+  wait_bearing.assign(report.stages.size(), 0);
+  for (std::size_t b = 0; b < report.stages.size();) {
+    std::size_t e = b;
+    while (e < report.stages.size() && report.stages[e].cohort == report.stages[b].cohort) ++e;
+    std::vector<int>& late = seq_late_;
+    late.clear();
+    for (std::size_t i = b; i < e; ++i) {
+      const StageFigures& f = report.stages[i];
+      if (f.kind == StageKind::communication) continue;
+      for (std::size_t j = 0; j < f.rank_ids.size(); ++j)
+        if (xs[offsets[i] + j] >= log_slow) late.push_back(f.rank_ids[j]);
+    }
+    std::sort(late.begin(), late.end());
+    late.erase(std::unique(late.begin(), late.end()), late.end());
+    if (!late.empty()) {
+      for (std::size_t i = b; i < e; ++i) {
+        const StageFigures& f = report.stages[i];
+        if (f.kind == StageKind::communication || f.rank_ids.size() < 2) continue;
+        for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
+          if (xs[offsets[i] + j] > -log_slow) continue;
+          if (!std::binary_search(late.begin(), late.end(), f.rank_ids[j])) continue;
+          wait_bearing[i] = 1;
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "%.2f ms", f.median_ms - f.rank_ms[j]);
+          report.hints.push_back("measured: rank " + std::to_string(f.rank_ids[j]) +
+                                 cohort_suffix(f.cohort) + " is slow in another stage and " +
+                                 buf + " faster than the median in '" + f.stage +
+                                 "'; inferred: '" + f.stage +
+                                 "' holds a wait for it, and the others' excess there is waiting");
+          break;
+        }
+      }
+    }
+    b = e;
+  }
+
+  std::string key;
+  std::vector<double>& scratch = seq_scratch_;
+  for (std::size_t i = 0; i < report.stages.size(); ++i) {
+    const StageFigures& f = report.stages[i];
+    key.assign(f.cohort);
+    key += '\x1f';
+    key += f.stage;
+    SeqTrack& track = seq_tracks_[key];
+    const double* x = xs.data() + offsets[i];
+    const std::size_t n = f.rank_ids.size();
+    for (int rank : f.rank_ids)
+      if (in_range(rank) && static_cast<std::size_t>(rank) >= track.ranks.size())
+        track.ranks.resize(static_cast<std::size_t>(rank) + 1);
+
+    // Noise of the log-ratio: the median over ranks of each rank's deviation from its own
+    // level (its persistent offset taken out), so one slow or paused rank does not inflate it.
+    scratch.clear();
+    for (std::size_t j = 0; j < n; ++j) {
+      const int rank = f.rank_ids[j];
+      if (!in_range(rank)) continue;
+      const SeqState& st = track.ranks[static_cast<std::size_t>(rank)];
+      if (st.has_level) scratch.push_back(std::fabs(x[j] - st.level));
+    }
+    if (scratch.size() >= 2) {
+      const double sigma = std::max(
+          kMinSigma, kMadToSigma * detail::median_inplace(scratch.data(), scratch.size()));
+      track.log_scale = track.scale_windows == 0
+                            ? std::log(sigma)
+                            : (1.0 - kScaleAlpha) * track.log_scale + kScaleAlpha * std::log(sigma);
+      ++track.scale_windows;
+    }
+    const double sigma =
+        track.scale_windows > 0 ? std::max(kMinSigma, std::exp(track.log_scale)) : kPriorSigma;
+    const double weight = gap / (sigma * sigma);  // the log-likelihood ratio per unit of x
+    const bool evidence_here = f.kind != StageKind::communication && n >= 2 && !wait_bearing[i];
+
+    for (std::size_t j = 0; j < n; ++j) {
+      const int rank = f.rank_ids[j];
+      if (!in_range(rank)) continue;
+      SeqState& st = track.ranks[static_cast<std::size_t>(rank)];
+      ++st.seen;
+      // The level follows the rank, a pause moving it by 3 sigma at most.
+      if (!st.has_level) {
+        st.level = x[j];
+        st.has_level = true;
+      } else {
+        const double step = std::clamp(x[j] - st.level, -3.0 * sigma, 3.0 * sigma);
+        st.level += kLevelAlpha * step;
+      }
+      double llr = 0.0;
+      if (evidence_here) {
+        llr = std::min(cap, weight * (x[j] - mid));
+        if (use_absolute && f.rank_ms[j] - f.median_ms < options_.absolute_ms_threshold)
+          llr = std::min(llr, 0.0);
+      } else if (wait_bearing[i]) {
+        llr = std::min(0.0, weight * (x[j] - mid));  // waiting: no evidence, only its decay
+      } else {
+        llr = -cap;  // communication, or nothing to compare with
+      }
+      const double before = st.evidence;
+      st.evidence = std::max(0.0, st.evidence + llr);
+      if (before == 0.0 && st.evidence > 0.0) st.rise_step = window.step;
+      if (!st.named && st.evidence >= threshold) st.named = true;
+      if (st.named && st.evidence == 0.0) st.named = false;
+    }
+    for (int rank : f.flagged_ranks) {
+      if (!in_range(rank)) continue;
+      SeqState& st = track.ranks[static_cast<std::size_t>(rank)];
+      ++st.flagged;
+      if (st.first_flagged_step < 0) st.first_flagged_step = window.step;
+    }
+  }
+
+  // Findings: the window's flags, marked confirmed when named; flags in a stage that holds a
+  // wait become waiting; a named rank that is not flagged in this window is still listed.
+  auto state_of = [&](const std::string& cohort, const std::string& stage,
+                      int rank) -> SeqState* {
+    if (!in_range(rank)) return nullptr;
+    key.assign(cohort);
+    key += '\x1f';
+    key += stage;
+    auto it = seq_tracks_.find(key);
+    if (it == seq_tracks_.end() || static_cast<std::size_t>(rank) >= it->second.ranks.size())
+      return nullptr;
+    return &it->second.ranks[static_cast<std::size_t>(rank)];
+  };
+  auto is_wait_bearing = [&](const RankFinding& f) {
+    for (std::size_t i = 0; i < report.stages.size(); ++i)
+      if (wait_bearing[i] && report.stages[i].stage == f.stage &&
+          report.stages[i].cohort == f.cohort)
+        return true;
+    return false;
+  };
+  std::vector<RankFinding> kept;
+  kept.reserve(report.stragglers.size());
+  for (RankFinding& f : report.stragglers) {
+    SeqState* st = state_of(f.cohort, f.stage, f.rank);
+    f.windows_flagged = st ? st->flagged : 0;
+    f.evidence = st ? st->evidence : 0.0;
+    f.confirmed = st && st->named;
+    if (!f.confirmed && is_wait_bearing(f)) {
+      f.role = RankFinding::Role::waiting;
+      report.waiting.push_back(std::move(f));
+    } else {
+      kept.push_back(std::move(f));
+    }
+  }
+  report.stragglers.swap(kept);
+  for (RankFinding& f : report.waiting) {
+    SeqState* st = state_of(f.cohort, f.stage, f.rank);
+    f.windows_flagged = st ? st->flagged : 0;
+    f.confirmed = false;
+  }
+  for (std::size_t i = 0; i < report.stages.size(); ++i) {
+    const StageFigures& f = report.stages[i];
+    if (f.kind == StageKind::communication) continue;
+    for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
+      const int rank = f.rank_ids[j];
+      SeqState* st = state_of(f.cohort, f.stage, rank);
+      if (!st || !st->named) continue;
+      if (std::find(f.flagged_ranks.begin(), f.flagged_ranks.end(), rank) !=
+          f.flagged_ranks.end())
+        continue;
+      RankFinding r;
+      const StepSample* sample = nullptr;
+      for (const StepSample& s : window.samples)
+        if (s.rank == rank && s.cohort == f.cohort) {
+          sample = &s;
+          break;
+        }
+      r.rank = rank;
+      if (sample) r.host = sample->host;
+      r.cohort = f.cohort;
+      r.stage = f.stage;
+      r.kind = f.kind;
+      r.role = RankFinding::Role::straggler;
+      r.ms = f.rank_ms[j];
+      r.ref_ms = f.ref_ms;
+      r.slowdown = f.ref_ms > 0.0 ? f.rank_ms[j] / f.ref_ms : 1.0;
+      r.windows_flagged = st->flagged;
+      r.evidence = st->evidence;
+      r.confirmed = true;
+      report.stragglers.push_back(std::move(r));
+    }
+  }
+
+  // The run's confirmed list.
+  for (const RankFinding& f : report.stragglers) {
+    if (!f.confirmed) continue;
+    SeqState* st = state_of(f.cohort, f.stage, f.rank);
+    if (!st) continue;
+    if (st->confirmed_index < 0) {
+      st->confirmed_index = static_cast<int>(confirmed_.size());
+      Confirmed c;
+      c.first_confirmed_step = window.step;
+      c.first_flagged_step = st->rise_step >= 0 ? st->rise_step : window.step;
+      confirmed_.push_back(std::move(c));
+      key.assign(f.cohort);
+      key += '\x1f';
+      key += f.stage;
+      confirmed_at_.push_back({key, f.rank});
+    }
+    Confirmed& c = confirmed_[static_cast<std::size_t>(st->confirmed_index)];
+    c.finding = f;
+    c.slowdowns.push_back(f.slowdown);
+  }
+  for (std::size_t i = 0; i < confirmed_.size(); ++i) {
+    auto it = seq_tracks_.find(confirmed_at_[i].key);
+    if (it == seq_tracks_.end()) continue;
+    confirmed_[i].windows_seen = it->second.ranks[static_cast<std::size_t>(confirmed_at_[i].rank)].seen;
   }
 }
 

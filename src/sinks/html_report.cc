@@ -691,11 +691,8 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
          " ranks (world size " + std::to_string(sum.world_size) + ") · " +
          std::to_string(sum.windows) + " sampled steps (" + std::to_string(sum.first_step) + "–" +
          std::to_string(sum.last_step) + ") · " + std::to_string(sum.samples) +
-         " samples</p><p class=\"sub\">rule: reference " + to_string(opt.ref) +
-         ", slow if t ≥ ref × " + num(opt.relative_threshold, 2) + " or t − ref ≥ " +
-         num(opt.absolute_ms_threshold, 1) + " ms; confirmed when slow in " +
-         std::to_string(opt.confirm_k) + " of the last " + std::to_string(opt.confirm_n) +
-         " windows</p></header>\n";
+         " samples</p><p class=\"sub\">rule: " + html_escape(describe_rule(opt)) +
+         "</p></header>\n";
 
   out += "<section class=\"cards\">\n";
   {

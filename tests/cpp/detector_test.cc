@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -47,7 +48,7 @@ Window one_stage(const std::vector<double>& ms, StageKind kind = StageKind::comp
 }
 
 DetectorOptions with(Reference ref, double relative = 1.2, double absolute = 5.0) {
-  DetectorOptions o;
+  DetectorOptions o = DetectorOptions::rfc();
   o.ref = ref;
   o.relative_threshold = relative;
   o.absolute_ms_threshold = absolute;
@@ -108,11 +109,21 @@ void expect_invalid(const DetectorOptions& o, const std::string& setting,
   }
 }
 
-TEST(DetectorOptions, DefaultsAreTheRfcsAndValid) {
-  DetectorOptions o;
+TEST(DetectorOptions, DefaultsAreTheSequentialDetectorAndRfcIsTheRfcs) {
+  const DetectorOptions d;
+  EXPECT_EQ(d.method, Method::sequential);
+  EXPECT_EQ(d.ref, Reference::robust);
+  EXPECT_DOUBLE_EQ(d.relative_threshold, 1.1);
+  EXPECT_TRUE(std::isinf(d.absolute_ms_threshold));
+  EXPECT_DOUBLE_EQ(d.false_alarm_budget, 0.01);
+  EXPECT_NO_THROW(d.validate());
+  DetectorOptions o = DetectorOptions::rfc();
+  EXPECT_EQ(o.method, Method::threshold);
   EXPECT_EQ(o.ref, Reference::mean);
   EXPECT_DOUBLE_EQ(o.relative_threshold, 1.2);
   EXPECT_DOUBLE_EQ(o.absolute_ms_threshold, 5.0);
+  EXPECT_EQ(o.confirm_k, 2);
+  EXPECT_EQ(o.confirm_n, 3);
   EXPECT_NO_THROW(o.validate());
   o.relative_threshold = 1.0;
   o.absolute_ms_threshold = 0.0;
@@ -121,8 +132,28 @@ TEST(DetectorOptions, DefaultsAreTheRfcsAndValid) {
   EXPECT_NO_THROW(o.validate());  // the boundaries themselves are allowed
 }
 
-TEST(DetectorOptions, BadSettingsAreNamed) {
+TEST(DetectorOptions, SequentialSettingsAreChecked) {
   DetectorOptions o;
+  o.relative_threshold = 1.0;  // the sequential test needs a shift to look for
+  expect_invalid(o, "relative_threshold", "1");
+  o = DetectorOptions{};
+  o.healthy_spread = 1.2;  // not below relative_threshold
+  expect_invalid(o, "healthy_spread", "1.2");
+  o = DetectorOptions{};
+  o.pause_rate = 0.0;
+  expect_invalid(o, "pause_rate", "0");
+  o = DetectorOptions{};
+  o.false_alarm_budget = 1.0;
+  expect_invalid(o, "false_alarm_budget", "1");
+  o = DetectorOptions{};
+  o.budget_windows = std::nan("");
+  expect_invalid(o, "budget_windows", "nan");
+  EXPECT_EQ(parse_method("threshold"), Method::threshold);
+  EXPECT_THROW(parse_method("cusum"), std::invalid_argument);
+}
+
+TEST(DetectorOptions, BadSettingsAreNamed) {
+  DetectorOptions o = DetectorOptions::rfc();
   o.relative_threshold = 0.9;
   expect_invalid(o, "relative_threshold", "0.9");
   o.relative_threshold = std::numeric_limits<double>::infinity();
@@ -153,7 +184,7 @@ TEST(DetectorOptions, BadSettingsAreNamed) {
 }
 
 TEST(DetectorOptions, EvaluateAndDetectorRejectBadOptions) {
-  DetectorOptions o;
+  DetectorOptions o = DetectorOptions::rfc();
   o.relative_threshold = 0.5;
   EXPECT_THROW(evaluate_window(one_stage({1, 2}), o), std::invalid_argument);
   EXPECT_THROW(Detector{o}, std::invalid_argument);
@@ -270,7 +301,7 @@ TEST(RfcRule, WorldOfOneHasNothingToCompare) {
   EXPECT_EQ(r.ranks_seen, 1);
 
   Window named = make_window({{"forward", StageKind::compute, {3.0}}}, 0, {}, "pp1");
-  const Report rn = evaluate_window(named, {});
+  const Report rn = evaluate_window(named, DetectorOptions::rfc());
   ASSERT_EQ(rn.hints.size(), 1u);
   EXPECT_EQ(rn.hints[0], "only one rank in cohort pp1: nothing to compare");
 }
@@ -282,7 +313,7 @@ TEST(RfcRule, CohortsAreComparedSeparately) {
     s.rank += 2;
     w.samples.push_back(s);
   }
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
   EXPECT_TRUE(r.stragglers.empty());
   ASSERT_EQ(r.stages.size(), 2u);
   EXPECT_EQ(r.stages[0].cohort, "pp0");
@@ -318,7 +349,7 @@ TEST(RfcRule, MissingStageIsEvaluatedOverTheRanksThatHaveIt) {
 }
 
 TEST(RfcRule, NonFiniteTimesCountAsMissing) {
-  const Report r = evaluate_window(one_stage({10, 10, std::nan(""), 10}), {});
+  const Report r = evaluate_window(one_stage({10, 10, std::nan(""), 10}), DetectorOptions::rfc());
   const StageFigures& f = figures(r, "forward");
   EXPECT_EQ(f.ranks, 3);
   EXPECT_DOUBLE_EQ(f.mean_ms, 10.0);
@@ -328,7 +359,7 @@ TEST(RfcRule, NonFiniteTimesCountAsMissing) {
 TEST(RfcRule, RepeatedStageInOneSampleAccumulates) {
   Window w = one_stage({10, 10, 10, 10});
   w.samples[3].stages.push_back(StageTime{"forward", StageKind::compute, 10.0, 1});
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
   EXPECT_EQ(figures(r, "forward").ranks, 4);
   EXPECT_DOUBLE_EQ(figures(r, "forward").max_ms, 20.0);
   EXPECT_EQ(ranks_of(r.stragglers), (std::vector<int>{3}));
@@ -404,7 +435,7 @@ TEST(Robust, ZeroMadKeepsTheRfcRule) {
 TEST(ComputeVsWait, TheWaitersAreEvidenceTheSlowComputeIsTheVerdict) {
   const Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 150}},
                                 {"communication", StageKind::communication, {60, 60, 60, 10}}});
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
 
   ASSERT_EQ(r.stragglers.size(), 1u);
   EXPECT_EQ(r.stragglers[0].rank, 3);
@@ -434,7 +465,7 @@ TEST(ComputeVsWait, LongRankListsAreShortened) {
   comm[19] = 0.0;
   const Report r = evaluate_window(make_window({{"forward", StageKind::compute, fwd},
                                                 {"allreduce", StageKind::communication, comm}}),
-                                   {});
+                                   DetectorOptions::rfc());
   EXPECT_EQ(r.waiting.size(), 19u);
   ASSERT_EQ(r.hints.size(), 1u);
   EXPECT_EQ(r.hints[0].rfind("measured: ranks 0-18 spent >= 200.00 ms more than rank 19", 0), 0u)
@@ -448,7 +479,7 @@ TEST(NodeGrouping, AWholeSlowHostIsNamed) {
                                           "node-c", "node-c", "node-d", "node-d"};
   const Window w = make_window(
       {{"forward", StageKind::compute, {150, 150, 100, 100, 100, 100, 100, 100}}}, 0, hosts);
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
   ASSERT_EQ(r.slow_hosts.size(), 1u);
   const HostFinding& h = r.slow_hosts[0];
   EXPECT_EQ(h.host, "node-a");
@@ -464,7 +495,7 @@ TEST(NodeGrouping, AWholeSlowHostIsNamed) {
 TEST(NodeGrouping, OneSlowGpuIsNotAHost) {
   const std::vector<std::string> hosts = {"node-a", "node-a", "node-b", "node-b"};
   const Report r = evaluate_window(
-      make_window({{"forward", StageKind::compute, {150, 100, 100, 100}}}, 0, hosts), {});
+      make_window({{"forward", StageKind::compute, {150, 100, 100, 100}}}, 0, hosts), DetectorOptions::rfc());
   EXPECT_EQ(ranks_of(r.stragglers), (std::vector<int>{0}));
   EXPECT_TRUE(r.slow_hosts.empty());
 
@@ -496,7 +527,7 @@ TEST(WhatIf, StepSavingByHand) {
   const Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 150}},
                                 {"communication", StageKind::communication, {50, 50, 50, 0}},
                                 {"backward", StageKind::compute, {200, 200, 260, 200}}});
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
   EXPECT_DOUBLE_EQ(r.whatif_step_saving_ms, 45.0);
 
   // A second cohort with a smaller saving: the job figure is the larger.
@@ -506,8 +537,8 @@ TEST(WhatIf, StepSavingByHand) {
     s.rank += 4;
     two.samples.push_back(s);
   }
-  EXPECT_DOUBLE_EQ(evaluate_window(two, {}).whatif_step_saving_ms, 45.0);  // pp1 saves 2
-  EXPECT_DOUBLE_EQ(evaluate_window(other, {}).whatif_step_saving_ms, 2.0);
+  EXPECT_DOUBLE_EQ(evaluate_window(two, DetectorOptions::rfc()).whatif_step_saving_ms, 45.0);  // pp1 saves 2
+  EXPECT_DOUBLE_EQ(evaluate_window(other, DetectorOptions::rfc()).whatif_step_saving_ms, 2.0);
 }
 
 // --- metric names -----------------------------------------------------------------------------
@@ -515,7 +546,7 @@ TEST(WhatIf, StepSavingByHand) {
 TEST(Metrics, ExactNamesAndValues) {
   const Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 150}},
                                 {"communication", StageKind::communication, {60, 60, 60, 10}}});
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
   const Metrics m = r.metrics(1);
 
   std::set<std::string> keys;
@@ -569,7 +600,7 @@ TEST(Metrics, MissingLocalStageOmitsTheKeyAndHintsAreJoined) {
   w.samples.push_back(w.samples[0]);
   w.samples.back().rank = 4;
   w.samples.back().cohort = "solo";
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
   ASSERT_EQ(r.hints.size(), 2u);
   const Metrics m = r.metrics(2);
   EXPECT_EQ(m.count("straggler/attention/local_ms"), 0u);
@@ -587,7 +618,7 @@ TEST(Metrics, AStageInSeveralCohortsReportsTheWorstCohort) {
     s.rank += 2;
     w.samples.push_back(s);
   }
-  const Report r = evaluate_window(w, {});
+  const Report r = evaluate_window(w, DetectorOptions::rfc());
   const Metrics m = r.metrics(0);
   EXPECT_DOUBLE_EQ(num(m, "straggler/forward/mean_ms"), 50.0);  // pp1: max - ref = 10
   EXPECT_DOUBLE_EQ(num(m, "straggler/forward/max_ms"), 60.0);
@@ -606,7 +637,7 @@ Window slow_or_not(bool slow, std::int64_t step) {
 }
 
 TEST(Persistence, TwoOfThreeConfirmsOnTheThirdWindow) {
-  Detector d;  // 2 of 3
+  Detector d(DetectorOptions::rfc());  // 2 of 3
   Report r1 = d.observe(slow_or_not(true, 10));
   ASSERT_EQ(r1.stragglers.size(), 1u);
   EXPECT_EQ(r1.stragglers[0].windows_flagged, 1);
@@ -647,7 +678,7 @@ TEST(Persistence, TwoOfThreeConfirmsOnTheThirdWindow) {
 }
 
 TEST(Persistence, ASingleSpikeNeverConfirms) {
-  Detector d;
+  Detector d(DetectorOptions::rfc());
   std::int64_t step = 0;
   Report first = d.observe(slow_or_not(true, step++));
   EXPECT_FALSE(first.stragglers.at(0).confirmed);
@@ -663,7 +694,7 @@ TEST(Persistence, ASingleSpikeNeverConfirms) {
 }
 
 TEST(Persistence, SparseRankNumbersAreTrackedPerRank) {
-  Detector d;
+  Detector d(DetectorOptions::rfc());
   for (std::int64_t step : {1, 2}) {
     Window w = slow_or_not(true, step);
     for (StepSample& s : w.samples) s.rank = 1000 + 10 * s.rank;  // ranks 1000, ..., 1030
@@ -678,7 +709,7 @@ TEST(Persistence, SparseRankNumbersAreTrackedPerRank) {
 }
 
 TEST(Persistence, KOfNIsConfigurable) {
-  DetectorOptions o;
+  DetectorOptions o = DetectorOptions::rfc();
   o.confirm_k = 1;
   o.confirm_n = 1;
   Detector d(o);
@@ -721,7 +752,7 @@ TEST(Persistence, SameAsThePlainRecordWhenRanksComeAndGo) {
   // 12 ranks, two stages; each window some ranks are missing (a rank that skipped a window,
   // a stage one rank does not run), a few are slow. The detector settles windows lazily for
   // ranks whose set does not change; the plain record must agree on every finding.
-  DetectorOptions o;
+  DetectorOptions o = DetectorOptions::rfc();
   o.confirm_k = 2;
   o.confirm_n = 4;
   Detector d(o);
@@ -855,8 +886,9 @@ TEST(ReportReuse, AReusedReportEqualsAFreshOne) {
 namespace laggard {
 namespace {
 
-TEST(DetectorPresets, RfcIsTheDefault) {
+TEST(DetectorPresets, RfcIsTheRfcsRule) {
   const DetectorOptions o = DetectorOptions::preset("rfc", 8);
+  EXPECT_EQ(o.method, Method::threshold);
   EXPECT_EQ(o.ref, Reference::mean);
   EXPECT_DOUBLE_EQ(o.relative_threshold, 1.2);
   EXPECT_DOUBLE_EQ(o.absolute_ms_threshold, 5.0);
@@ -864,17 +896,14 @@ TEST(DetectorPresets, RfcIsTheDefault) {
   EXPECT_EQ(o.confirm_n, 3);
 }
 
-TEST(DetectorPresets, RecommendedScalesPersistenceWithRanks) {
-  const DetectorOptions small = DetectorOptions::preset("recommended", 64);
-  EXPECT_EQ(small.ref, Reference::robust);
-  EXPECT_DOUBLE_EQ(small.relative_threshold, 1.1);
-  EXPECT_TRUE(std::isinf(small.absolute_ms_threshold));
-  EXPECT_EQ(small.confirm_k, 2);
-  EXPECT_EQ(small.confirm_n, 3);
-  const DetectorOptions large = DetectorOptions::recommended(4096);
-  EXPECT_EQ(large.confirm_k, 3);
-  EXPECT_EQ(large.confirm_n, 5);
-  EXPECT_NO_THROW(large.validate());
+TEST(DetectorPresets, DefaultAndRecommendedAreTheDefaults) {
+  for (const char* name : {"default", "recommended"}) {
+    const DetectorOptions o = DetectorOptions::preset(name, 4096);
+    EXPECT_EQ(o.method, Method::sequential) << name;
+    EXPECT_EQ(o.ref, Reference::robust) << name;
+    EXPECT_DOUBLE_EQ(o.relative_threshold, 1.1) << name;
+    EXPECT_TRUE(std::isinf(o.absolute_ms_threshold)) << name;
+  }
   EXPECT_THROW(DetectorOptions::preset("fast", 8), std::invalid_argument);
 }
 
@@ -897,6 +926,142 @@ TEST(DetectorPresets, RecommendedFindsA1point2xRankTheRfcRuleMisses) {
   const Report rec = evaluate_window(w, DetectorOptions::recommended(8));
   ASSERT_EQ(rec.stragglers.size(), 1u);
   EXPECT_EQ(rec.stragglers[0].rank, 5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sequential method (the default)
+
+// A window of `n` ranks x {dataloader 5 ms, forward 20 ms, backward 40 ms, optimizer 10 ms} with
+// deterministic +-1 % noise; `edit` changes it before it is returned.
+Window noisy_window(int n, std::int64_t step, const std::function<void(Window&)>& edit = {}) {
+  std::vector<Col> cols = {{"dataloader", StageKind::data, {}},
+                           {"forward", StageKind::compute, {}},
+                           {"backward", StageKind::compute, {}},
+                           {"optimizer", StageKind::compute, {}}};
+  const double base[4] = {5.0, 20.0, 40.0, 10.0};
+  for (std::size_t c = 0; c < cols.size(); ++c)
+    for (int r = 0; r < n; ++r) {
+      const double wiggle = 0.01 * std::sin(1.7 * r + 2.3 * static_cast<double>(step) + 0.9 * c);
+      cols[c].ms.push_back(base[c] * (1.0 + wiggle));
+    }
+  Window w = make_window(cols, step);
+  if (edit) edit(w);
+  return w;
+}
+
+std::vector<std::pair<int, std::string>> confirmed_pairs(const Detector& d) {
+  std::vector<std::pair<int, std::string>> out;
+  for (const auto& c : d.confirmed()) out.emplace_back(c.finding.rank, c.finding.stage);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(Sequential, HealthyRunsConfirmNobody) {
+  for (int n : {2, 3, 8, 64}) {
+    Detector d;
+    for (int w = 0; w < 200; ++w) d.observe(noisy_window(n, w));
+    EXPECT_TRUE(d.confirmed().empty()) << n << " ranks";
+  }
+}
+
+TEST(Sequential, ASlowRankIsConfirmedWithinAFewWindowsAndNamedUntilItRecovers) {
+  Detector d;
+  int confirmed_at = -1;
+  for (int w = 0; w < 30; ++w) {
+    const Report r = d.observe(noisy_window(8, w, [&](Window& win) {
+      if (w >= 10 && w < 20) win.samples[5].stages[1].ms *= 1.2;  // forward, 1.2x
+    }));
+    const bool named = std::any_of(r.stragglers.begin(), r.stragglers.end(), [](const auto& f) {
+      return f.confirmed && f.rank == 5 && f.stage == "forward";
+    });
+    if (named && confirmed_at < 0) confirmed_at = w;
+    if (w >= 26) EXPECT_FALSE(named) << "window " << w;  // recovered: the evidence fell to 0
+  }
+  EXPECT_GE(confirmed_at, 11);
+  EXPECT_LE(confirmed_at, 14);  // within 5 windows of the onset
+  EXPECT_EQ(confirmed_pairs(d), (std::vector<std::pair<int, std::string>>{{5, "forward"}}));
+  EXPECT_EQ(d.confirmed()[0].first_flagged_step, 10);
+}
+
+TEST(Sequential, PausesInSeparateWindowsAreNotAStraggler) {
+  // Rank 3 is paused (+50 ms in its 5 ms dataloader) every third window: never twice running.
+  Detector d;
+  for (int w = 0; w < 300; ++w)
+    d.observe(noisy_window(8, w, [&](Window& win) {
+      if (w % 3 == 0) win.samples[3].stages[0].ms += 50.0;
+    }));
+  EXPECT_TRUE(d.confirmed().empty());
+}
+
+TEST(Sequential, EvidenceThresholdGrowsWithThePairsWatched) {
+  const DetectorOptions o;
+  EXPECT_NEAR(evidence_threshold(o, 1), std::log(1000 / 0.01), 1e-12);
+  EXPECT_NEAR(evidence_threshold(o, 4096 * 5) - evidence_threshold(o, 8 * 5),
+              std::log(4096.0 / 8.0), 1e-9);
+}
+
+TEST(Sequential, AWaitInsideAComputeSectionIsNotBlamed) {
+  // Rank 1's optimizer is 25 ms slower; the all-reduce sits inside the others' "backward"
+  // section (hand-written sections), so they wait there: their backward is 25 ms longer and
+  // rank 1's is the shortest. Only rank 1 is named, in optimizer.
+  for (int n : {3, 4, 16}) {
+    Detector d;
+    bool wait_hint = false;
+    for (int w = 0; w < 40; ++w) {
+      const Report r = d.observe(noisy_window(n, w, [&](Window& win) {
+        for (int k = 0; k < n; ++k)
+          if (k == 1)
+            win.samples[static_cast<std::size_t>(k)].stages[3].ms += 25.0;
+          else
+            win.samples[static_cast<std::size_t>(k)].stages[2].ms += 25.0;
+      }));
+      for (const std::string& h : r.hints)
+        if (h.find("holds a wait for it") != std::string::npos) wait_hint = true;
+    }
+    EXPECT_EQ(confirmed_pairs(d), (std::vector<std::pair<int, std::string>>{{1, "optimizer"}}))
+        << n << " ranks";
+    EXPECT_TRUE(wait_hint);
+  }
+}
+
+TEST(Sequential, UntimedCodeIsAStageAndItsSlowRankIsNamed) {
+  // Every rank's step is 80 ms + 2 ms outside any section; rank 2 sleeps 25 ms outside them.
+  Detector d;
+  for (int w = 0; w < 30; ++w) {
+    const Report r = d.observe(noisy_window(4, w, [&](Window& win) {
+      for (StepSample& s : win.samples) {
+        double sum = 0.0;
+        for (const StageTime& st : s.stages) sum += st.ms;
+        s.step_ms = sum + 2.0 + (s.rank == 2 ? 25.0 : 0.0);
+      }
+    }));
+    const auto it = std::find_if(r.stages.begin(), r.stages.end(),
+                                 [](const StageFigures& f) { return f.stage == kUntimedStage; });
+    ASSERT_NE(it, r.stages.end());
+    EXPECT_EQ(it->kind, StageKind::other);
+    EXPECT_NEAR(it->median_ms, 2.0, 0.05);
+  }
+  EXPECT_EQ(confirmed_pairs(d), (std::vector<std::pair<int, std::string>>{{2, "untimed"}}));
+}
+
+TEST(Sequential, NoUntimedStageWithoutAStepTimeOrWhenStagesCoverIt) {
+  const Report none = evaluate_window(noisy_window(4, 0), DetectorOptions{});
+  for (const StageFigures& f : none.stages) EXPECT_NE(f.stage, kUntimedStage);
+  const Report covered = evaluate_window(noisy_window(4, 0, [](Window& win) {
+    for (StepSample& s : win.samples) s.step_ms = 1.0;  // less than the stages: clamped, all 0
+  }), DetectorOptions{});
+  for (const StageFigures& f : covered.stages) EXPECT_NE(f.stage, kUntimedStage);
+}
+
+TEST(Sequential, TheSlowRankOfTwoIsNamedWhenCommunicationIsTimed) {
+  Detector d;
+  for (int w = 0; w < 20; ++w)
+    d.observe(noisy_window(2, w, [&](Window& win) {
+      win.samples[1].stages[1].ms *= 2.0;  // forward
+      win.samples[0].stages.push_back({"communication", StageKind::communication, 20.0, 1});
+      win.samples[1].stages.push_back({"communication", StageKind::communication, 0.5, 1});
+    }));
+  EXPECT_EQ(confirmed_pairs(d), (std::vector<std::pair<int, std::string>>{{1, "forward"}}));
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ Window window(std::int64_t step, const std::vector<double>& forward, const std::
 }
 
 TEST(RunReportData, HeatmapCellsAndBoundedStepTime) {
-  RunAnalysis analysis;
+  RunAnalysis analysis(DetectorOptions::rfc());  // the figures below are the RFC rule's
   RunReportData data(32);
   for (int i = 0; i < 200; ++i) {
     const Window w = window(10 * i, {60, i >= 50 ? 90.0 : 60.0, 60, 60}, "h<1>");
@@ -90,7 +90,7 @@ TEST(RunReportData, HeatmapCellsAndBoundedStepTime) {
 }
 
 TEST(RunReport, SelfContainedEscapedAndComplete) {
-  RunAnalysis analysis;
+  RunAnalysis analysis(DetectorOptions::rfc());  // the figures below are the RFC rule's
   RunReportData data;
   for (int i = 0; i < 30; ++i) {
     const Window w =

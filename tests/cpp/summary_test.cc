@@ -30,7 +30,7 @@ Window make_window(std::int64_t step, int world, const std::vector<double>& forw
 }
 
 TEST(RunAnalysis, NamesTheSlowRankAndListsTheWaitingOnes) {
-  RunAnalysis analysis;
+  RunAnalysis analysis(DetectorOptions::rfc());  // the figures below are the RFC rule's
   for (int i = 0; i < 10; ++i) {
     const double slow = i >= 3 ? 90.0 : 60.0;
     analysis.add(make_window(i * 10, 4, {60.0, 60.0, 60.0, slow}));
@@ -60,7 +60,7 @@ TEST(RunAnalysis, NamesTheSlowRankAndListsTheWaitingOnes) {
 }
 
 TEST(RunAnalysis, HealthyRunNamesNobody) {
-  RunAnalysis analysis;
+  RunAnalysis analysis(DetectorOptions::rfc());  // the figures below are the RFC rule's
   for (int i = 0; i < 10; ++i) analysis.add(make_window(i, 4, {60.0, 60.5, 59.5, 60.2}));
   const RunSummary s = analysis.summary();
   EXPECT_TRUE(s.stragglers.empty());
@@ -70,7 +70,7 @@ TEST(RunAnalysis, HealthyRunNamesNobody) {
 }
 
 TEST(RunAnalysis, WholeSlowHostIsNamed) {
-  RunAnalysis analysis;
+  RunAnalysis analysis(DetectorOptions::rfc());  // the figures below are the RFC rule's
   for (int i = 0; i < 5; ++i) analysis.add(make_window(i, 6, {60, 60, 90, 90, 60, 60}));
   const RunSummary s = analysis.summary();
   ASSERT_EQ(s.slow_hosts.size(), 1u);
@@ -81,7 +81,7 @@ TEST(RunAnalysis, WholeSlowHostIsNamed) {
 }
 
 TEST(RunAnalysis, EmptyRunHasAnEmptySummary) {
-  RunAnalysis analysis;
+  RunAnalysis analysis(DetectorOptions::rfc());  // the figures below are the RFC rule's
   const RunSummary s = analysis.summary();
   EXPECT_EQ(s.windows, 0);
   EXPECT_EQ(s.mean_step_ms, 0.0);

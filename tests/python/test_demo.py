@@ -73,13 +73,9 @@ def _demo(out, *args, via_cli=None, timeout=120):
 def _confirmed(out):
     """What the run directory says through the library (independent of the demo's text)."""
     from laggard import _core
-    from laggard.demo import DEMO_DETECTOR as d
 
     windows, _ = _core.read_run(str(out))
-    det = _core.Detector(_core.DetectorOptions(
-        ref=d["ref"], relative_threshold=d["relative_threshold"],
-        absolute_ms_threshold=d["absolute_ms_threshold"], confirm_k=d["confirm_k"],
-        confirm_n=d["confirm_n"]))
+    det = _core.Detector(_core.DetectorOptions())  # the demo runs with the library's defaults
     for step, samples in windows:
         det.observe(samples, step)
     return sorted((f["rank"], f["stage"]) for f in det.confirmed()), len(windows)

@@ -17,31 +17,44 @@ namespace laggard::cli {
 void add_detector_options(CLI::App* cmd, DetectorArgs& args) {
   DetectorOptions& detector = args.detector;
   args.options = {
-      cmd->add_option("--ref", args.ref, "Reference over ranks: mean (RFC default), median, robust")
+      cmd->add_option("--method", args.method,
+                      "sequential (the default: evidence over windows against a false-alarm "
+                      "budget) or threshold (the RFC's per-window rule, k of n)")
+          ->check(CLI::IsMember({"sequential", "threshold"}))
+          ->capture_default_str(),
+      cmd->add_option("--ref", args.ref,
+                      "Reference over ranks of a window's flags: mean (the RFC's), median, robust")
           ->check(CLI::IsMember({"mean", "median", "robust"}))
           ->capture_default_str(),
       cmd->add_option("--relative-threshold", detector.relative_threshold,
-                      "Slow if t >= ref * this")
+                      "Slow if t >= ref * this (sequential: the slowdown the test is built for)")
           ->capture_default_str(),
       cmd->add_option("--absolute-ms-threshold", detector.absolute_ms_threshold,
-                      "... or t - ref >= this many ms (inf: off)")
+                      "... or t - ref >= this many ms (inf: off; sequential: the least excess "
+                      "that counts)")
           ->capture_default_str(),
       cmd->add_option("--mad-z", detector.mad_z, "robust reference: MAD z-score also required")
           ->capture_default_str(),
       cmd->add_option("--confirm-k", detector.confirm_k,
-                      "Confirmed when slow in k ... (persistence)")
+                      "threshold method: confirmed when slow in k ... (persistence)")
           ->capture_default_str(),
       cmd->add_option("--confirm-n", detector.confirm_n, "... of the last n windows")
+          ->capture_default_str(),
+      cmd->add_option("--false-alarm-budget", detector.false_alarm_budget,
+                      "sequential method: chance of any false confirmation in a run of "
+                      "1000 sampled windows")
           ->capture_default_str()};
   cmd->add_option("--preset", args.preset,
-                  "Settings by name, under any flag given: rfc (the defaults) or recommended "
-                  "(robust, 1.1x, no absolute rule; docs/detection.md)")
-      ->check(CLI::IsMember({"rfc", "recommended"}));
+                  "Settings by name, under any flag given: default (the benchmark's best: "
+                  "sequential, docs/detection.md), rfc (the RFC's rule exactly: threshold, mean, "
+                  "1.2x, 5 ms, 2 of 3), recommended (= default)")
+      ->check(CLI::IsMember({"default", "rfc", "recommended"}));
 }
 
 DetectorOptions DetectorArgs::resolve(std::size_t world_size) const {
   DetectorOptions o = detector;
   o.ref = parse_reference(ref);
+  o.method = parse_method(method);
   if (!preset.empty()) {
     // A flag given on the command line wins over the preset's value.
     const auto given = [this](const char* flag) {
@@ -50,12 +63,14 @@ DetectorOptions DetectorArgs::resolve(std::size_t world_size) const {
       return false;
     };
     const DetectorOptions p = DetectorOptions::preset(preset, static_cast<int>(world_size));
+    if (!given("--method")) o.method = p.method;
     if (!given("--ref")) o.ref = p.ref;
     if (!given("--relative-threshold")) o.relative_threshold = p.relative_threshold;
     if (!given("--absolute-ms-threshold")) o.absolute_ms_threshold = p.absolute_ms_threshold;
     if (!given("--mad-z")) o.mad_z = p.mad_z;
     if (!given("--confirm-k")) o.confirm_k = p.confirm_k;
     if (!given("--confirm-n")) o.confirm_n = p.confirm_n;
+    if (!given("--false-alarm-budget")) o.false_alarm_budget = p.false_alarm_budget;
   }
   o.validate();
   return o;
@@ -97,16 +112,7 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
   std::cout << "  " << sum.ranks << " ranks (world size " << sum.world_size << "), "
             << sum.windows << " sampled steps (" << sum.first_step << ".." << sum.last_step
             << "), " << sum.samples << " samples\n";
-  std::cout << "  rule: ref " << to_string(opt.ref) << ", slow if t >= ref x "
-            << fixed(opt.relative_threshold, 2);
-  if (std::isfinite(opt.absolute_ms_threshold))
-    std::cout << " or t - ref >= " << fixed(opt.absolute_ms_threshold, 1) << " ms";
-  else
-    std::cout << " (no absolute rule)";
-  if (opt.ref == Reference::robust)
-    std::cout << ", and MAD z >= " << fixed(opt.mad_z, 1);
-  std::cout << "; confirmed when slow in " << opt.confirm_k << " of the last " << opt.confirm_n
-            << " windows\n\n";
+  std::cout << "  rule: " << describe_rule(opt) << "\n\n";
 
   std::cout << "Confirmed stragglers\n";
   if (sum.stragglers.empty()) std::cout << "  none\n";
@@ -168,7 +174,9 @@ Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& sta
   j["samples"] = sum.samples;
   j["first_step"] = sum.first_step;
   j["last_step"] = sum.last_step;
-  j["options"] = {{"ref", to_string(opt.ref)},
+  j["options"] = {{"method", to_string(opt.method)},
+                  {"false_alarm_budget", opt.false_alarm_budget},
+                  {"ref", to_string(opt.ref)},
                   {"relative_threshold", opt.relative_threshold},
                   {"absolute_ms_threshold", opt.absolute_ms_threshold},
                   {"mad_z", opt.mad_z},

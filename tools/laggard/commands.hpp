@@ -23,8 +23,9 @@ struct UsageError {
 
 /// Detector flags shared by analyze and report: a preset, then the flags given on top of it.
 struct DetectorArgs {
-  std::string ref = "mean";
-  std::string preset;  ///< "", "rfc" or "recommended"
+  std::string ref = to_string(DetectorOptions{}.ref);
+  std::string method = to_string(DetectorOptions{}.method);
+  std::string preset;  ///< "", "default", "recommended" (the same) or "rfc"
   DetectorOptions detector;
   std::vector<CLI::Option*> options;  ///< the flags, to tell given from default
   /// The options to run with; throws std::invalid_argument for invalid ones.
