@@ -541,19 +541,27 @@ class WindowEvaluator {
     r.max = hi;
     r.top = top;
     r.median = detail::median_of(ms, n, ws_.scratch);
-    const double ref = options_.ref == Reference::mean ? r.mean : r.median;
+    // Communication under a median reference: the ranks that wait are usually the majority, so
+    // the median is a waiting rank. Waiting is measured from the rank that waited least (the last
+    // to arrive): flagged when it exceeds that by (relative_threshold - 1) x the median.
+    const bool wait_from_min =
+        col.kind == StageKind::communication && options_.ref != Reference::mean;
+    const double ref = options_.ref == Reference::mean ? r.mean : wait_from_min ? r.min : r.median;
     r.ref = ref;
 
     // The robust rule's extra margin; with MAD == 0 any t > median passes it.
     double mad_margin = -std::numeric_limits<double>::infinity();
-    if (options_.ref == Reference::robust) {
+    if (options_.ref == Reference::robust && !wait_from_min) {
       const double mad = detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
       if (mad > 0.0) mad_margin = options_.mad_z * kMadToSigma * mad;
     }
     if (n > 1) {
       // With ref <= 0 the relative rule says nothing: only the absolute rule applies.
-      const double relative_limit =
+      double relative_limit =
           ref > 0.0 ? ref * options_.relative_threshold : std::numeric_limits<double>::infinity();
+      if (wait_from_min)
+        relative_limit = r.median > 0.0 ? ref + (options_.relative_threshold - 1.0) * r.median
+                                        : std::numeric_limits<double>::infinity();
       detail::SlowRule rule;
       rule.ref = ref;
       rule.relative_limit = relative_limit;
@@ -751,7 +759,10 @@ class WindowEvaluator {
           hint_waiting(cohort, col, r);
         else if (r.flagged.size() >= 2)  // a slow host has at least two ranks, all flagged
           group_hosts(cohort, col, r);
-        const double gap = r.max - r.ref;
+        // Waiting measured from the last arrival (median references) names no bottleneck.
+        const bool waiting_only =
+            col.kind == StageKind::communication && options_.ref != Reference::mean;
+        const double gap = waiting_only ? 0.0 : r.max - r.ref;
         if (gap > best_gap) {
           best_gap = gap;
           report_.likely_bottleneck = std::string(col.name);
@@ -1232,10 +1243,24 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     }
   }
   report.stragglers.swap(kept);
+  // Waiting is persistent evidence (confirmed) while its cohort has a confirmed straggler to
+  // wait for; it is never a verdict.
+  std::vector<std::string_view> cohorts_named;
+  for (const StageFigures& f : report.stages) {
+    if (f.kind == StageKind::communication) continue;
+    for (int rank : f.rank_ids) {
+      SeqState* st = state_of(f.cohort, f.stage, rank);
+      if (st && st->named) {
+        cohorts_named.push_back(f.cohort);
+        break;
+      }
+    }
+  }
   for (RankFinding& f : report.waiting) {
     SeqState* st = state_of(f.cohort, f.stage, f.rank);
     f.windows_flagged = st ? st->flagged : 0;
-    f.confirmed = false;
+    f.confirmed = std::find(cohorts_named.begin(), cohorts_named.end(), f.cohort) !=
+                  cohorts_named.end();
   }
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
