@@ -1050,8 +1050,12 @@ void Detector::observe_threshold(const Window& window, Report& report) {
 
 namespace {
 
-// Times below this are noise of the clock, not of the work: x = ln((t + e) / (ref + e)).
-constexpr double kEpsilonMs = 0.05;
+// Times below this are noise of the clock and the interpreter, not of the work:
+// x = ln((t + e) / (ref + e)). Sub-millisecond stages (untimed time is often 0.1 ms) would
+// otherwise swing by tens of percent from window to window.
+constexpr double kEpsilonMs = 0.5;
+// A rank faster than the median by less than this holds no wait worth the name.
+constexpr double kMinWaitMs = 0.5;
 // Before a (cohort, stage) has two windows, the noise of its log-ratio is taken as this.
 constexpr double kPriorSigma = 0.05;
 // The noise estimate never goes below this: a rank 0.5 % off is not resolved.
@@ -1118,7 +1122,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         const StageFigures& f = report.stages[i];
         if (f.kind == StageKind::communication || f.rank_ids.size() < 2) continue;
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
-          if (xs[offsets[i] + j] > -log_slow) continue;
+          if (xs[offsets[i] + j] > -log_slow || f.median_ms - f.rank_ms[j] < kMinWaitMs) continue;
           if (!std::binary_search(late.begin(), late.end(), f.rank_ids[j])) continue;
           wait_bearing[i] = 1;
           char buf[96];

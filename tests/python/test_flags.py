@@ -17,9 +17,12 @@ def test_exact_names_and_defaults():
     a = parser().parse_args([])
     assert a.straggler_analysis is False
     assert a.straggler_interval == 10
-    assert a.straggler_relative_threshold == 1.2
-    assert a.straggler_absolute_ms_threshold == 5.0
-    assert a.straggler_ref == "mean"
+    # Threshold flags left out take the library's defaults (docs/detection.md).
+    assert a.straggler_relative_threshold is None
+    assert a.straggler_absolute_ms_threshold is None
+    assert a.straggler_ref is None
+    kwargs = laggard.flags.analyzer_kwargs(a)
+    assert kwargs["relative_threshold"] is None and kwargs["ref"] is None
     assert a.straggler_enable_module_stages is False
     assert a.straggler_log_dir is None
     options = {s for action in parser()._actions for s in action.option_strings}
@@ -67,6 +70,23 @@ def test_preset_flag():
     assert laggard.flags.analyzer_kwargs(args)["preset"] == "recommended"
     with pytest.raises(SystemExit):
         parser.parse_args(["--straggler-preset", "fastest"])
+
+
+def test_defaults_are_the_librarys_and_rfc_is_the_rfcs_rule():
+    an = laggard.Analyzer(enabled=True, interval=1, timing="host")
+    try:
+        o = an.options
+        assert (o["method"], o["ref"], o["relative_threshold"]) == ("sequential", "robust", 1.1)
+        assert o["absolute_ms_threshold"] == float("inf")
+    finally:
+        an.close()
+    an = laggard.Analyzer(enabled=True, interval=1, timing="host", preset="rfc")
+    try:
+        o = an.options
+        assert (o["method"], o["ref"], o["relative_threshold"], o["absolute_ms_threshold"],
+                o["confirm_k"], o["confirm_n"]) == ("threshold", "mean", 1.2, 5.0, 2, 3)
+    finally:
+        an.close()
 
 
 def test_recommended_preset_reaches_the_detector(tmp_path):
