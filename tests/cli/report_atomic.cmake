@@ -25,3 +25,9 @@ if(NOT rc EQUAL 2 OR NOT err MATCHES "refusing to write .*rank-0.jsonl: it is an
    NOT before STREQUAL after)
   message(FATAL_ERROR "report onto its input: rc ${rc}\nstderr: ${err}")
 endif()
+# A report to a file that does not exist yet (the usual case) is written.
+execute_process(COMMAND ${CMD} report -q ${WORK}/run -o ${WORK}/new.html
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT EXISTS ${WORK}/new.html)
+  message(FATAL_ERROR "report to a new file: rc ${rc}\nstderr: ${err}")
+endif()

@@ -99,6 +99,8 @@ void write_file_replacing(const std::string& path, const std::string& text,
     return;
   }
   // Through a symbolic link to its file: the rename replaces the file, not the link.
+  // (fs::status set `ec` for a file that does not exist yet: that is the usual case here.)
+  ec.clear();
   const fs::path target = fs::exists(status) ? fs::canonical(path, ec) : fs::path(path);
   if (ec) throw fail(ec.message());
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
