@@ -1,6 +1,7 @@
 // laggard — straggler analysis over sampled windows (the RFC rule and what goes beyond it).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -29,12 +30,13 @@ LAGGARD_API const char* to_string(Reference ref) noexcept;
 LAGGARD_API Reference parse_reference(std::string_view text);
 
 /// How a (rank, stage) becomes a confirmed straggler.
-///  - sequential: the default (docs/detection.md). Per (cohort, stage, rank), a one-sided CUSUM of
-///    the log-likelihood ratio "slow by relative_threshold" against "within healthy_spread of the
-///    cohort's median", on the log of the rank's time over the median; each window's evidence is
-///    capped at ln(1 / pause_rate), so a transient pause counts as one unusual window at most;
-///    confirmed when the evidence reaches ln(pairs watched x budget_windows / false_alarm_budget)
-///    and named until it falls back to zero.
+///  - sequential: the default (docs/detection.md). Per (cohort, stage, rank), one-sided CUSUMs of
+///    the log-likelihood ratio "slow by s" against "within healthy_spread of the cohort's median",
+///    on the log of the rank's time over the median, for s = relative_threshold and those of
+///    1.25, 1.5, 2 and 4 above it; each window's evidence is capped at ln(1 / pause_rate), so a
+///    transient pause counts as one unusual window at most; confirmed when one CUSUM reaches
+///    ln(pairs watched x budget_windows / false_alarm_budget) + ln(number of shifts), and named
+///    until all fall back to zero.
 ///  - threshold: the RFC's rule: flagged in a window when t >= ref x relative_threshold or
 ///    t - ref >= absolute_ms_threshold, confirmed when flagged in confirm_k of the last confirm_n.
 enum class Method : std::uint8_t { threshold = 0, sequential = 1 };
@@ -224,7 +226,10 @@ class LAGGARD_API Detector {
   };
   /// Sequential method: the state of one (cohort, stage, rank).
   struct SeqState {
-    double evidence = 0.0;  ///< the CUSUM, >= 0
+    /// One CUSUM per slowdown the test looks for (relative_threshold, 1.25x, 1.5x, 2x, 4x: those
+    /// above relative_threshold), each >= 0; `evidence` is the largest.
+    std::array<double, 5> cusum{};
+    double evidence = 0.0;
     double level = 0.0;     ///< EWMA of the log-ratio (for the noise estimate only)
     bool has_level = false;
     bool named = false;     ///< evidence reached the threshold and has not fallen back to 0
@@ -256,8 +261,8 @@ class LAGGARD_API Detector {
   // Scratch of observe_sequential, kept between windows.
   std::vector<double> seq_x_, seq_scratch_;
   std::vector<std::size_t> seq_offsets_;
-  std::vector<int> seq_late_;
-  std::vector<char> seq_wait_;
+  std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
+  std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)
 };
 
 /// The lesson's rule over one vector of per-stage times in pipeline order. `limit` is

@@ -1072,8 +1072,14 @@ double log_ratio(double ms, double ref) {
 void Detector::observe_sequential(const Window& window, Report& report) {
   const double log_slow = std::log(options_.relative_threshold);
   const double log_healthy = std::log(options_.healthy_spread);
-  const double gap = log_slow - log_healthy;       // the shift the test is built for
-  const double mid = 0.5 * (log_slow + log_healthy);  // evidence is positive above this
+  // The slowdowns the test looks for: relative_threshold and those of 1.25, 1.5, 2 and 4 above
+  // it. One shift's test is weak against a much larger one when the noise is large (its
+  // evidence per window grows with the gap it was built for); the others are not.
+  double shifts[5];
+  int num_shifts = 0;
+  shifts[num_shifts++] = log_slow;
+  for (double factor : {1.25, 1.5, 2.0, 4.0})
+    if (factor > options_.relative_threshold * 1.05) shifts[num_shifts++] = std::log(factor);
   const double cap = std::log(1.0 / options_.pause_rate);
   const bool use_absolute = std::isfinite(options_.absolute_ms_threshold);
   auto in_range = [](int rank) { return rank >= 0 && rank < kMaxTrackedRank; };
@@ -1083,7 +1089,19 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   for (const StageFigures& f : report.stages)
     if (f.kind != StageKind::communication) pairs += static_cast<double>(f.rank_ids.size());
   pairs_ = std::max(pairs_, pairs);
-  const double threshold = evidence_threshold(options_, pairs_);
+  const double threshold = evidence_threshold(options_, pairs_) + std::log(num_shifts);
+
+  std::string key;
+  auto track_key = [&](const std::string& cohort, const std::string& stage) -> const std::string& {
+    key.assign(cohort);
+    key += '\x1f';
+    key += stage;
+    return key;
+  };
+  // The noise of a (cohort, stage) as estimated up to the previous window.
+  auto sigma_of = [&](const SeqTrack& track) {
+    return track.scale_windows > 0 ? std::max(kMinSigma, std::exp(track.log_scale)) : kPriorSigma;
+  };
 
   // Log-ratios of every (stage, rank) of the window, stage after stage.
   std::vector<double>& xs = seq_x_;
@@ -1099,54 +1117,70 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   }
 
   // A stage holds a wait for a late rank when a rank that is relative_threshold slower than the
-  // median in another stage of its cohort is as much faster in this one: it arrived last at a
-  // collective inside this stage, and the others waited there for it. The others' excess in
-  // this stage is then waiting, whatever the stage was called: it gives no evidence.
-  std::vector<char>& wait_bearing = seq_wait_;
-  wait_bearing.assign(report.stages.size(), 0);
+  // median in another stage of its cohort is faster than the median in this one, by more than
+  // relative_threshold and 3 sigma of the stage, and by about what it lost elsewhere (0.5x to 2x
+  // in ms): it arrived last at a collective inside this stage, and the others waited there for
+  // it. Excess in this stage up to 1.5x that wait is then waiting, whatever the stage was
+  // called: it gives no evidence. (Matching the milliseconds keeps a pause in one stage and
+  // jitter in another from looking like a wait in a large cohort.)
+  std::vector<double>& wait_ms = seq_wait_;
+  wait_ms.assign(report.stages.size(), 0.0);
   for (std::size_t b = 0; b < report.stages.size();) {
     std::size_t e = b;
     while (e < report.stages.size() && report.stages[e].cohort == report.stages[b].cohort) ++e;
-    std::vector<int>& late = seq_late_;
+    auto& late = seq_late_;
     late.clear();
     for (std::size_t i = b; i < e; ++i) {
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication) continue;
       for (std::size_t j = 0; j < f.rank_ids.size(); ++j)
-        if (xs[offsets[i] + j] >= log_slow) late.push_back(f.rank_ids[j]);
+        if (xs[offsets[i] + j] >= log_slow)
+          late.emplace_back(f.rank_ids[j], f.rank_ms[j] - f.median_ms);
     }
-    std::sort(late.begin(), late.end());
-    late.erase(std::unique(late.begin(), late.end()), late.end());
+    std::sort(late.begin(), late.end(), [](const auto& a, const auto& c) {
+      return a.first < c.first || (a.first == c.first && a.second > c.second);
+    });
+    late.erase(std::unique(late.begin(), late.end(),
+                           [](const auto& a, const auto& c) { return a.first == c.first; }),
+               late.end());  // each rank once, with its largest excess
     if (!late.empty()) {
       for (std::size_t i = b; i < e; ++i) {
         const StageFigures& f = report.stages[i];
         if (f.kind == StageKind::communication || f.rank_ids.size() < 2) continue;
+        auto t = seq_tracks_.find(track_key(f.cohort, f.stage));
+        const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
+                                                           ? kPriorSigma
+                                                           : sigma_of(t->second)));
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
-          if (xs[offsets[i] + j] > -log_slow || f.median_ms - f.rank_ms[j] < kMinWaitMs) continue;
-          if (!std::binary_search(late.begin(), late.end(), f.rank_ids[j])) continue;
-          wait_bearing[i] = 1;
-          char buf[96];
-          std::snprintf(buf, sizeof buf, "%.2f ms", f.median_ms - f.rank_ms[j]);
-          report.hints.push_back("measured: rank " + std::to_string(f.rank_ids[j]) +
-                                 cohort_suffix(f.cohort) + " is slow in another stage and " +
-                                 buf + " faster than the median in '" + f.stage +
-                                 "'; inferred: '" + f.stage +
-                                 "' holds a wait for it, and the others' excess there is waiting");
-          break;
+          const double deficit = f.median_ms - f.rank_ms[j];
+          if (xs[offsets[i] + j] > low || deficit < kMinWaitMs) continue;
+          auto it = std::lower_bound(
+              late.begin(), late.end(), f.rank_ids[j],
+              [](const std::pair<int, double>& a, int rank) { return a.first < rank; });
+          if (it == late.end() || it->first != f.rank_ids[j]) continue;
+          if (!(it->second >= 0.5 * deficit && it->second <= 2.0 * deficit)) continue;
+          if (deficit <= wait_ms[i]) continue;
+          if (wait_ms[i] == 0.0) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "%.2f ms", deficit);
+            report.hints.push_back("measured: rank " + std::to_string(f.rank_ids[j]) +
+                                   cohort_suffix(f.cohort) + " is slow in another stage and " +
+                                   buf + " faster than the median in '" + f.stage +
+                                   "'; inferred: '" + f.stage +
+                                   "' holds a wait for it, and the others' excess there is "
+                                   "waiting");
+          }
+          wait_ms[i] = deficit;
         }
       }
     }
     b = e;
   }
 
-  std::string key;
   std::vector<double>& scratch = seq_scratch_;
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
-    key.assign(f.cohort);
-    key += '\x1f';
-    key += f.stage;
-    SeqTrack& track = seq_tracks_[key];
+    SeqTrack& track = seq_tracks_[track_key(f.cohort, f.stage)];
     const double* x = xs.data() + offsets[i];
     const std::size_t n = f.rank_ids.size();
     for (int rank : f.rank_ids)
@@ -1170,10 +1204,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
                             : (1.0 - kScaleAlpha) * track.log_scale + kScaleAlpha * std::log(sigma);
       ++track.scale_windows;
     }
-    const double sigma =
-        track.scale_windows > 0 ? std::max(kMinSigma, std::exp(track.log_scale)) : kPriorSigma;
-    const double weight = gap / (sigma * sigma);  // the log-likelihood ratio per unit of x
-    const bool evidence_here = f.kind != StageKind::communication && n >= 2 && !wait_bearing[i];
+    const double sigma = sigma_of(track);
+    const bool comparable = f.kind != StageKind::communication && n >= 2;
 
     for (std::size_t j = 0; j < n; ++j) {
       const int rank = f.rank_ids[j];
@@ -1188,18 +1220,26 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         const double step = std::clamp(x[j] - st.level, -3.0 * sigma, 3.0 * sigma);
         st.level += kLevelAlpha * step;
       }
-      double llr = 0.0;
-      if (evidence_here) {
-        llr = std::min(cap, weight * (x[j] - mid));
-        if (use_absolute && f.rank_ms[j] - f.median_ms < options_.absolute_ms_threshold)
-          llr = std::min(llr, 0.0);
-      } else if (wait_bearing[i]) {
-        llr = std::min(0.0, weight * (x[j] - mid));  // waiting: no evidence, only its decay
-      } else {
-        llr = -cap;  // communication, or nothing to compare with
-      }
+      const double excess_ms = f.rank_ms[j] - f.median_ms;
+      // Waiting (explained by the wait this stage holds) or below the absolute rule: evidence
+      // may only fall.
+      const bool hold = (wait_ms[i] > 0.0 && excess_ms <= 1.5 * wait_ms[i]) ||
+                        (use_absolute && excess_ms < options_.absolute_ms_threshold);
       const double before = st.evidence;
-      st.evidence = std::max(0.0, st.evidence + llr);
+      double most = 0.0;
+      for (int k = 0; k < num_shifts; ++k) {
+        double llr = -cap;  // communication, or nothing to compare with
+        if (comparable) {
+          const double gap = shifts[k] - log_healthy;
+          const double mid = 0.5 * (shifts[k] + log_healthy);
+          llr = std::min(cap, gap / (sigma * sigma) * (x[j] - mid));
+          if (hold) llr = std::min(llr, 0.0);
+        }
+        double& c = st.cusum[static_cast<std::size_t>(k)];
+        c = std::max(0.0, c + llr);
+        most = std::max(most, c);
+      }
+      st.evidence = most;
       if (before == 0.0 && st.evidence > 0.0) st.rise_step = window.step;
       if (!st.named && st.evidence >= threshold) st.named = true;
       if (st.named && st.evidence == 0.0) st.named = false;
@@ -1227,9 +1267,9 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   };
   auto is_wait_bearing = [&](const RankFinding& f) {
     for (std::size_t i = 0; i < report.stages.size(); ++i)
-      if (wait_bearing[i] && report.stages[i].stage == f.stage &&
+      if (wait_ms[i] > 0.0 && report.stages[i].stage == f.stage &&
           report.stages[i].cohort == f.cohort)
-        return true;
+        return f.ms - report.stages[i].median_ms <= 1.5 * wait_ms[i];
     return false;
   };
   std::vector<RankFinding> kept;
