@@ -155,7 +155,9 @@ def test_queue_consumer_finds_work_soon_and_is_woken_at_half_full():
 def test_detector_reports_metrics_and_confirms():
     det = _core.Detector(_core.DetectorOptions(ref="mean"))
     report = None
-    for step in (0, 10, 20):
+    # The default (sequential) test needs 4 windows at 4 ranks x 1 stage: ln(4 x 1000 / 0.01)
+    # + ln(5 shifts) = 14.5 of evidence, at most ln(100) = 4.6 a window.
+    for step in (0, 10, 20, 30):
         samples = [make_sample(r, step, 40.0 if r == 2 else 10.0) for r in range(4)]
         report = det.observe(samples, local_rank=0)
     m = report["metrics"]
@@ -166,7 +168,7 @@ def test_detector_reports_metrics_and_confirms():
     assert isinstance(m["straggler/hints"], str)
     assert [(f["rank"], f["stage"], f["confirmed"]) for f in report["stragglers"]] == \
         [(2, "forward", True)]
-    assert det.windows == 3
+    assert det.windows == 4
     assert det.confirmed()[0]["rank"] == 2
 
 
