@@ -107,8 +107,11 @@ void BM_EvaluateFresh(benchmark::State& state) {
 }
 BENCHMARK(BM_EvaluateFresh)->Arg(0)->Unit(benchmark::kMillisecond);
 
+// Detector::observe with the defaults (the sequential method: a log and five CUSUMs per rank and
+// stage, a median per stage) and, with a second argument of 1, the RFC's threshold rule.
 void BM_Observe(benchmark::State& state) {
-  laggard::Detector detector;
+  laggard::Detector detector(state.range(1) ? laggard::DetectorOptions::rfc()
+                                            : laggard::DetectorOptions{});
   const laggard::Window& w = window(static_cast<int>(state.range(0)));
   laggard::Report r;
   detector.observe(w, r);  // first window sizes the histories
@@ -119,7 +122,7 @@ void BM_Observe(benchmark::State& state) {
   state.counters["confirmed"] = static_cast<double>(detector.confirmed().size());
   state.SetItemsProcessed(state.iterations() * kRanks * kStages);
 }
-BENCHMARK(BM_Observe)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Observe)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 void BM_Median(benchmark::State& state) {
   const laggard::Window& w = window(0);

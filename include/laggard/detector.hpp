@@ -64,7 +64,7 @@ struct LAGGARD_API DetectorOptions {
   double healthy_spread = 1.03;      ///< a rank this much above the median is still healthy
   double pause_rate = 0.01;          ///< share of a pair's windows hit by a transient pause
   double false_alarm_budget = 0.01;  ///< chance of any false confirmation ...
-  double budget_windows = 1000;      ///< ... in a run of this many sampled windows
+  double budget_windows = 500;       ///< ... in a run of this many sampled windows
 
   /// Throws std::invalid_argument naming the offending setting.
   void validate() const;
@@ -224,26 +224,38 @@ class LAGGARD_API Detector {
     std::string key;  ///< into tracks_
     int rank;
   };
-  /// Sequential method: the state of one (cohort, stage, rank).
+  /// Sequential method: what is touched rarely about one (cohort, stage, rank).
   struct SeqState {
-    /// One CUSUM per slowdown the test looks for (relative_threshold, 1.25x, 1.5x, 2x, 4x: those
-    /// above relative_threshold), each >= 0; `evidence` is the largest.
-    std::array<double, 5> cusum{};
-    double evidence = 0.0;
-    double level = 0.0;     ///< EWMA of the log-ratio (for the noise estimate only)
-    bool has_level = false;
-    bool named = false;     ///< evidence reached the threshold and has not fallen back to 0
     int confirmed_index = -1;
-    int seen = 0;
     int flagged = 0;
     std::int64_t rise_step = -1;  ///< the window where the evidence last rose from 0
     std::int64_t first_flagged_step = -1;
   };
-  /// Sequential method: one (cohort, stage).
+  /// Sequential method: one (cohort, stage). What every window touches is kept in arrays
+  /// indexed by rank (about 33 bytes a rank: at 16,384 ranks x 16 stages the pass over them is
+  /// bound by memory).
+  static constexpr int kShifts = 5;
   struct SeqTrack {
-    std::vector<SeqState> ranks;  ///< indexed by rank
-    double log_scale = 0.0;       ///< EWMA of ln(noise sigma of the log-ratio)
+    /// One CUSUM per slowdown the test looks for (relative_threshold, and 1.25x, 1.5x, 2x, 4x
+    /// above it), each >= 0: cusum[rank * kShifts + k].
+    std::vector<float> cusum;
+    std::vector<float> evidence;  ///< the largest of a rank's CUSUMs
+    std::vector<float> level;     ///< EWMA of the rank's log-ratio (for the noise estimate only)
+    std::vector<std::uint8_t> bits;  ///< kHasLevel, kNamed
+    std::vector<int> seen;           ///< windows the rank took part in
+    std::vector<SeqState> cold;
+    double log_scale = 0.0;  ///< EWMA of ln(noise sigma of the log-ratio)
     int scale_windows = 0;
+    void grow(std::size_t ranks) {
+      if (ranks <= cold.size()) return;
+      cusum.resize(ranks * kShifts, 0.0f);
+      evidence.resize(ranks, 0.0f);
+      level.resize(ranks, 0.0f);
+      bits.resize(ranks, 0);
+      seen.resize(ranks, 0);
+      cold.resize(ranks);
+    }
+    bool named(std::size_t rank) const { return bits[rank] & 2u; }
   };
   void observe_threshold(const Window& window, Report& report);
   void observe_sequential(const Window& window, Report& report);
@@ -263,6 +275,7 @@ class LAGGARD_API Detector {
   std::vector<std::size_t> seq_offsets_;
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)
+  std::vector<std::pair<std::size_t, std::size_t>> seq_named_;  ///< (stage, position) named now
 };
 
 /// The lesson's rule over one vector of per-stage times in pipeline order. `limit` is

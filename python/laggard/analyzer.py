@@ -124,7 +124,7 @@ class Analyzer:
     confirm_k / confirm_n: a finding is confirmed when slow in k of the last n windows.
     Detector settings left None take the library's defaults, the detector the benchmark measured
     best (docs/detection.md): method "sequential", ref "robust", relative_threshold 1.1, no
-    absolute rule, false_alarm_budget 0.01 (per 1000 sampled windows).
+    absolute rule, false_alarm_budget 0.01 (per 500 sampled windows).
     method: "sequential" (evidence over windows against a false-alarm budget) or "threshold"
       (the RFC's per-window rule with confirm_k of confirm_n persistence).
     preset: None (the defaults, with any setting given on top), "default"/"recommended" (the

@@ -1063,8 +1063,31 @@ constexpr double kMinSigma = 0.005;
 constexpr double kLevelAlpha = 0.1;  // EWMA of each rank's log-ratio (noise estimate only)
 constexpr double kScaleAlpha = 0.1;  // EWMA of ln(sigma) of a (cohort, stage)
 
+// ln(v) for v > 0 within about 1e-6: the exponent from the bits, and ln(m) for the mantissa
+// m in [sqrt(1/2), sqrt(2)) from a series in s = (m - 1) / (m + 1). A quarter of the cost of
+// std::log, which was an eighth of a 16,384-rank window (docs/performance.md); the evidence it
+// feeds is compared with thresholds of order 0.01.
+double fast_log(double v) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  int exponent = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+  bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;  // m in [1, 2)
+  double m;
+  std::memcpy(&m, &bits, sizeof m);
+  if (m > 1.4142135623730951) {
+    m *= 0.5;
+    ++exponent;
+  }
+  const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
+  // 2 (s + s^3/3 + s^5/5 + s^7/7 + s^9/9): |s| <= 0.1716, so the next term is < 2e-9.
+  const double series =
+      2.0 * s * (1.0 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9)))));
+  return series + exponent * 0.6931471805599453;
+}
+
 double log_ratio(double ms, double ref) {
-  return std::log((std::max(ms, 0.0) + kEpsilonMs) / (std::max(ref, 0.0) + kEpsilonMs));
+  const double v = (std::max(ms, 0.0) + kEpsilonMs) / (std::max(ref, 0.0) + kEpsilonMs);
+  return std::isfinite(v) ? fast_log(v) : std::log(v);
 }
 
 }  // namespace
@@ -1178,75 +1201,88 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   }
 
   std::vector<double>& scratch = seq_scratch_;
+  seq_named_.clear();
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
     SeqTrack& track = seq_tracks_[track_key(f.cohort, f.stage)];
     const double* x = xs.data() + offsets[i];
     const std::size_t n = f.rank_ids.size();
     for (int rank : f.rank_ids)
-      if (in_range(rank) && static_cast<std::size_t>(rank) >= track.ranks.size())
-        track.ranks.resize(static_cast<std::size_t>(rank) + 1);
+      if (in_range(rank)) track.grow(static_cast<std::size_t>(rank) + 1);
 
-    // Noise of the log-ratio: the median over ranks of each rank's deviation from its own
-    // level (its persistent offset taken out), so one slow or paused rank does not inflate it.
-    scratch.clear();
-    for (std::size_t j = 0; j < n; ++j) {
-      const int rank = f.rank_ids[j];
-      if (!in_range(rank)) continue;
-      const SeqState& st = track.ranks[static_cast<std::size_t>(rank)];
-      if (st.has_level) scratch.push_back(std::fabs(x[j] - st.level));
-    }
-    if (scratch.size() >= 2) {
-      const double sigma = std::max(
-          kMinSigma, kMadToSigma * detail::median_inplace(scratch.data(), scratch.size()));
-      track.log_scale = track.scale_windows == 0
-                            ? std::log(sigma)
-                            : (1.0 - kScaleAlpha) * track.log_scale + kScaleAlpha * std::log(sigma);
-      ++track.scale_windows;
-    }
+    // The evidence uses the noise estimated up to the previous window; this window's deviations
+    // update it afterwards (one pass over the ranks).
     const double sigma = sigma_of(track);
     const bool comparable = f.kind != StageKind::communication && n >= 2;
+    // Shifts not looked for get weight 0: their CUSUM stays at 0 (the loop has a fixed length).
+    float weight[kShifts] = {}, mid[kShifts] = {};
+    for (int k = 0; k < num_shifts; ++k) {
+      weight[k] = static_cast<float>((shifts[k] - log_healthy) / (sigma * sigma));
+      mid[k] = static_cast<float>(0.5 * (shifts[k] + log_healthy));
+    }
+    const float fcap = static_cast<float>(cap);
+    const float fthreshold = static_cast<float>(threshold);
+    const double hold_below = wait_ms[i] > 0.0 ? 1.5 * wait_ms[i] : -1.0;
+    const double absolute = use_absolute ? options_.absolute_ms_threshold : -1.0;
+    const float step_limit = static_cast<float>(3.0 * sigma);
+    // Noise: the median over ranks of each rank's deviation from its own level (its persistent
+    // offset taken out), so one slow or paused rank does not move it; over 1,024 ranks at most
+    // (every n/1,024-th), which estimates a median as well at a fraction of the cost.
+    const std::size_t stride = n > 2048 ? n / 1024 : 1;
+    std::size_t next_sample = 0;
+    scratch.clear();
 
     for (std::size_t j = 0; j < n; ++j) {
       const int rank = f.rank_ids[j];
       if (!in_range(rank)) continue;
-      SeqState& st = track.ranks[static_cast<std::size_t>(rank)];
-      ++st.seen;
+      const std::size_t r = static_cast<std::size_t>(rank);
+      ++track.seen[r];
+      const float xj = static_cast<float>(x[j]);
       // The level follows the rank, a pause moving it by 3 sigma at most.
-      if (!st.has_level) {
-        st.level = x[j];
-        st.has_level = true;
+      std::uint8_t& bits = track.bits[r];
+      if (!(bits & 1u)) {
+        track.level[r] = xj;
+        bits |= 1u;
       } else {
-        const double step = std::clamp(x[j] - st.level, -3.0 * sigma, 3.0 * sigma);
-        st.level += kLevelAlpha * step;
+        const float dev = xj - track.level[r];
+        if (j >= next_sample) {
+          scratch.push_back(std::fabs(static_cast<double>(dev)));
+          next_sample = j + stride;
+        }
+        track.level[r] += static_cast<float>(kLevelAlpha) * std::clamp(dev, -step_limit, step_limit);
       }
       const double excess_ms = f.rank_ms[j] - f.median_ms;
       // Waiting (explained by the wait this stage holds) or below the absolute rule: evidence
       // may only fall.
-      const bool hold = (wait_ms[i] > 0.0 && excess_ms <= 1.5 * wait_ms[i]) ||
-                        (use_absolute && excess_ms < options_.absolute_ms_threshold);
-      const double before = st.evidence;
-      double most = 0.0;
-      for (int k = 0; k < num_shifts; ++k) {
-        double llr = -cap;  // communication, or nothing to compare with
-        if (comparable) {
-          const double gap = shifts[k] - log_healthy;
-          const double mid = 0.5 * (shifts[k] + log_healthy);
-          llr = std::min(cap, gap / (sigma * sigma) * (x[j] - mid));
-          if (hold) llr = std::min(llr, 0.0);
-        }
-        double& c = st.cusum[static_cast<std::size_t>(k)];
-        c = std::max(0.0, c + llr);
-        most = std::max(most, c);
+      const bool hold = excess_ms <= hold_below || excess_ms < absolute;
+      float* c = track.cusum.data() + r * kShifts;
+      const float before = track.evidence[r];
+      float most = 0.0f;
+      // Communication, or nothing to compare with: the evidence only falls. Held (waiting, or
+      // under the absolute rule): it may not rise.
+      const float ceiling = !comparable ? -fcap : hold ? 0.0f : fcap;
+      for (int k = 0; k < kShifts; ++k) {
+        const float llr = comparable ? std::min(ceiling, weight[k] * (xj - mid[k])) : -fcap;
+        c[k] = std::max(0.0f, c[k] + llr);
+        most = std::max(most, c[k]);
       }
-      st.evidence = most;
-      if (before == 0.0 && st.evidence > 0.0) st.rise_step = window.step;
-      if (!st.named && st.evidence >= threshold) st.named = true;
-      if (st.named && st.evidence == 0.0) st.named = false;
+      track.evidence[r] = most;
+      if (before == 0.0f && most > 0.0f) track.cold[r].rise_step = window.step;
+      if (!(bits & 2u) && most >= fthreshold) bits |= 2u;
+      if ((bits & 2u) && most == 0.0f) bits &= static_cast<std::uint8_t>(~2u);
+      if ((bits & 2u) && comparable) seq_named_.emplace_back(i, j);
+    }
+    if (scratch.size() >= 2) {
+      const double window_sigma = std::max(
+          kMinSigma, kMadToSigma * detail::median_inplace(scratch.data(), scratch.size()));
+      track.log_scale = track.scale_windows == 0 ? std::log(window_sigma)
+                                                 : (1.0 - kScaleAlpha) * track.log_scale +
+                                                       kScaleAlpha * std::log(window_sigma);
+      ++track.scale_windows;
     }
     for (int rank : f.flagged_ranks) {
       if (!in_range(rank)) continue;
-      SeqState& st = track.ranks[static_cast<std::size_t>(rank)];
+      SeqState& st = track.cold[static_cast<std::size_t>(rank)];
       ++st.flagged;
       if (st.first_flagged_step < 0) st.first_flagged_step = window.step;
     }
@@ -1254,18 +1290,32 @@ void Detector::observe_sequential(const Window& window, Report& report) {
 
   // Findings: the window's flags, marked confirmed when named; flags in a stage that holds a
   // wait become waiting; a named rank that is not flagged in this window is still listed.
-  auto state_of = [&](const std::string& cohort, const std::string& stage,
-                      int rank) -> SeqState* {
-    if (!in_range(rank)) return nullptr;
-    key.assign(cohort);
-    key += '\x1f';
-    key += stage;
-    auto it = seq_tracks_.find(key);
-    if (it == seq_tracks_.end() || static_cast<std::size_t>(rank) >= it->second.ranks.size())
-      return nullptr;
-    return &it->second.ranks[static_cast<std::size_t>(rank)];
+  // Findings come grouped by (cohort, stage): each group's track is looked up once.
+  const std::string* last_cohort = nullptr;
+  const std::string* last_stage = nullptr;
+  SeqTrack* last_track = nullptr;
+  struct Handle {
+    SeqTrack* track = nullptr;
+    std::size_t rank = 0;
+    explicit operator bool() const { return track != nullptr; }
+    SeqState* operator->() const { return &track->cold[rank]; }
+    bool named() const { return track->named(rank); }
+    double evidence() const { return static_cast<double>(track->evidence[rank]); }
   };
+  auto state_of = [&](const std::string& cohort, const std::string& stage, int rank) -> Handle {
+    if (!in_range(rank)) return {};
+    if (!last_cohort || *last_cohort != cohort || *last_stage != stage) {
+      auto it = seq_tracks_.find(track_key(cohort, stage));
+      last_track = it == seq_tracks_.end() ? nullptr : &it->second;
+      last_cohort = &cohort;
+      last_stage = &stage;
+    }
+    if (!last_track || static_cast<std::size_t>(rank) >= last_track->cold.size()) return {};
+    return {last_track, static_cast<std::size_t>(rank)};
+  };
+  const bool any_wait = std::any_of(wait_ms.begin(), wait_ms.end(), [](double w) { return w > 0; });
   auto is_wait_bearing = [&](const RankFinding& f) {
+    if (!any_wait) return false;
     for (std::size_t i = 0; i < report.stages.size(); ++i)
       if (wait_ms[i] > 0.0 && report.stages[i].stage == f.stage &&
           report.stages[i].cohort == f.cohort)
@@ -1275,10 +1325,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   std::vector<RankFinding> kept;
   kept.reserve(report.stragglers.size());
   for (RankFinding& f : report.stragglers) {
-    SeqState* st = state_of(f.cohort, f.stage, f.rank);
+    const Handle st = state_of(f.cohort, f.stage, f.rank);
     f.windows_flagged = st ? st->flagged : 0;
-    f.evidence = st ? st->evidence : 0.0;
-    f.confirmed = st && st->named;
+    f.evidence = st ? st.evidence() : 0.0;
+    f.confirmed = st && st.named();
     if (!f.confirmed && is_wait_bearing(f)) {
       f.role = RankFinding::Role::waiting;
       report.waiting.push_back(std::move(f));
@@ -1290,59 +1340,52 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   // Waiting is persistent evidence (confirmed) while its cohort has a confirmed straggler to
   // wait for; it is never a verdict.
   std::vector<std::string_view> cohorts_named;
-  for (const StageFigures& f : report.stages) {
-    if (f.kind == StageKind::communication) continue;
-    for (int rank : f.rank_ids) {
-      SeqState* st = state_of(f.cohort, f.stage, rank);
-      if (st && st->named) {
-        cohorts_named.push_back(f.cohort);
-        break;
-      }
-    }
+  for (const auto& [i, j] : seq_named_) {
+    (void)j;
+    const std::string& cohort = report.stages[i].cohort;
+    if (std::find(cohorts_named.begin(), cohorts_named.end(), cohort) == cohorts_named.end())
+      cohorts_named.push_back(cohort);
   }
+  last_cohort = last_stage = nullptr;
   for (RankFinding& f : report.waiting) {
-    SeqState* st = state_of(f.cohort, f.stage, f.rank);
+    const Handle st = state_of(f.cohort, f.stage, f.rank);
     f.windows_flagged = st ? st->flagged : 0;
     f.confirmed = std::find(cohorts_named.begin(), cohorts_named.end(), f.cohort) !=
                   cohorts_named.end();
   }
-  for (std::size_t i = 0; i < report.stages.size(); ++i) {
+  last_cohort = last_stage = nullptr;
+  for (const auto& [i, j] : seq_named_) {
     const StageFigures& f = report.stages[i];
-    if (f.kind == StageKind::communication) continue;
-    for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
-      const int rank = f.rank_ids[j];
-      SeqState* st = state_of(f.cohort, f.stage, rank);
-      if (!st || !st->named) continue;
-      if (std::find(f.flagged_ranks.begin(), f.flagged_ranks.end(), rank) !=
-          f.flagged_ranks.end())
-        continue;
-      RankFinding r;
-      const StepSample* sample = nullptr;
-      for (const StepSample& s : window.samples)
-        if (s.rank == rank && s.cohort == f.cohort) {
-          sample = &s;
-          break;
-        }
-      r.rank = rank;
-      if (sample) r.host = sample->host;
-      r.cohort = f.cohort;
-      r.stage = f.stage;
-      r.kind = f.kind;
-      r.role = RankFinding::Role::straggler;
-      r.ms = f.rank_ms[j];
-      r.ref_ms = f.ref_ms;
-      r.slowdown = f.ref_ms > 0.0 ? f.rank_ms[j] / f.ref_ms : 1.0;
-      r.windows_flagged = st->flagged;
-      r.evidence = st->evidence;
-      r.confirmed = true;
-      report.stragglers.push_back(std::move(r));
-    }
+    const int rank = f.rank_ids[j];
+    if (std::find(f.flagged_ranks.begin(), f.flagged_ranks.end(), rank) != f.flagged_ranks.end())
+      continue;  // listed already
+    const Handle st = state_of(f.cohort, f.stage, rank);
+    if (!st) continue;
+    RankFinding r;
+    for (const StepSample& s : window.samples)
+      if (s.rank == rank && s.cohort == f.cohort) {
+        r.host = s.host;
+        break;
+      }
+    r.rank = rank;
+    r.cohort = f.cohort;
+    r.stage = f.stage;
+    r.kind = f.kind;
+    r.role = RankFinding::Role::straggler;
+    r.ms = f.rank_ms[j];
+    r.ref_ms = f.ref_ms;
+    r.slowdown = f.ref_ms > 0.0 ? f.rank_ms[j] / f.ref_ms : 1.0;
+    r.windows_flagged = st->flagged;
+    r.evidence = st.evidence();
+    r.confirmed = true;
+    report.stragglers.push_back(std::move(r));
   }
 
   // The run's confirmed list.
+  last_cohort = last_stage = nullptr;
   for (const RankFinding& f : report.stragglers) {
     if (!f.confirmed) continue;
-    SeqState* st = state_of(f.cohort, f.stage, f.rank);
+    const Handle st = state_of(f.cohort, f.stage, f.rank);
     if (!st) continue;
     if (st->confirmed_index < 0) {
       st->confirmed_index = static_cast<int>(confirmed_.size());
@@ -1362,7 +1405,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   for (std::size_t i = 0; i < confirmed_.size(); ++i) {
     auto it = seq_tracks_.find(confirmed_at_[i].key);
     if (it == seq_tracks_.end()) continue;
-    confirmed_[i].windows_seen = it->second.ranks[static_cast<std::size_t>(confirmed_at_[i].rank)].seen;
+    confirmed_[i].windows_seen = it->second.seen[static_cast<std::size_t>(confirmed_at_[i].rank)];
   }
 }
 

@@ -995,7 +995,7 @@ TEST(Sequential, PausesInSeparateWindowsAreNotAStraggler) {
 
 TEST(Sequential, EvidenceThresholdGrowsWithThePairsWatched) {
   const DetectorOptions o;
-  EXPECT_NEAR(evidence_threshold(o, 1), std::log(1000 / 0.01), 1e-12);
+  EXPECT_NEAR(evidence_threshold(o, 1), std::log(500 / 0.01), 1e-12);
   EXPECT_NEAR(evidence_threshold(o, 4096 * 5) - evidence_threshold(o, 8 * 5),
               std::log(4096.0 / 8.0), 1e-9);
 }

@@ -42,7 +42,7 @@ void add_detector_options(CLI::App* cmd, DetectorArgs& args) {
           ->capture_default_str(),
       cmd->add_option("--false-alarm-budget", detector.false_alarm_budget,
                       "sequential method: chance of any false confirmation in a run of "
-                      "1000 sampled windows")
+                      "500 sampled windows")
           ->capture_default_str()};
   cmd->add_option("--preset", args.preset,
                   "Settings by name, under any flag given: default (the benchmark's best: "
