@@ -1056,6 +1056,9 @@ namespace {
 constexpr double kEpsilonMs = 0.5;
 // A rank faster than the median by less than this holds no wait worth the name.
 constexpr double kMinWaitMs = 0.5;
+// Nor is an excess under this a slowdown worth naming, whatever its ratio: 0.3 ms of untimed
+// time against 0.1 ms is interpreter noise, not a straggler.
+constexpr double kMinExcessMs = 0.5;
 // Before a (cohort, stage) has two windows, the noise of its log-ratio is taken as this.
 constexpr double kPriorSigma = 0.05;
 // The noise estimate never goes below this: a rank 0.5 % off is not resolved.
@@ -1223,7 +1226,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     const float fcap = static_cast<float>(cap);
     const float fthreshold = static_cast<float>(threshold);
     const double hold_below = wait_ms[i] > 0.0 ? 1.5 * wait_ms[i] : -1.0;
-    const double absolute = use_absolute ? options_.absolute_ms_threshold : -1.0;
+    const double absolute = std::max(kMinExcessMs, use_absolute ? options_.absolute_ms_threshold
+                                                                 : 0.0);
     const float step_limit = static_cast<float>(3.0 * sigma);
     // Noise: the median over ranks of each rank's deviation from its own level (its persistent
     // offset taken out), so one slow or paused rank does not move it; over 1,024 ranks at most
