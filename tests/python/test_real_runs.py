@@ -139,6 +139,25 @@ def live_confirmed(log_dir, results):
     return from_log, len(lines), len(results[0]["seen"])
 
 
+def median_excess(windows):
+    """(rank, stage) -> the median over windows of the rank's ms above the median of the ranks
+    (untimed included, as step_ms minus the sum of the stages)."""
+    per = {}
+    for _, samples in windows:
+        times = {}
+        for s in samples:
+            total = 0.0
+            for t in s.stages:
+                times.setdefault(t.name, {})[s.rank] = t.ms
+                total += t.ms
+            times.setdefault("untimed", {})[s.rank] = s.step_ms - total
+        for stage, by_rank in times.items():
+            mid = statistics.median(by_rank.values())
+            for rank, ms in by_rank.items():
+                per.setdefault((rank, stage), []).append(ms - mid)
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
 def stage_table(windows):
     """Per rank: the median ms of each stage over the windows, step_ms, and untimed (step_ms
     minus the sum of the stages), as text."""
@@ -184,8 +203,20 @@ def test_real_run_names_exactly_the_injected_rank(tmp_path, scenario, repeat):
     for r in results:
         assert r["counters"]["unbalanced"] == 0, r["counters"]
     want = {(rank, stage) for rank, stage, _ in expected}
+    want_ranks = {rank for rank, _, _ in expected}
     why = "%s: expected %s\n%s" % (scenario, sorted(want), table)
-    assert offline == want, "offline analysis confirmed %s; %s" % (sorted(offline), why)
-    assert live == want, "live reports confirmed %s; %s" % (sorted(live), why)
+    # Exactly the injected rank is named (nobody in a healthy run), in the injected stage. The
+    # same rank may also be named in another stage that really is slower on it: on this 2-core
+    # machine the stage after its delay runs ~1 ms (18 %) slower while the others spin-wait in
+    # gloo beside it. The injected stage must then be its main finding (the largest excess).
+    for what, found in (("offline analysis", offline), ("live reports", live)):
+        assert {rank for rank, _ in found} == want_ranks, "%s confirmed %s; %s" % (
+            what, sorted(found), why)
+        assert want <= found, "%s confirmed %s; %s" % (what, sorted(found), why)
+    excess = median_excess(windows)
+    for rank, stage in want:
+        others = [excess[(r, s)] for r, s in offline if r == rank and s != stage]
+        assert all(excess[(rank, stage)] > e for e in others), (
+            "the injected stage is not the main finding: %s" % why)
     for rank, stage, kind in expected:
         assert kinds[(rank, stage)] == kind, (rank, stage, kinds)
