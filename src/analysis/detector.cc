@@ -551,7 +551,9 @@ class WindowEvaluator {
 
     // The robust rule's extra margin; with MAD == 0 any t > median passes it.
     double mad_margin = -std::numeric_limits<double>::infinity();
-    if (options_.ref == Reference::robust && !wait_from_min) {
+    // (With 2 ranks the MAD is the distance of each from their midpoint: no rank could ever
+    // pass it, so the margin needs 3 ranks.)
+    if (options_.ref == Reference::robust && !wait_from_min && n >= 3) {
       const double mad = detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
       if (mad > 0.0) mad_margin = options_.mad_z * kMadToSigma * mad;
     }
