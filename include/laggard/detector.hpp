@@ -241,16 +241,22 @@ class LAGGARD_API Detector {
     std::vector<float> cusum;
     std::vector<float> evidence;  ///< the largest of a rank's CUSUMs
     std::vector<float> level;     ///< EWMA of the rank's log-ratio (for the noise estimate only)
+    std::vector<float> last;      ///< the rank's log-ratio in its previous window
     std::vector<std::uint8_t> bits;  ///< kHasLevel, kNamed
     std::vector<int> seen;           ///< windows the rank took part in
     std::vector<SeqState> cold;
     double log_scale = 0.0;  ///< EWMA of ln(noise sigma of the log-ratio)
     int scale_windows = 0;
+    /// Pauses seen (>= 1.5x the median straight after a window under relative_threshold), out
+    /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that
+    /// rate is above pause_rate.
+    double pauses = 0.0, pause_chances = 0.0;
     void grow(std::size_t ranks) {
       if (ranks <= cold.size()) return;
       cusum.resize(ranks * kShifts, 0.0f);
       evidence.resize(ranks, 0.0f);
       level.resize(ranks, 0.0f);
+      last.resize(ranks, 0.0f);
       bits.resize(ranks, 0);
       seen.resize(ranks, 0);
       cold.resize(ranks);

@@ -1067,6 +1067,8 @@ constexpr double kPriorSigma = 0.05;
 constexpr double kMinSigma = 0.005;
 constexpr double kLevelAlpha = 0.1;  // EWMA of each rank's log-ratio (noise estimate only)
 constexpr double kScaleAlpha = 0.1;  // EWMA of ln(sigma) of a (cohort, stage)
+constexpr double kPausePrior = 1000.0;  // rank-windows pause_rate counts for
+const double kLogPause = std::log(1.5);  // a pause: at least 1.5x the median
 
 // ln(v) for v > 0 within about 1e-6: the exponent from the bits, and ln(m) for the mantissa
 // m in [sqrt(1/2), sqrt(2)) from a series in s = (m - 1) / (m + 1). A quarter of the cost of
@@ -1225,7 +1227,14 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       weight[k] = static_cast<float>((shifts[k] - log_healthy) / (sigma * sigma));
       mid[k] = static_cast<float>(0.5 * (shifts[k] + log_healthy));
     }
-    const float fcap = static_cast<float>(cap);
+    // The cap follows the pauses this stage has actually seen, when they are more frequent than
+    // pause_rate: the budget holds on a noisier machine, at the price of more windows to confirm.
+    // The rate seen, with pause_rate as a prior worth 1,000 rank-windows.
+    const double pause_share =
+        std::max(options_.pause_rate, (track.pauses + kPausePrior * options_.pause_rate) /
+                                          (track.pause_chances + kPausePrior));
+    const float fcap = static_cast<float>(std::min(cap, std::log(1.0 / pause_share)));
+    int jumps = 0, jump_base = 0;
     const float fthreshold = static_cast<float>(threshold);
     const double hold_below = wait_ms[i] > 0.0 ? 1.5 * wait_ms[i] : -1.0;
     const double absolute = std::max(kMinExcessMs, use_absolute ? options_.absolute_ms_threshold
@@ -1250,6 +1259,12 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         track.level[r] = xj;
         bits |= 1u;
       } else {
+        // A pause: 1.5x the median straight after a window at most relative_threshold. (A
+        // straggler's onset counts once; its later windows do not.)
+        if (track.last[r] < static_cast<float>(log_slow)) {
+          ++jump_base;
+          if (xj >= static_cast<float>(kLogPause)) ++jumps;
+        }
         const float dev = xj - track.level[r];
         if (j >= next_sample) {
           scratch.push_back(std::fabs(static_cast<double>(dev)));
@@ -1257,6 +1272,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         }
         track.level[r] += static_cast<float>(kLevelAlpha) * std::clamp(dev, -step_limit, step_limit);
       }
+      track.last[r] = xj;
       const double excess_ms = f.rank_ms[j] - f.median_ms;
       // Waiting (explained by the wait this stage holds) or below the absolute rule: evidence
       // may only fall.
@@ -1277,6 +1293,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       if (!(bits & 2u) && most >= fthreshold) bits |= 2u;
       if ((bits & 2u) && most == 0.0f) bits &= static_cast<std::uint8_t>(~2u);
       if ((bits & 2u) && comparable) seq_named_.emplace_back(i, j);
+    }
+    if (comparable) {
+      track.pauses += jumps;
+      track.pause_chances += jump_base;
     }
     if (scratch.size() >= 2) {
       const double window_sigma = std::max(

@@ -212,10 +212,11 @@ simdjson::error_code classify(od::field& field, Field (*fields)(std::string_view
   return simdjson::SUCCESS;
 }
 
-// How deeply an ignored value may nest arrays and objects (simdjson's own default limit). The
+// How deeply an ignored value may nest arrays and objects: under simdjson's own limit (1024 levels,
+// counting the sample's object and the field), whose iterator asserts it in debug builds. The
 // check below recurses once per level: without this bound, a line of 100,000 '[' overflowed the
 // stack.
-constexpr int kMaxIgnoredDepth = 1024;
+constexpr int kMaxIgnoredDepth = 1000;
 
 // Reads through a value the sample does not use, so that a line with broken JSON anywhere is
 // refused: On-Demand checks only what is read, and would otherwise skip the damage unseen.

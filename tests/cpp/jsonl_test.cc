@@ -677,11 +677,11 @@ TEST(SampleParser, RefusesDeeplyNestedIgnoredFieldsWithoutCrashing) {
   std::string error;
   // 100,000 levels overflowed the stack of the validity check (SIGSEGV).
   EXPECT_FALSE(parser.parse(head + R"("stages":[],"x":)" + nested(100000) + "}", s, error));
-  EXPECT_NE(error.find("nested more than 1024 levels"), std::string::npos) << error;
+  EXPECT_NE(error.find("nested more than 1000 levels"), std::string::npos) << error;
   error.clear();
   EXPECT_FALSE(parser.parse(
       head + R"("stages":[{"name":"f","ms":1,"x":)" + nested(100000) + "}]}", s, error));
-  EXPECT_NE(error.find("nested more than 1024 levels"), std::string::npos) << error;
+  EXPECT_NE(error.find("nested more than 1000 levels"), std::string::npos) << error;
   // Moderate nesting in an ignored field is still accepted.
   EXPECT_TRUE(parser.parse(head + R"("stages":[],"x":)" + nested(1000) + "}", s, error)) << error;
 }
@@ -741,7 +741,13 @@ TEST(SampleFileReader, SkipsALineOverTheLimitWithoutHoldingIt) {
   EXPECT_NE(reader.errors()[1].what.find("truncated line"), std::string::npos);
   EXPECT_NE(reader.errors()[1].what.find("line too long"), std::string::npos);
   // The buffer stops at the limit (16 MiB + 1), where it used to grow to hold the whole line.
+  // (Not under AddressSanitizer: its quarantine keeps freed blocks resident, so the peak RSS
+  // says nothing about what the reader holds; the Release run checks it.)
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(grown_mib, 3 * static_cast<long>(kMaxLineBytes >> 20)) << grown_mib << " MiB";
+#else
+  (void)grown_mib;
+#endif
 }
 
 TEST(SampleFileReader, AcceptsALineJustAtTheLimit) {

@@ -42,7 +42,7 @@ def test_from_json_refuses_deep_nesting_with_a_value_error(tmp_path):
         "except ValueError as e:\n    print('ValueError:', e)\n".replace("sys.argv[-1]",
                                                                       repr(str(path))))
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    assert "nested more than 1024 levels" in r.stdout
+    assert "nested more than 1000 levels" in r.stdout
 
 
 def test_read_run_skips_a_deeply_nested_line(tmp_path):
