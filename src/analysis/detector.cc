@@ -1417,7 +1417,9 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       st->confirmed_index = static_cast<int>(confirmed_.size());
       Confirmed c;
       c.first_confirmed_step = window.step;
-      c.first_flagged_step = st->rise_step >= 0 ? st->rise_step : window.step;
+      c.first_flagged_step = st->first_flagged_step >= 0 ? st->first_flagged_step
+                             : st->rise_step >= 0    ? st->rise_step
+                                                     : window.step;
       confirmed_.push_back(std::move(c));
       key.assign(f.cohort);
       key += '\x1f';
