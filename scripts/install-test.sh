@@ -36,7 +36,7 @@ cmake -S tests/install/consumer -B "$tmp/consumer" -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$tmp/consumer" -j"$(nproc)" >/dev/null
 "$tmp/consumer/consumer_static"
 "$tmp/consumer/consumer_shared"
-ldd "$tmp/consumer/consumer_shared" | grep -q "$libdir/liblaggard.so" \
+ldd "$tmp/consumer/consumer_shared" | grep "$libdir/liblaggard.so" >/dev/null \
   || { echo "install-test: consumer_shared does not use the installed liblaggard.so" >&2; exit 1; }
 with_mpi=no
 if [ -f "$libdir/liblaggard_mpi.a" ]; then
@@ -58,7 +58,7 @@ static_libs=$(pkg-config --libs --static laggard | sed 's/-llaggard\b/-l:liblagg
 "$cxx" -std=c++17 tests/install/consumer/main.cc $(pkg-config --cflags laggard) $static_libs \
   -o "$tmp/pc_static"
 "$tmp/pc_static"
-! ldd "$tmp/pc_static" | grep -q liblaggard \
+! ldd "$tmp/pc_static" | grep liblaggard >/dev/null \
   || { echo "install-test: pc_static links liblaggard.so" >&2; exit 1; }
 if [ "$with_mpi" = yes ]; then
   # shellcheck disable=SC2046
@@ -67,11 +67,11 @@ if [ "$with_mpi" = yes ]; then
   "$tmp/pc_mpi"
 fi
 # laggard::core itself never depends on MPI (the Python module links it).
-! ldd "$libdir/liblaggard.so" | grep -q libmpi \
+! ldd "$libdir/liblaggard.so" | grep libmpi >/dev/null \
   || { echo "install-test: liblaggard.so depends on MPI" >&2; exit 1; }
 
 # The installed command-line program.
-"$prefix/bin/laggard" analyze "$root/examples/run-slow-forward" | grep -q "rank 3 .* in forward" \
+"$prefix/bin/laggard" analyze "$root/examples/run-slow-forward" | grep "rank 3 .* in forward" >/dev/null \
   || { echo "install-test: the installed laggard did not name rank 3" >&2; exit 1; }
 
 # Hidden visibility: the API is exported, the internals are not.
