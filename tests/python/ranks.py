@@ -35,6 +35,12 @@ def run_ranks(n, argv, out_dir, timeout_s=90):
     port = free_port()
     argv = ["--out", str(out_dir)] + list(argv)
     procs = [ctx.Process(target=_child, args=(r, n, port, argv)) for r in range(n)]
+    return join_ranks(procs, out_dir, timeout_s)
+
+
+def join_ranks(procs, out_dir, timeout_s):
+    """Starts the rank processes (rank order), waits up to timeout_s for each, kills what is
+    left, raises when a rank failed; returns the result-<r>.json dicts they wrote in out_dir."""
     for p in procs:
         p.start()
     for p in procs:
@@ -48,7 +54,7 @@ def run_ranks(n, argv, out_dir, timeout_s=90):
         raise AssertionError("ranks failed: exit codes %s%s" % (
             codes, " (timed out)" if alive else ""))
     results = []
-    for r in range(n):
+    for r in range(len(procs)):
         with open(os.path.join(str(out_dir), "result-%d.json" % r)) as f:
             results.append(json.load(f))
     return results

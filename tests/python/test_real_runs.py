@@ -34,6 +34,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 from laggard import _core  # noqa: E402
 from laggard.launch import free_port  # noqa: E402
+from ranks import join_ranks  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 
@@ -81,23 +82,7 @@ def run_ranks(cfg, timeout_s=120):
     ctx = multiprocessing.get_context("fork")
     port = free_port()
     procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout_s)
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-        p.join()
-    codes = [p.exitcode for p in procs]
-    if alive or any(c != 0 for c in codes):
-        raise AssertionError("ranks failed: exit codes %s%s" % (
-            codes, " (timed out)" if alive else ""))
-    results = []
-    for r in range(WORLD):
-        with open(os.path.join(cfg["out"], "result-%d.json" % r)) as f:
-            results.append(json.load(f))
-    return results
+    return join_ranks(procs, cfg["out"], timeout_s)
 
 
 def offline_options():
