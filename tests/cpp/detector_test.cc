@@ -941,7 +941,8 @@ Window noisy_window(int n, std::int64_t step, const std::function<void(Window&)>
   const double base[4] = {5.0, 20.0, 40.0, 10.0};
   for (std::size_t c = 0; c < cols.size(); ++c)
     for (int r = 0; r < n; ++r) {
-      const double wiggle = 0.01 * std::sin(1.7 * r + 2.3 * static_cast<double>(step) + 0.9 * static_cast<double>(c));
+      const double wiggle = 0.01 * std::sin(1.7 * r + 2.3 * static_cast<double>(step) +
+                                            0.9 * static_cast<double>(c));
       cols[c].ms.push_back(base[c] * (1.0 + wiggle));
     }
   Window w = make_window(cols, step);
