@@ -9,6 +9,7 @@ packages=(
   pybind11-dev python3-dev python3-pytest python3-torch python3-numpy
   libopenmpi-dev openmpi-bin
   chromium
+  clang python3-hypothesis
 )
 missing=()
 for p in "${packages[@]}"; do
