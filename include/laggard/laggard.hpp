@@ -12,6 +12,7 @@
 #include "laggard/log.hpp"
 #include "laggard/model.hpp"
 #include "laggard/onset.hpp"
+#include "laggard/prometheus.hpp"
 #include "laggard/recorder.hpp"
 #include "laggard/summary.hpp"
 #include "laggard/transport.hpp"
