@@ -18,7 +18,6 @@ from .analyzer import NOOP_SECTION, Analyzer
 from .flags import add_arguments
 from .sinks import CallableSink, JsonlReportSink, TensorBoardSink, tensorboard_available
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Analyzer",
@@ -39,6 +38,16 @@ def first_regression(baseline, current, relative_threshold=0.05):
     from . import _core
 
     return _core.first_regression(list(baseline), list(current), relative_threshold)
+
+
+def __getattr__(name):
+    # The version number is the C++ core's (CMake's project VERSION, as `laggard --version` and
+    # the package metadata have it), read from laggard._core only when asked for.
+    if name == "__version__":
+        from ._core import __version__
+
+        return __version__
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def read_run(run_dir):

@@ -363,10 +363,15 @@ def say(progress, text=""):
 
 
 def find_cli():
-    """The `laggard` program: $LAGGARD_CLI, a build tree next to this package, or PATH."""
+    """The `laggard` program: $LAGGARD_CLI, the one inside this package (pip install), a build
+    tree next to this package, or PATH."""
     env = os.environ.get("LAGGARD_CLI")
     if env:
         return env if os.access(env, os.X_OK) else None
+    from . import cli
+
+    if cli.path() is not None:
+        return cli.path()
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))  # <source>/python/laggard -> <source>
     candidates = [os.path.join(root, "build", "tools", "laggard")]

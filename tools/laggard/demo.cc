@@ -4,9 +4,11 @@
 // The program replaces itself with the interpreter (execv), so Ctrl-C and other signals reach
 // the demo directly and its exit status is the command's. Every argument after `demo` is passed
 // on unchanged (`laggard demo --help` prints the demo's own help).
-//   interpreter: $LAGGARD_PYTHON, else /usr/bin/python3 (Debian's python3-torch), else python3
-//                on PATH;
-//   package:     $LAGGARD_PYTHONPATH, else <prefix>/lib/laggard/python next to an installed
+//   interpreter: $LAGGARD_PYTHON (the `laggard` console script of a pip-installed package sets
+//                it to its own interpreter), else the one a build tree's module was built for
+//                (LAGGARD_PYTHON_EXECUTABLE), else python3 on PATH;
+//   package:     $LAGGARD_PYTHONPATH, else the package this program lies in (a wheel's
+//                laggard/bin/laggard), else <prefix>/lib/laggard/python next to an installed
 //                program, else <source>/python of the build tree (LAGGARD_SOURCE_DIR);
 //   the demo's `laggard analyze` step uses this very program ($LAGGARD_CLI, unless already set).
 #include <unistd.h>
@@ -22,6 +24,9 @@
 
 #ifndef LAGGARD_SOURCE_DIR
 #define LAGGARD_SOURCE_DIR ""
+#endif
+#ifndef LAGGARD_PYTHON_EXECUTABLE
+#define LAGGARD_PYTHON_EXECUTABLE ""
 #endif
 
 namespace laggard::cli {
@@ -73,6 +78,8 @@ std::string package_dir(const std::string& self) {
   }
   std::vector<std::string> candidates;
   if (!self.empty()) {
+    // <site-packages>/laggard/bin/laggard (pip install)
+    candidates.push_back(dirname_of(dirname_of(dirname_of(self))));
     const std::string prefix = dirname_of(dirname_of(self));  // <prefix>/bin/laggard
     candidates.push_back(prefix + "/lib/laggard/python");
     candidates.push_back(prefix + "/lib64/laggard/python");
@@ -91,11 +98,17 @@ int run_demo(const DemoArgs& args) {
   const std::string pkg = package_dir(self);
   if (pkg.empty())
     throw UsageError{"demo: the Python package `laggard` was not found (looked for "
-                     "laggard/demo.py in <prefix>/lib/laggard/python and " +
-                     std::string(LAGGARD_SOURCE_DIR) + "/python); set LAGGARD_PYTHONPATH"};
+                     "laggard/demo.py around this program, in <prefix>/lib/laggard/python" +
+                     (std::strlen(LAGGARD_SOURCE_DIR) > 0
+                          ? " and " + std::string(LAGGARD_SOURCE_DIR) + "/python"
+                          : std::string()) +
+                     "); set LAGGARD_PYTHONPATH"};
 
   std::string python = env("LAGGARD_PYTHON");
-  if (python.empty()) python = is_executable("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  if (python.empty() && std::strlen(LAGGARD_PYTHON_EXECUTABLE) > 0 &&
+      is_executable(LAGGARD_PYTHON_EXECUTABLE))
+    python = LAGGARD_PYTHON_EXECUTABLE;
+  if (python.empty()) python = "python3";
 
   const std::string old_path = env("PYTHONPATH");
   const std::string new_path = old_path.empty() ? pkg : pkg + ":" + old_path;
