@@ -9,11 +9,14 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <list>
 #include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace laggard {
@@ -62,17 +65,6 @@ struct SplitMix64 {
 };
 
 using detail::median_inplace;
-
-// Percentile with linear interpolation between order statistics of sorted `v`.
-double percentile_sorted(const std::vector<double>& v, double q) {
-  if (v.empty()) return kNaN;
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  if (frac == 0.0 || v[lo] == v[hi]) return v[lo];
-  return v[lo] + frac * (v[hi] - v[lo]);
-}
 
 // Null distribution of U for samples of sizes m, n without ties: P(U = u), u in [0, m·n], built
 // by the recursion p(i,j,u) = i/(i+j) p(i-1,j,u-j) + j/(i+j) p(i,j-1,u) (only additions of
@@ -197,18 +189,81 @@ double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b
   return std::min(1.0, std::erfc(dev / std::sqrt(var) / std::sqrt(2.0)));
 }
 
+namespace {
+
+// A sample prepared for resampling: its values sorted, and for each original index the position
+// of its value in that order. A resample drawn by original index is then a count per sorted
+// position, and its median a walk over the counts: no copy and no selection per resample (which
+// was most of a comparison's time with tens of thousands of stages). The same draws give the
+// same multiset of values, so the same median as selecting from the copied values.
+struct Resampler {
+  std::vector<double> sorted;
+  std::vector<std::uint32_t> position;  // original index -> sorted position
+  std::vector<std::uint32_t> counts;
+
+  explicit Resampler(const std::vector<double>& values)
+      : sorted(values.size()), position(values.size()), counts(values.size()) {
+    std::vector<std::uint32_t> order(values.size());
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return values[a] < values[b]; });
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      sorted[i] = values[order[i]];
+      position[order[i]] = static_cast<std::uint32_t>(i);
+    }
+  }
+
+  // The median of one resample of the same size (as median_inplace computes it: the mean of the
+  // two middle values for an even size).
+  double resample_median(SplitMix64& rng) {
+    const std::size_t n = sorted.size();
+    std::fill(counts.begin(), counts.end(), 0u);
+    for (std::size_t i = 0; i < n; ++i) ++counts[position[rng.below(n)]];
+    const std::size_t k = n / 2;  // the order statistic at k (and, for even n, at k - 1)
+    const bool even = n % 2 == 0;
+    std::size_t seen = 0;
+    double lower = 0.0;
+    bool have_lower = !even;
+    for (std::size_t j = 0;; ++j) {
+      seen += counts[j];
+      if (!have_lower && seen > k - 1) {
+        lower = sorted[j];
+        have_lower = true;
+      }
+      if (seen > k) return even ? 0.5 * (lower + sorted[j]) : sorted[j];
+    }
+  }
+};
+
+// Percentile q of v with linear interpolation between order statistics, by selection (v is
+// reordered).
+double percentile_select(std::vector<double>& v, double q) {
+  if (v.empty()) return kNaN;
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  const auto at_lo = v.begin() + static_cast<std::ptrdiff_t>(lo);
+  std::nth_element(v.begin(), at_lo, v.end());
+  const double a = *at_lo;
+  const double b = hi == lo ? a : *std::min_element(at_lo + 1, v.end());
+  const double frac = pos - static_cast<double>(lo);
+  if (frac == 0.0 || a == b) return a;
+  return a + frac * (b - a);
+}
+
+}  // namespace
+
 Interval bootstrap_ratio_of_medians(const std::vector<double>& baseline,
                                     const std::vector<double>& current, int resamples, double level,
                                     std::uint64_t seed) {
   if (baseline.empty() || current.empty() || resamples <= 0) return {kNaN, kNaN};
   SplitMix64 rng{seed};
-  std::vector<double> buf_b(baseline.size()), buf_c(current.size()), ratios;
+  Resampler b(baseline), c(current);
+  std::vector<double> ratios;
   ratios.reserve(static_cast<std::size_t>(resamples));
   for (int r = 0; r < resamples; ++r) {
-    for (double& v : buf_b) v = baseline[rng.below(baseline.size())];
-    for (double& v : buf_c) v = current[rng.below(current.size())];
-    const double mb = median_inplace(buf_b.data(), buf_b.size());
-    const double mc = median_inplace(buf_c.data(), buf_c.size());
+    const double mb = b.resample_median(rng);  // the baseline's draws first, as ever
+    const double mc = c.resample_median(rng);
     double ratio;
     if (mb > 0.0)
       ratio = mc / mb;
@@ -216,9 +271,9 @@ Interval bootstrap_ratio_of_medians(const std::vector<double>& baseline,
       ratio = mc > 0.0 ? std::numeric_limits<double>::infinity() : 1.0;
     ratios.push_back(ratio);
   }
-  std::sort(ratios.begin(), ratios.end());
   const double tail = (1.0 - level) / 2.0;
-  return {percentile_sorted(ratios, tail), percentile_sorted(ratios, 1.0 - tail)};
+  const double low = percentile_select(ratios, tail);
+  return {low, percentile_select(ratios, 1.0 - tail)};
 }
 
 std::vector<double> holm_adjust(const std::vector<double>& p) {
@@ -254,11 +309,18 @@ struct RunProfile::Impl {
   int world_size = 0;
   std::vector<bool> ranks_seen;
 
-  std::vector<std::string> stage_order;  // pipeline order of stage names
+  // Pipeline order of stage names: a list, so that a stage met later is put after the stage it
+  // follows in O(1), and an index of its nodes (keys view the nodes' strings, which never move).
+  // Linear searches of a vector here made a run with 40,000 stage names take 30 s to compare.
+  std::list<std::string> stage_order;
+  std::unordered_map<std::string_view, std::list<std::string>::iterator> stage_node;
   std::vector<std::string> cohort_order;
+  std::unordered_map<std::string, std::size_t> cohort_index;  // into cohort_order
   std::vector<Series> series;
   std::unordered_map<std::string, std::size_t> series_index;  // cohort \x1f stage
-  std::vector<std::vector<std::int32_t>> rank_index;  // per series: rank → rank_series index
+  // (series, rank) → rank_series index. A map, not a vector per series indexed by rank: one
+  // sample of rank 4,000,000 with 1,000 stages would have made that 16 GB.
+  std::unordered_map<std::uint64_t, std::int32_t> rank_index;
   std::vector<RankSeries> rank_series;
   Series step_time;
 
@@ -281,23 +343,22 @@ struct RunProfile::Impl {
     const auto it = series_index.find(key);
     if (it != series_index.end()) return it->second;
     // New (cohort, stage): place the stage in pipeline order after the stage it follows.
-    if (std::find(stage_order.begin(), stage_order.end(), stage) == stage_order.end()) {
+    if (stage_node.find(stage) == stage_node.end()) {
       auto pos = stage_order.begin();
       if (previous_stage) {
-        const auto p = std::find(stage_order.begin(), stage_order.end(), *previous_stage);
-        if (p != stage_order.end()) pos = p + 1;
+        const auto p = stage_node.find(*previous_stage);
+        if (p != stage_node.end()) pos = std::next(p->second);
       }
-      stage_order.insert(pos, stage);
+      const auto node = stage_order.insert(pos, stage);
+      stage_node.emplace(std::string_view(*node), node);
     }
-    if (std::find(cohort_order.begin(), cohort_order.end(), cohort) == cohort_order.end())
-      cohort_order.push_back(cohort);
+    if (cohort_index.emplace(cohort, cohort_order.size()).second) cohort_order.push_back(cohort);
     const std::size_t index = series.size();
     Series s;
     s.cohort = cohort;
     s.stage = stage;
     s.kind = kind;
     series.push_back(std::move(s));
-    rank_index.emplace_back();
     scratch.emplace_back();
     series_index.emplace(key, index);
     return index;
@@ -305,18 +366,17 @@ struct RunProfile::Impl {
 
   void add_rank_value(std::size_t s, int rank, std::uint32_t w, double ms) {
     if (rank < 0 || rank >= (1 << 22)) return;
-    auto& index = rank_index[s];
-    if (static_cast<std::size_t>(rank) >= index.size())
-      index.resize(static_cast<std::size_t>(rank) + 1, -1);
-    std::int32_t& i = index[static_cast<std::size_t>(rank)];
-    if (i < 0) {
-      i = static_cast<std::int32_t>(rank_series.size());
+    const std::uint64_t pair =
+        (static_cast<std::uint64_t>(s) << 22) | static_cast<std::uint64_t>(rank);
+    const auto [it, added] =
+        rank_index.emplace(pair, static_cast<std::int32_t>(rank_series.size()));
+    if (added) {
       RankSeries r;
       r.rank = rank;
       r.series = s;
       rank_series.push_back(std::move(r));
     }
-    RankSeries& r = rank_series[static_cast<std::size_t>(i)];
+    RankSeries& r = rank_series[static_cast<std::size_t>(it->second)];
     r.window.push_back(w);
     r.ms.push_back(static_cast<float>(ms));
   }
@@ -440,16 +500,20 @@ std::int64_t RunProfile::step_of(std::uint32_t window) const noexcept {
 
 std::vector<const RunProfile::Series*> RunProfile::ordered_series() const {
   const Impl& s = *impl_;
+  // Each series' (stage position, cohort position), computed once: O(n log n) in all.
+  std::unordered_map<std::string_view, std::size_t> stage_pos;
+  stage_pos.reserve(s.stage_order.size());
+  std::size_t i = 0;
+  for (const std::string& name : s.stage_order) stage_pos.emplace(name, i++);
+  std::vector<std::pair<std::pair<std::size_t, std::size_t>, const Series*>> keyed;
+  keyed.reserve(s.series.size());
+  for (const Series& x : s.series)
+    keyed.push_back({{stage_pos.at(x.stage), s.cohort_index.at(x.cohort)}, &x});
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<const Series*> out;
-  for (const Series& x : s.series) out.push_back(&x);
-  const auto pos = [](const std::vector<std::string>& v, const std::string& name) {
-    return std::find(v.begin(), v.end(), name) - v.begin();
-  };
-  std::stable_sort(out.begin(), out.end(), [&](const Series* a, const Series* b) {
-    const auto sa = pos(s.stage_order, a->stage), sb = pos(s.stage_order, b->stage);
-    if (sa != sb) return sa < sb;
-    return pos(s.cohort_order, a->cohort) < pos(s.cohort_order, b->cohort);
-  });
+  out.reserve(keyed.size());
+  for (const auto& k : keyed) out.push_back(k.second);
   return out;
 }
 
@@ -574,11 +638,9 @@ Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,
 
   const auto b_series = baseline.ordered_series();
   const auto c_series = current.ordered_series();
-  std::vector<std::string> cohorts;
+  std::unordered_set<std::string_view> cohorts;
   for (const auto* list : {&b_series, &c_series})
-    for (const auto* s : *list)
-      if (std::find(cohorts.begin(), cohorts.end(), s->cohort) == cohorts.end())
-        cohorts.push_back(s->cohort);
+    for (const auto* s : *list) cohorts.insert(s->cohort);
   const bool name_cohort = cohorts.size() > 1;
 
   std::unordered_map<std::string, const RunProfile::Series*> c_by_key;

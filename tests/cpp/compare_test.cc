@@ -1,12 +1,17 @@
 #include "laggard/compare.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace laggard {
 namespace {
@@ -415,6 +420,130 @@ TEST(RunProfile, KeepsABoundedSystematicSample) {
   ASSERT_EQ(ordered.size(), 5u);
   EXPECT_EQ(ordered[0]->stage, "dataloader");
   EXPECT_EQ(ordered[4]->stage, "optimizer");
+}
+
+// The pipeline order of stage names, the reference way (linear searches of a vector): a stage
+// met for the first time goes right after the stage it follows in its sample, or first.
+std::vector<std::string> reference_order(const std::vector<std::vector<std::string>>& samples) {
+  std::vector<std::string> order;
+  for (const auto& names : samples) {
+    const std::string* previous = nullptr;
+    for (const auto& name : names) {
+      if (std::find(order.begin(), order.end(), name) == order.end()) {
+        auto pos = order.begin();
+        if (previous) pos = std::find(order.begin(), order.end(), *previous) + 1;
+        order.insert(pos, name);
+      }
+      previous = &name;
+    }
+  }
+  return order;
+}
+
+Window window_of(std::int64_t step, const std::vector<std::string>& names, int rank = 0,
+                 const std::string& cohort = "") {
+  Window w;
+  w.step = step;
+  StepSample s;
+  s.rank = rank;
+  s.world_size = rank + 1;
+  s.step = step;
+  s.cohort = cohort;
+  for (const auto& n : names) s.stages.push_back({n, StageKind::compute, 1.0, 1});
+  w.samples.push_back(std::move(s));
+  return w;
+}
+
+TEST(RunProfile, StagesMetLaterFollowTheStageBeforeThem) {
+  // Samples whose stage lists grow, shrink and reorder: new names in the middle, at the front,
+  // after a name that is not new; the profile's order is the reference order.
+  std::mt19937_64 rng(5);
+  std::vector<std::vector<std::string>> samples;
+  int next = 0;
+  std::vector<std::string> known;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<std::string> names;
+    const int n = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < n; ++k) {
+      if (known.empty() || rng() % 3 == 0) {
+        known.push_back("s" + std::to_string(next++));
+        names.push_back(known.back());
+      } else {
+        const std::string& old = known[rng() % known.size()];
+        if (std::find(names.begin(), names.end(), old) == names.end()) names.push_back(old);
+      }
+    }
+    samples.push_back(names);
+  }
+  RunProfile p;
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    p.add(window_of(static_cast<std::int64_t>(i), samples[i]));
+  const std::vector<std::string> want = reference_order(samples);
+  std::vector<std::string> got;
+  for (const auto* s : p.ordered_series()) got.push_back(s->stage);
+  EXPECT_EQ(got, want);
+
+  // Cohorts: within a stage, in order of first appearance.
+  RunProfile q;
+  q.add(window_of(0, {"a", "b"}, 0, "tp"));
+  q.add(window_of(1, {"b", "c"}, 0, "dp"));
+  q.add(window_of(2, {"a"}, 0, "dp"));
+  std::vector<std::string> labels;
+  for (const auto* s : q.ordered_series()) labels.push_back(s->stage + "/" + s->cohort);
+  EXPECT_EQ(labels, (std::vector<std::string>{"a/tp", "a/dp", "b/tp", "b/dp", "c/dp"}));
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// In a child process limited to 1 GB of address space: exits 0 when the profile was built.
+void profile_one_high_rank_with_many_stages() {
+  const rlimit limit{1ull << 30, 1ull << 30};
+  setrlimit(RLIMIT_AS, &limit);
+  std::vector<std::string> names;
+  for (int i = 0; i < 2000; ++i) names.push_back("stage" + std::to_string(i));
+  RunProfile p;
+  p.add(window_of(0, names, (1 << 22) - 1));
+  p.add(window_of(1, names, (1 << 22) - 1));
+  const bool ok = p.rank_series().size() == 2000 && p.ordered_series().size() == 2000;
+  std::exit(ok ? 0 : 3);
+}
+
+TEST(RunProfile, AHighRankWithManyStagesNeedsLittleMemory) {
+  // One sample of rank 4,194,303 with 2,000 stages: a per-stage table indexed by rank took
+  // 16 MB per stage (32 GB). The profile must build within 1 GB of address space.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(profile_one_high_rank_with_many_stages(), ::testing::ExitedWithCode(0), "");
+}
+#endif
+
+TEST(Compare, TensOfThousandsOfStageNames) {
+  // 40,000 stage names per run, 20,000 of them in both: every common one is compared (too few
+  // steps here), the others listed, all in pipeline order. Linear searches made this take
+  // 30 s; tests/cpp/CMakeLists.txt gives this test a generous time limit as a second guard.
+  const int per_window = 400, windows = 100;
+  RunProfile b, c;
+  for (int w = 0; w < windows; ++w) {
+    std::vector<std::string> nb, nc;
+    for (int k = 0; k < per_window; ++k) {
+      const int id = w * per_window + k;
+      nb.push_back("stage" + std::to_string(id));
+      nc.push_back("stage" + std::to_string(id + windows * per_window / 2));
+    }
+    b.add(window_of(10 * w, nb));
+    c.add(window_of(10 * w, nc));
+  }
+  CompareOptions o;
+  o.resamples = 100;
+  const Comparison cmp = compare_runs(b, c, o);
+  EXPECT_EQ(b.ordered_series().size(), 40000u);
+  ASSERT_EQ(cmp.stages.size(), 20000u);
+  EXPECT_EQ(cmp.only_in_baseline.size(), 20000u);
+  EXPECT_EQ(cmp.only_in_current.size(), 20000u);
+  // Each window's first stage goes first (it follows nothing), its others after it.
+  EXPECT_EQ(cmp.stages.front().stage, "stage39600");
+  EXPECT_EQ(cmp.stages[1].stage, "stage39601");
+  EXPECT_EQ(cmp.only_in_baseline.front(), "stage19600");
+  EXPECT_EQ(cmp.only_in_current.back(), "stage40399");
+  for (const auto& s : cmp.stages) EXPECT_EQ(s.verdict, Verdict::unknown) << s.stage;
 }
 
 TEST(Verdict, Names) {
