@@ -19,8 +19,11 @@
 // the log handler (laggard/log.hpp) and `straggler/report_errors`.
 //
 // The training thread never blocks on laggard: a finished sample is copied into a preallocated
-// ring (full: dropped and counted) and a background thread writes the logs, ships samples to the
-// analysis rank over the side channel and runs the analysis there.
+// ring (full: dropped and counted). A log writer thread appends every sample to the rank log and
+// hands it to a background thread, which ships samples to the analysis rank over the side
+// channel and runs the analysis and the sinks there; the rank log never waits for that thread
+// (a sink that blocks loses samples for the analysis, counted as analysis_dropped, not for the
+// log).
 #pragma once
 
 #include <cstddef>
@@ -129,8 +132,11 @@ struct AnalyzerCounters {
   std::uint64_t sampled_steps = 0;
   std::uint64_t samples_emitted = 0;    ///< samples the recorder finished
   std::uint64_t recorder_dropped = 0;   ///< steps, stages, intervals the recorder dropped
-  std::uint64_t queue_dropped = 0;      ///< samples dropped: the background thread was behind
+  std::uint64_t queue_dropped = 0;      ///< samples dropped: the log writer was behind (disk)
   std::uint64_t samples_logged = 0;     ///< lines written to rank-<r>.jsonl
+  /// Samples logged but not sent or analysed: the background thread (side channel, analysis,
+  /// sinks) was behind, e.g. stuck in a sink that blocks.
+  std::uint64_t analysis_dropped = 0;
   std::uint64_t samples_sent = 0;       ///< handed to the side channel
   std::uint64_t send_dropped = 0;       ///< dropped: the analysis rank was behind or gone
   std::uint64_t samples_received = 0;   ///< analysis rank: from other ranks

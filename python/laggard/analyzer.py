@@ -411,7 +411,10 @@ class Analyzer:
         follows the name (DESIGN.md)."""
         if not self._sampled:
             return NOOP_SECTION
-        section = self._sections.get(name)
+        try:
+            section = self._sections.get(name)
+        except TypeError:  # an unhashable name (a list): counted by _new_section, never raised
+            section = None
         if section is None:
             section = self._new_section(name, kind)
         return section
@@ -516,8 +519,17 @@ class Analyzer:
                 queue = self._recorder.queue
                 out["queue_dropped"] = int(queue.dropped)
                 out["queue_pushed"] = int(queue.pushed)
+                # The rank log (written by the queue's own thread) and the live analysis'
+                # share: pushed = rank_log_written + rank_log_lost (+ still queued), and
+                # pushed = sent to the gather + gather_dropped (+ still queued).
+                out["rank_log_written"] = int(queue.logged)
+                out["rank_log_lost"] = int(queue.log_lost)
+                out["gather_dropped"] = (self._channel.gather_dropped()
+                                         if self._channel is not None
+                                         else int(queue.gather_dropped))
             if self._channel is not None:
                 out["rounds"] = self._channel.rounds
+                out["gather_sent"] = self._channel.sent
                 out["side_channel_broken"] = self._channel.broken
                 # laggard's background thread: its CPU time, and the part that held the GIL
                 # (which the training thread may have waited for)

@@ -1,8 +1,8 @@
 """The side channel: per-rank samples to the analysis rank, off the training thread.
 
-Each rank runs one background thread. It drains the C++ sample queue (the recorder pushes
-finished samples there without touching Python), appends them to the rank's JSONL log, and takes
-part in one gather per `rounds_per_gather` sampled steps (a round is a sampled step; every rank
+Each rank runs two background threads. The C++ sample queue's writer thread (it never takes the
+GIL) appends every finished sample to the rank's JSONL log, whatever the rest does; this module's
+thread takes the samples from the queue after that and takes part in one gather per `rounds_per_gather` sampled steps (a round is a sampled step; every rank
 counts the same ones, so every rank makes the same gathers; the last gather at close takes what
 is left), in step order, over a dedicated gloo group created at start — never the training
 communicator. A rank with nothing to send (its sample was dropped, or a device backend has not
@@ -81,7 +81,7 @@ def new_gloo_group(timeout_s):
 
 
 class SideChannel:
-    """The background thread of one rank.
+    """The background (Python) thread of one rank; the rank log is the queue's writer thread's.
 
     queue:    the _core.SampleQueue the rank's Recorder pushes into.
     exchange: LocalExchange or GlooExchange.
@@ -116,23 +116,53 @@ class SideChannel:
         self.cpu_ns = 0
         self.gil_free_cpu_ns = 0
         self._log_errors = 0
+        self._log_lock = threading.Lock()
+        self._left_out = 0
+        # Samples taken from the queue but never sent (the side channel broke): in the rank log,
+        # not in the analysis; counted with the queue's gather_dropped.
+        self.unsent = 0
+        self.sent = 0  # samples this rank gave to a gather that succeeded
+        self.abandoned = False  # close() left this thread behind
+        self.abandoned_unsent = 0
         if log_path is not None:
-            queue.set_log(os.fspath(log_path))  # take() appends to it, in C++ without the GIL
+            # Written by the queue's writer thread, in C++ without the GIL: a gather, the
+            # analysis or a sink that blocks this thread does not hold up the log.
+            queue.set_log(os.fspath(log_path))
         self._buffer = []
         self._thread = threading.Thread(target=self._run, name="laggard-side-channel",
                                         daemon=True)
 
     def start(self):
+        self.queue.start_writer()
         self._thread.start()
 
     def close(self, timeout_s):
-        """Stops after the rounds already marked; True when the thread finished in time."""
+        """Stops after the rounds already marked; True when the thread finished in time.
+
+        The rank log first: the writer logs what is queued (it waits on nothing but the disk).
+        Then this thread, for what is left of `timeout_s`; if it is stuck (a hung peer, a sink
+        that blocks) it is left behind, and what it has not taken is counted as gather_dropped.
+        """
+        deadline = time.monotonic() + timeout_s
         self.queue.close()
-        self._thread.join(timeout_s)
+        if not self.queue.wait_writer(timeout_s):
+            self.errors.report("rank log", TimeoutError(
+                "the rank log writer did not finish within %.1f s (the disk may hang); %d "
+                "samples still queued are not written" % (timeout_s, len(self.queue))))
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         done = not self._thread.is_alive()
         if not done:
-            logger.warning("laggard: side channel did not finish within %.1f s (a rank may have "
-                           "stopped early); leaving it behind", timeout_s)
+            self._count_log_errors(self.queue.log_errors)  # this thread may never look again
+            self.queue.abandon()
+            # What was not sent by now (in the queue, taken but not sent, or in a gather that
+            # never ended) is in the rank log only: counted, and this thread sends no more.
+            self.abandoned = True
+            self.abandoned_unsent = max(0, int(self.queue.pushed) - self.sent)
+            self.errors.report("side channel", TimeoutError(
+                "the side channel did not finish within %.1f s (a rank may have stopped early, "
+                "or a sink blocks); leaving it behind: %d samples of this rank did not reach "
+                "the live analysis (they are in the rank log; counters()['gather_dropped'])" %
+                (timeout_s, self.abandoned_unsent)))
         else:
             self.exchange.close()
         return done
@@ -148,11 +178,15 @@ class SideChannel:
                 # One call into the extension per turn: the counts come with the samples.
                 rounds, items, closed, dropped, log_errors = self.queue.take(2.0, self.BATCH_S)
                 self.gil_free_cpu_ns += cpu() - c0
-                if log_errors != self._log_errors:  # a full disk, a removed dir
-                    self._log_errors = log_errors
-                    self.errors.report("rank log", OSError(self.queue.log_error))
+                self._count_log_errors(log_errors)
                 if items:
                     self._buffer.extend(items)
+                    left_out = self.queue.left_out
+                    if left_out != self._left_out:  # a non-finite time that reached the writer
+                        self.errors.report("non-finite value", ValueError(
+                            "%d non-finite stage time(s) left out of the samples written" %
+                            (left_out - self._left_out)), count=left_out - self._left_out)
+                        self._left_out = left_out
                 self._due += rounds
                 self._exchange_due(dropped, closed)
                 if self.analysis is not None:
@@ -168,11 +202,23 @@ class SideChannel:
                     self.analysis.finish()
                 except Exception as e:
                     self.errors.report("live analysis", e)
-            if self.log_path is not None:
-                try:
-                    self.queue.set_log("")  # closes the rank log
-                except Exception:
-                    pass
+
+    def gather_dropped(self):
+        """Samples of this rank in its log (or lost with a failed write) that the live analysis
+        did not get: the queue's slots for this thread were full, the side channel broke, or
+        close() left this thread behind."""
+        if self.abandoned:
+            return self.abandoned_unsent
+        return int(self.queue.gather_dropped) + self.unsent
+
+    def _count_log_errors(self, log_errors):
+        """Counts the rank-log writes that failed since the last look (a full disk, a removed
+        dir); from this thread, or from close() when this thread is left behind."""
+        with self._log_lock:
+            if log_errors != self._log_errors:
+                self.errors.report("rank log", OSError(self.queue.log_error),
+                                   count=log_errors - self._log_errors)
+                self._log_errors = log_errors
 
     def _exchange_due(self, dropped, closed):
         if not self._due:
@@ -190,18 +236,24 @@ class SideChannel:
         self._due -= rounds
         self.rounds += rounds
         samples, self._buffer = self._buffer, []
+        if self.abandoned:
+            return  # counted by close()
         if self.broken:
+            self.unsent += len(samples)
             return
-        payload = (self.rank, samples, dropped, int(self.errors.total))
+        payload = (self.rank, samples, dropped + self.unsent, int(self.errors.total))
         try:
             gathered = self.exchange.exchange(payload)
         except Exception as e:
             # A failed collective leaves the group unusable: stop exchanging, keep the logs.
             self.broken = True
+            self.unsent += len(samples)
             self.errors.report("side channel", e)
             logger.warning("laggard: the side channel stopped; samples are still written to "
                            "the rank logs when a log dir is set")
             return
+        if not self.abandoned:
+            self.sent += len(samples)
         if self.analysis is not None and gathered is not None:
             try:
                 self.analysis.add_round(gathered)

@@ -24,250 +24,13 @@
 #include "laggard/laggard.hpp"
 #include "live/line_file.hpp"
 #include "live/report_json.hpp"
+#include "sample_queue.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
 
 namespace laggard {
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// The bounded sample queue between the training thread and the Python background thread.
-
-/// Finished samples, handed from the Recorder's callback (training thread, no GIL needed: plain
-/// C++) to the side-channel thread, which formats them as JSON lines and drains the queue with
-/// the GIL released. Fixed slots whose buffers are reused: after warm-up a push does not
-/// allocate, and it makes no system call unless the queue has just reached half full (then it
-/// wakes the consumer, at most once per batch the consumer takes; with the Analyzer's capacity
-/// that happens only at hundreds of sampled steps a second). The consumer looks for work every
-/// 100 ms. When the queue is full the sample is dropped and counted; the producer never waits
-/// for the consumer.
-/// Thread-safe: one producer and one consumer (more of either also work).
-///
-/// Besides samples it counts *rounds*: one per sampled step the training thread finished. The
-/// consumer runs exactly one gather per round, so every rank runs the same number of
-/// collectives even when a sample was dropped or arrives later (device backends).
-class SampleQueue {
- public:
-  struct Entry {
-    std::int64_t step = 0;
-    std::string line;
-    StepSample sample;  // what the producer handed over; formatted into `line` by take()
-    bool formatted = false;
-  };
-
-  explicit SampleQueue(std::size_t capacity, std::size_t line_reserve = 1024) {
-    if (capacity < 1) throw std::invalid_argument("SampleQueue: capacity must be >= 1");
-    ring_.resize(capacity);
-    for (Entry& e : ring_) e.line.reserve(line_reserve);
-  }
-
-  /// Producer: copies the sample into a free slot (its buffers are reused: no allocation after
-  /// warm-up). The JSON line is formatted by the consumer, off the training thread: formatting
-  /// there cost tens of microseconds per sampled step once training had evicted the caches.
-  void push(const StepSample& sample) {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (count_ == ring_.size()) {
-        ++dropped_;
-        return;
-      }
-      Entry& slot = ring_[(head_ + count_) % ring_.size()];
-      slot.step = sample.step;
-      slot.sample = sample;
-      slot.formatted = false;
-      ++count_;
-      ++pushed_;
-      wake = should_wake();
-    }
-    if (wake) cv_.notify_one();
-  }
-
-  /// Producer: a line formatted elsewhere (tests, replays).
-  void push_line(std::int64_t step, const std::string& line) {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (count_ == ring_.size()) {
-        ++dropped_;
-        return;
-      }
-      Entry& slot = ring_[(head_ + count_) % ring_.size()];
-      slot.step = step;
-      slot.line.assign(line);
-      slot.formatted = true;
-      ++count_;
-      ++pushed_;
-      wake = should_wake();
-    }
-    if (wake) cv_.notify_one();
-  }
-
-  /// Producer: one sampled step finished (whether or not its sample is in the queue yet).
-  void mark_round() {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++rounds_;
-      ++rounds_total_;
-      wake = should_wake();
-    }
-    if (wake) cv_.notify_one();
-  }
-
-  /// Wakes the consumer for good; later waits return at once with closed = true.
-  void close() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-    }
-    cv_.notify_all();
-  }
-
-  struct Taken {
-    std::uint64_t rounds = 0;
-    bool closed = false;
-    std::uint64_t dropped = 0;     // samples dropped so far (queue full)
-    std::uint64_t log_errors = 0;  // failed rank-log writes so far
-  };
-
-  /// Consumer: waits up to `timeout_s` for a round, a sample or close; then, unless closed,
-  /// lingers `linger_s` more so that several rounds come out of one wake-up; moves every queued
-  /// sample into `out` (swapping buffers, so neither side allocates) and takes the rounds.
-  Taken take(double timeout_s, double linger_s = 0.0) {
-    std::vector<Entry>& out = taken_;  // reused: swapping with the ring keeps both sides' buffers
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto ready = [&] { return rounds_ > 0 || count_ > 0 || closed_; };
-    // Looks for work every kPoll, and is woken early only by a queue half full or a close.
-    // Waking the consumer for every first sample of a batch cost the training thread's end_step
-    // ~40 µs (a futex wake of a thread on another CPU; bench/overhead.py --breakdown), so the
-    // producer does not; and a poll every 10-20 ms cost this thread most of its CPU time.
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(std::min(std::max(0.0, timeout_s), 86400.0)));
-    while (!ready()) {
-      const Clock::time_point now = Clock::now();
-      if (now >= deadline) break;
-      wait_for_ = Wake::half;
-      cv_.wait_until(lock, std::min<Clock::time_point>(deadline, now + kPoll));
-      wait_for_ = Wake::none;
-    }
-    // Then lingers, so that several rounds come out of one wake-up; never past half the queue
-    // (a full queue drops samples) or a close.
-    const auto enough = [&] { return closed_ || count_ * 2 >= ring_.size(); };
-    if (linger_s > 0 && (rounds_ > 0 || count_ > 0) && !enough()) {
-      wait_for_ = Wake::half;
-      cv_.wait_for(lock, std::chrono::duration<double>(linger_s), enough);
-      wait_for_ = Wake::none;
-    }
-    if (out.size() < count_) out.resize(count_);
-    taken_count_ = count_;
-    for (std::size_t i = 0; i < count_; ++i) {  // swaps: neither side allocates
-      Entry& slot = ring_[(head_ + i) % ring_.size()];
-      out[i].step = slot.step;
-      out[i].formatted = slot.formatted;
-      if (slot.formatted)
-        out[i].line.swap(slot.line);
-      else
-        std::swap(out[i].sample, slot.sample);
-    }
-    head_ = (head_ + count_) % ring_.size();
-    count_ = 0;
-    Taken t{rounds_, closed_, dropped_, 0};
-    rounds_ = 0;
-    lock.unlock();
-    for (std::size_t i = 0; i < taken_count_; ++i) {
-      Entry& e = out[i];
-      if (e.formatted) continue;
-      e.line.clear();
-      append_sample_json(e.sample, e.line);
-      if (!e.line.empty() && e.line.back() == '\n') e.line.pop_back();
-      e.formatted = true;
-    }
-    if (!log_path_.empty() && taken_count_ > 0) {  // the consumer's own: no lock needed
-      log_text_.clear();
-      for (std::size_t i = 0; i < taken_count_; ++i) {
-        log_text_ += out[i].line;
-        log_text_ += '\n';
-      }
-      std::string error;
-      if (!log_.write(log_path_, log_text_, error)) {
-        ++log_errors_;
-        log_error_ = std::move(error);
-      }
-    }
-    t.log_errors = log_errors_;
-    return t;
-  }
-
-  /// Consumer side: the samples the latest take() took, formatted (the first taken_count()).
-  const std::vector<Entry>& taken() const { return taken_; }
-  std::size_t taken_count() const { return taken_count_; }
-
-  /// Consumer side: take() appends every sample it takes to `path` (the rank log), one line
-  /// each, before returning them. Empty: no log.
-  void set_log(const std::string& path) {
-    log_.close();
-    log_path_ = path;
-  }
-  /// Failed log writes so far, and the latest one's reason (consumer side).
-  std::uint64_t log_errors() const { return log_errors_; }
-  const std::string& log_error() const { return log_error_; }
-
-  std::uint64_t pushed() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return pushed_;
-  }
-  std::uint64_t dropped() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return dropped_;
-  }
-  std::uint64_t rounds_total() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return rounds_total_;
-  }
-  std::size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return count_;
-  }
-  std::size_t capacity() const { return ring_.size(); }
-
- private:
-  enum class Wake { none, half };  // what the waiting consumer wants to be woken for
-  static constexpr std::chrono::milliseconds kPoll{100};
-
-  /// Producer, under the lock: whether this change is what the consumer waits for (then the
-  /// consumer is woken once: the flag is cleared).
-  bool should_wake() {
-    if (wait_for_ == Wake::half && count_ * 2 >= ring_.size()) {
-      wait_for_ = Wake::none;
-      return true;
-    }
-    return false;
-  }
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  Wake wait_for_ = Wake::none;
-  std::vector<Entry> ring_;
-  std::size_t head_ = 0;
-  std::size_t count_ = 0;
-  std::uint64_t rounds_ = 0;
-  std::uint64_t rounds_total_ = 0;
-  std::uint64_t pushed_ = 0;
-  std::uint64_t dropped_ = 0;
-  bool closed_ = false;
-  // Consumer only:
-  std::vector<Entry> taken_;
-  std::size_t taken_count_ = 0;
-  std::string log_path_;
-  LineFile log_;
-  std::string log_text_;
-  std::uint64_t log_errors_ = 0;
-  std::string log_error_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Recorder with its queue and backend choice.
@@ -320,6 +83,11 @@ class PyRecorder {
   std::shared_ptr<SampleQueue> queue() const { return queue_; }
 
   bool begin_step(std::int64_t step) {
+    // The log format has no negative steps (the reader refuses such a line): refused here, so
+    // that the Analyzer counts it instead of logging a line that analysis would drop.
+    if (step < 0)
+      throw std::invalid_argument("begin_step(" + std::to_string(step) +
+                                  "): the step must be >= 0; this step is not sampled");
     const bool open = recorder_->sampled();  // a step never ended is closed by begin_step
     recorder_->begin_step(step);
     if (open && queue_) queue_->mark_round();
@@ -386,6 +154,11 @@ PyObject* hot_cancel(PyObject* self, PyObject* const*, Py_ssize_t) {
 PyObject* hot_begin_step(PyObject* self, PyObject* arg) {
   const long long step = PyLong_AsLongLong(arg);
   if (step == -1 && PyErr_Occurred()) return nullptr;
+  if (step < 0) {  // PyRecorder::begin_step would throw, and no C++ exception may cross here
+    PyErr_Format(PyExc_ValueError, "begin_step(%lld): the step must be >= 0; this step is not "
+                 "sampled", step);
+    return nullptr;
+  }
   const bool sampled = reinterpret_cast<HotHandle*>(self)->rec->begin_step(step);
   return PyBool_FromLong(sampled);
 }
@@ -1242,8 +1015,10 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<SampleQueue, std::shared_ptr<SampleQueue>>(
       m, "SampleQueue",
-      "Bounded queue of finished samples from the recorder to a drain thread, which gets them "
-      "as JSON lines. Full: the sample is dropped and counted; the producer never waits.")
+      "Bounded queue of finished samples from the recorder to the rank log and to a consumer "
+      "thread, which gets them as JSON lines. Full: the sample is dropped and counted; the "
+      "producer never waits. start_writer() gives the rank log a thread of its own, so that a "
+      "consumer stuck in a gather or a sink holds up neither the log nor the producer.")
       .def(py::init<std::size_t, std::size_t>(), "capacity"_a = 64, "line_reserve"_a = 1024)
       .def(
           "take",
@@ -1260,22 +1035,51 @@ PYBIND11_MODULE(_core, m) {
           },
           "Waits up to timeout_s (GIL released) for work, then lingers up to linger_s for more "
           "(several rounds per wake-up; cut short by close or a half-full queue); returns "
-          "(rounds, [(step, line)], closed, dropped, log_errors): the counts as of this take, "
-          "so that the consumer needs no further call into the extension.",
+          "(rounds, [(step, line)], closed, dropped, log_errors): the counts as of this take "
+          "(dropped: samples the consumer will never get, dropped + gather_dropped), so that "
+          "the consumer needs no further call into the extension.",
           "timeout_s"_a, "linger_s"_a = 0.0)
+      .def("start_writer", &SampleQueue::start_writer,
+           "Starts the rank-log writer thread (C++, never takes the GIL): from then on samples "
+           "are logged every 100 ms whatever the consumer does.")
+      .def(
+          "wait_writer",
+          [](SampleQueue& q, double timeout_s) {
+            py::gil_scoped_release nogil;
+            return q.wait_writer(timeout_s);
+          },
+          "After close(): waits up to timeout_s for the writer to log everything and close the "
+          "log; True when it has (or none was started).",
+          "timeout_s"_a)
+      .def("abandon", &SampleQueue::abandon,
+           "The consumer gives up: samples not taken yet (and any handed over later) count as "
+           "gather_dropped; returns how many were waiting.")
       .def("set_log", &SampleQueue::set_log,
-           "take() appends the samples it takes to this file (the rank log); '' for none.",
+           "Every sample is appended to this file (the rank log) before the consumer gets it; "
+           "'' for none.",
            "path"_a)
       .def_property_readonly("log_errors", &SampleQueue::log_errors,
-                             "Failed rank-log writes so far.")
+                             "Failed rank-log writes so far (one per write of a batch).")
+      .def_property_readonly("log_lost", &SampleQueue::log_lost,
+                             "Samples whose rank-log write failed.")
+      .def_property_readonly("logged", &SampleQueue::logged,
+                             "Samples written to the rank log.")
       .def_property_readonly("log_error", &SampleQueue::log_error,
                              "Why the latest rank-log write failed.")
+      .def_property_readonly("left_out", &SampleQueue::left_out,
+                             "Non-finite stage times left out of the lines written.")
       .def("push", &SampleQueue::push, "sample"_a)
       .def("push_line", &SampleQueue::push_line, "step"_a, "line"_a)
       .def("mark_round", &SampleQueue::mark_round)
       .def("close", &SampleQueue::close)
       .def_property_readonly("pushed", &SampleQueue::pushed)
-      .def_property_readonly("dropped", &SampleQueue::dropped)
+      .def_property_readonly("dropped", &SampleQueue::dropped,
+                             "Samples dropped because the queue was full: in neither the log "
+                             "nor the analysis.")
+      .def_property_readonly("gather_dropped", &SampleQueue::gather_dropped,
+                             "Samples in the rank log that the consumer never got (it was "
+                             "stuck and its slots full, or it gave up).")
+      .def_property_readonly("writer_done", &SampleQueue::writer_done)
       .def_property_readonly("rounds_total", &SampleQueue::rounds_total)
       .def_property_readonly("capacity", &SampleQueue::capacity)
       .def("__len__", &SampleQueue::size);

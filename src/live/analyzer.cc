@@ -1,5 +1,8 @@
-// The live Analyzer: a Recorder on the training thread, a ring to a background thread, and on
-// that thread the rank log, the side channel and (on the analysis rank) the analysis and sinks.
+// The live Analyzer: a Recorder on the training thread, a ring to the log writer thread, which
+// appends every sample to the rank log and hands it on, through a second ring, to the background
+// thread: the side channel and (on the analysis rank) the analysis and sinks. The rank log waits
+// on nothing but the disk: a sink that blocks, a slow analysis or a stuck side channel fill the
+// second ring (its drops are counted as analysis_dropped), not the first.
 #include "laggard/analyzer.hpp"
 
 #include <unistd.h>
@@ -90,7 +93,7 @@ void validate(const AnalyzerOptions& o) {
 // by close() (stuck in a user's sink, say) never outlives what it touches.
 struct Background {
   Background(const AnalyzerOptions& o, std::size_t ring_capacity)
-      : options(o), ring(ring_capacity), errors("", o.warning_interval_s) {
+      : options(o), ring(ring_capacity), handoff(ring_capacity), errors("", o.warning_interval_s) {
     options.sinks.clear();  // kept in `sinks`, under their own lock
   }
 
@@ -98,7 +101,8 @@ struct Background {
   int rank = 0;
   int world_size = 1;
   bool analysis_rank = false;
-  SampleRing ring;
+  SampleRing ring;     // training thread -> log writer
+  SampleRing handoff;  // log writer -> background thread (full: analysis_dropped)
   ErrorCounter errors;
   std::unique_ptr<Transport> transport;
   std::string transport_name;
@@ -108,6 +112,7 @@ struct Background {
   std::condition_variable cv;
   bool stop = false;
   bool done = false;
+  bool log_done = false;  // the log writer wrote everything and closed the rank log
   Clock::time_point deadline{};
   std::atomic<bool> fail_requested{false};
 
@@ -127,8 +132,10 @@ struct Background {
   std::atomic<bool> channel_healthy{false};
 
   void run() noexcept;
+  void write_loop() noexcept;  // the log writer thread
 
  private:
+  void write_ring() noexcept;
   void tick(bool final) noexcept;
   void drain_ring();
   void flush_batch(bool final);
@@ -151,12 +158,17 @@ struct Background {
   std::vector<SampleBatch> inbox;
   std::map<int, std::uint64_t> remote_dropped;
   std::map<int, std::uint64_t> remote_errors;
-  LineFile rank_log;
   LineFile report_log;
   std::string rank_log_path;
   std::string report_log_path;
   std::string report_line;
   std::string error_text;
+
+  // The log writer's.
+  StepSample log_sample;
+  std::string log_line;
+  std::string log_error;
+  LineFile rank_log;
 
   friend class laggard::Analyzer;
 };
@@ -181,6 +193,56 @@ void Background::run() noexcept {
     done = true;
   }
   cv.notify_all();
+}
+
+void Background::write_loop() noexcept {
+  SampleRing::reserve(log_sample);
+  const auto period = seconds(options.poll_interval_s);
+  for (;;) {
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, period, [this] { return stop; });
+      stopping = stop;
+    }
+    write_ring();  // after stop the training thread pushes no more: this is the last of it
+    if (stopping) break;
+  }
+  rank_log.close();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    log_done = true;
+  }
+  cv.notify_all();
+}
+
+void Background::write_ring() noexcept {
+  try {
+    while (ring.pop(log_sample)) {
+      log_line.clear();
+      if (const std::size_t left_out = append_sample_json(log_sample, log_line)) {
+        // Infinity or NaN (an add() of inf, a sum that overflowed): the stage is left out of
+        // the log line and of the analysis, the rest of the sample is kept, and the loss is
+        // counted.
+        errors.report("non-finite value", "step " + std::to_string(log_sample.step) + ": " +
+                                              std::to_string(left_out) +
+                                              " stage time(s) not finite, left out of the sample");
+        auto& st = log_sample.stages;
+        st.erase(std::remove_if(st.begin(), st.end(),
+                                [](const StageTime& x) { return !std::isfinite(x.ms); }),
+                 st.end());
+      }
+      if (!rank_log_path.empty()) {
+        if (rank_log.write(rank_log_path, log_line, log_error))
+          samples_logged.fetch_add(1, std::memory_order_relaxed);
+        else
+          errors.report("rank log", log_error);
+      }
+      handoff.push(log_sample);  // full (the background thread is behind): counted there
+    }
+  } catch (...) {
+    errors.report("rank log", what(std::current_exception()));
+  }
 }
 
 void Background::tick(bool final) noexcept {
@@ -214,29 +276,13 @@ void Background::tick(bool final) noexcept {
 
 void Background::drain_ring() {
   const std::size_t max_batch = std::min<std::size_t>(64, options.max_unacked_samples);
-  while (ring.pop(sample)) {
-    line.clear();
-    if (const std::size_t left_out = append_sample_json(sample, line)) {
-      // Infinity or NaN (an add() of inf, a sum that overflowed): the stage is left out of the
-      // log line and of the analysis, the rest of the sample is kept, and the loss is counted.
-      errors.report("non-finite value", "step " + std::to_string(sample.step) + ": " +
-                                            std::to_string(left_out) +
-                                            " stage time(s) not finite, left out of the sample");
-      auto& st = sample.stages;
-      st.erase(std::remove_if(st.begin(), st.end(),
-                              [](const StageTime& x) { return !std::isfinite(x.ms); }),
-               st.end());
-    }
-    if (!rank_log_path.empty()) {
-      if (rank_log.write(rank_log_path, line, error_text))
-        samples_logged.fetch_add(1, std::memory_order_relaxed);
-      else
-        errors.report("rank log", error_text);
-    }
+  while (handoff.pop(sample)) {  // logged already, non-finite times left out
     if (analysing()) {
       if (assembler->add(StepSample(sample), Clock::now()) == WindowAssembler::Added::late)
         late_samples.fetch_add(1, std::memory_order_relaxed);
     } else if (!analysis_rank && transport) {
+      line.clear();
+      append_sample_json(sample, line);
       batch_lines += line;
       if (++batch_samples >= max_batch) flush_batch(false);
     }
@@ -248,7 +294,8 @@ void Background::flush_batch(bool final) {
   SampleBatch batch;
   batch.rank = rank;
   batch.samples = batch_samples;
-  batch.dropped = ring.dropped() + send_dropped.load(std::memory_order_relaxed);
+  batch.dropped =
+      ring.dropped() + handoff.dropped() + send_dropped.load(std::memory_order_relaxed);
   batch.errors = errors.total();
   batch.final = final;
   batch.lines.swap(batch_lines);
@@ -321,7 +368,8 @@ void Background::analyse(bool final) {
 void Background::publish(std::int64_t step, Report&& report) {
   Metrics metrics = report.metrics(rank);
   std::uint64_t remote_err = 0;
-  std::uint64_t dropped = ring.dropped() + late_samples.load(std::memory_order_relaxed);
+  std::uint64_t dropped =
+      ring.dropped() + handoff.dropped() + late_samples.load(std::memory_order_relaxed);
   for (const auto& [r, n] : remote_errors) remote_err += n;
   for (const auto& [r, n] : remote_dropped) dropped += n;
   add_live_metrics(report, static_cast<double>(errors.total() + remote_err),
@@ -361,8 +409,13 @@ void Background::finish() noexcept {
     until = deadline;
   }
   const auto nap = std::chrono::milliseconds(1);
+  {
+    // The log writer hands on the training thread's last samples, then stops.
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_until(lock, until, [this] { return log_done; });
+  }
   try {
-    tick(false);  // the training thread has stopped: the ring holds its last samples
+    tick(false);  // the last samples, from the log writer
     if (analysing()) assembler->finished(rank);
     if (!analysis_rank && transport && transport->healthy()) {
       flush_batch(true);  // the final batch tells the analysis rank to stop waiting for us
@@ -397,7 +450,6 @@ void Background::finish() noexcept {
     errors.report("side channel", what(std::current_exception()));
   }
   channel_healthy.store(false, std::memory_order_relaxed);
-  rank_log.close();
   report_log.close();
 }
 
@@ -409,7 +461,8 @@ struct Analyzer::Impl {
   AnalyzerOptions options;
   std::shared_ptr<Background> bg;
   std::unique_ptr<Recorder> recorder;
-  std::thread thread;
+  std::thread log_thread;  // the rank log's writer
+  std::thread thread;      // the side channel, analysis and sinks
   std::string backend_name;
   bool closed = false;
 };
@@ -487,7 +540,18 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     SampleRing* ring = &bg->ring;
     impl->recorder->on_sample([ring](const StepSample& s) { ring->push(s); });
 
-    impl->thread = std::thread([bg] { bg->run(); });
+    impl->log_thread = std::thread([bg] { bg->write_loop(); });
+    try {
+      impl->thread = std::thread([bg] { bg->run(); });
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(bg->mu);
+        bg->stop = true;
+      }
+      bg->cv.notify_all();
+      impl->log_thread.join();
+      throw;
+    }
     log_message(LogLevel::info,
                 "rank " + std::to_string(bg->rank) + ": laggard Analyzer on, interval " +
                     std::to_string(options.interval) + ", timing " + impl->backend_name +
@@ -593,6 +657,7 @@ AnalyzerCounters Analyzer::counters() const noexcept {
     return a.load(std::memory_order_relaxed);
   };
   c.queue_dropped = b.ring.dropped();
+  c.analysis_dropped = b.handoff.dropped();
   c.samples_logged = get(b.samples_logged);
   c.samples_sent = get(b.samples_sent);
   c.send_dropped = get(b.send_dropped);
@@ -665,10 +730,19 @@ void Analyzer::close(double timeout_s) noexcept {
       b.deadline = start + seconds(timeout_s * 0.8);
     }
     b.cv.notify_all();
-    bool finished = false;
+    bool finished = false, logged = false;
     {
       std::unique_lock<std::mutex> lock(b.mu);
+      // The rank log first: its writer waits on nothing but the disk.
+      logged = b.cv.wait_until(lock, until, [&b] { return b.log_done; });
       finished = b.cv.wait_until(lock, until, [&b] { return b.done; });
+    }
+    if (logged) {
+      impl_->log_thread.join();
+    } else {
+      impl_->log_thread.detach();  // it holds its own reference to everything it uses
+      b.errors.warn("close", "the rank log writer did not finish within " +
+                                 std::to_string(timeout_s) + " s (the disk may hang); left behind");
     }
     if (finished) {
       impl_->thread.join();
@@ -681,6 +755,7 @@ void Analyzer::close(double timeout_s) noexcept {
     recorder_ = nullptr;
     sampled_ = false;
     b.errors.report("close", what(std::current_exception()));
+    if (impl_->log_thread.joinable()) impl_->log_thread.detach();
     if (impl_->thread.joinable()) impl_->thread.detach();
   }
 }
