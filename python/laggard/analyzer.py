@@ -256,6 +256,13 @@ class Analyzer:
             raise ValueError("rank must be in [0, world_size=%d), got %d" %
                              (self.world_size, self.rank))
         self.is_analysis_rank = self.rank == self.analysis_rank
+        for sink in sink_list:  # a sink that reads full reports (laggard.sinks.PrometheusSink)
+            attach = getattr(sink, "attach", None)
+            if callable(attach):
+                try:
+                    attach(self)
+                except Exception as e:
+                    self._errors.report("sink attach", e)
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
 
         backend, device = self._choose_timing(timing, torch)

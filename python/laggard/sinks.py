@@ -9,6 +9,7 @@ import json
 import math
 import os
 import threading
+import time
 
 from ._log import logger
 
@@ -125,3 +126,277 @@ def as_sink(obj):
     if hasattr(obj, "close") and callable(obj):
         return obj
     return CallableSink(obj)
+
+
+# -- trackers and monitoring ------------------------------------------------------------------
+#
+# Each of these is created on every rank (as `sinks=` is) but touches its tracker only when it is
+# first called, which happens only on the analysis rank: no run, experiment or port on the
+# others. Like every sink, a failure is raised from __call__ and counted by the live analysis
+# (straggler/report_errors, a rate-limited warning); training never sees it.
+
+def _numbers(metrics):
+    """The numeric metrics (finite or not) and the text ones, apart."""
+    numbers, texts = {}, {}
+    for name, value in metrics.items():
+        if isinstance(value, str):
+            texts[name] = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            numbers[name] = float(value)
+    return numbers, texts
+
+
+class WandbSink:
+    """Logs straggler/* to Weights & Biases, against their own x-axis `straggler/step` (so
+    laggard's steps never clash with the steps the trainer logs to the same run).
+
+    run: a wandb Run to log to (the trainer's own); else wandb.init(**init_kwargs) is called at
+    the first report (project="laggard" unless given) and the run finished at close().
+    WANDB_MODE=offline (or mode="offline") writes the run locally, for `wandb sync` later."""
+
+    def __init__(self, run=None, **init_kwargs):
+        self._run = run
+        self._own = run is None
+        self._init_kwargs = dict(init_kwargs)
+        self._init_kwargs.setdefault("project", "laggard")
+        self._defined = False
+        self._lock = threading.Lock()
+
+    @property
+    def run(self):
+        return self._run
+
+    def __call__(self, step, metrics):
+        with self._lock:
+            if self._run is None:
+                import wandb
+
+                self._run = wandb.init(**self._init_kwargs)
+            if not self._defined:
+                self._run.define_metric("straggler/step")
+                self._run.define_metric("straggler/*", step_metric="straggler/step")
+                self._defined = True
+            record = {name: value for name, value in metrics.items()
+                      if isinstance(value, str) or
+                      (isinstance(value, (int, float)) and not isinstance(value, bool))}
+            record["straggler/step"] = int(step)
+            self._run.log(record)
+
+    def close(self):
+        with self._lock:
+            run, self._run = self._run, None
+            if run is not None and self._own:
+                run.finish()
+
+
+class MLflowSink:
+    """Logs numeric straggler/* as MLflow metrics (with laggard's step) and text ones
+    (likely_bottleneck, confirmed, hints) as tags holding the latest value.
+
+    Through an MlflowClient, not mlflow's fluent API, so the trainer's active run (a thread-local
+    of the training thread) is left alone. tracking_uri: e.g. "file:/path/mlruns" (default:
+    MLflow's own, MLFLOW_TRACKING_URI). run_id: log into that run (the trainer's); else a run
+    named run_name is created in `experiment` at the first report and ended at close()."""
+
+    TAG_LIMIT = 5000  # MLflow's longest tag value
+
+    def __init__(self, tracking_uri=None, experiment="laggard", run_id=None, run_name=None):
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.run_id = run_id
+        self.run_name = run_name
+        self._own = run_id is None
+        self._client = None
+        self._tags = {}
+        self._lock = threading.Lock()
+
+    def _start(self):
+        from mlflow.tracking import MlflowClient
+
+        self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        if self.run_id is None:
+            found = self._client.get_experiment_by_name(self.experiment)
+            experiment_id = found.experiment_id if found is not None else \
+                self._client.create_experiment(self.experiment)
+            run = self._client.create_run(experiment_id, run_name=self.run_name)
+            self.run_id = run.info.run_id
+
+    def __call__(self, step, metrics):
+        from mlflow.entities import Metric, RunTag
+
+        with self._lock:
+            if self._client is None:
+                self._start()
+            numbers, texts = _numbers(metrics)
+            now = int(time.time() * 1000)
+            batch = [Metric(name, value, now, int(step)) for name, value in numbers.items()
+                     if math.isfinite(value)]
+            tags = [RunTag(name, value[:self.TAG_LIMIT]) for name, value in texts.items()
+                    if self._tags.get(name) != value]
+            self._client.log_batch(self.run_id, metrics=batch, tags=tags)
+            self._tags.update((t.key, t.value) for t in tags)
+
+    def close(self):
+        with self._lock:
+            if self._client is not None and self._own and self.run_id is not None:
+                self._client.set_terminated(self.run_id)
+            self._client = None
+
+
+_STAGE_FIELDS = ("local_ms", "mean_ms", "max_ms", "slowdown_ratio", "relative_score",
+                 "top_rank", "num_stragglers")
+
+
+def prometheus_name(name):
+    """laggard_<name> with what Prometheus does not allow in a metric name replaced by '_'."""
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return "laggard_" + out
+
+
+def parse_confirmed(text):
+    """[(rank, stage)] from straggler/confirmed ("1:backward,3:forward"); malformed items are
+    skipped."""
+    out = []
+    for item in (text or "").split(","):
+        rank, sep, stage = item.partition(":")
+        if sep and rank.strip().lstrip("-").isdigit() and stage:
+            out.append((int(rank), stage))
+    return out
+
+
+class PrometheusSink:
+    """Serves the latest report's straggler/* metrics for Prometheus to scrape
+    (prometheus-client), on http://addr:port/metrics of the analysis rank:
+
+      laggard_stage_<field>{stage}         per stage: mean_ms, max_ms, slowdown_ratio,
+                                           relative_score, top_rank, num_stragglers
+      laggard_stage_local_ms{stage,rank,host}  the analysis rank's own time
+      laggard_<name>                       every other number (whatif_step_saving_ms,
+                                           num_confirmed, report_errors, dropped_samples, ...)
+      laggard_report_step                  the step of the latest report
+      laggard_confirmed_straggler{rank,stage,host}  1 for each straggler confirmed in it
+      laggard_likely_bottleneck{stage}     1 for the likely bottleneck
+    and, once the sink is attached to its Analyzer (an Analyzer does that for every sink it is
+    given), from the full report:
+      laggard_rank_stage_ms{rank,stage,cohort}  every rank's time in every stage
+      laggard_straggler_slowdown{rank,stage,host,role}  each rank named in the window (role
+                                           straggler or waiting), its time over the reference
+
+    Only the latest report is served (series of ranks or stages no longer named disappear).
+    The HTTP server starts at the first report (only the analysis rank gets reports, so ranks
+    sharing a host do not compete for the port); port=0 takes a free one (see .port).
+    port=None starts no server: the metrics go into `registry` (default prometheus_client's
+    REGISTRY), for a server the program already runs. A port that cannot be bound is raised at
+    each report (counted, warned) until one can be."""
+
+    def __init__(self, port=None, addr="0.0.0.0", registry=None, host=None):
+        import socket
+
+        import prometheus_client
+
+        self._prom = prometheus_client
+        self.addr = addr
+        self.port = port
+        self.host = host if host is not None else socket.gethostname()
+        if registry is None:
+            registry = prometheus_client.CollectorRegistry() if port is not None \
+                else prometheus_client.REGISTRY
+        self.registry = registry
+        self._lock = threading.Lock()
+        self._families = []  # the latest report, as metric families (built off the lock)
+        self._server = None
+        self._analyzer = None  # weak reference, see attach
+        self._hosts = {}  # rank -> host, learned from findings
+        self._rank = 0
+        registry.register(self)
+
+    def attach(self, analyzer):
+        """Called by the Analyzer given this sink: its rank, and its full reports."""
+        import weakref
+
+        self._analyzer = weakref.ref(analyzer)
+        self._rank = int(getattr(analyzer, "rank", 0))
+
+    # prometheus_client's collector protocol: called by the registry at every scrape
+    def collect(self):
+        with self._lock:
+            return list(self._families)
+
+    def describe(self):
+        return []  # nothing to check at registration: the families change with the reports
+
+    def __call__(self, step, metrics):
+        from prometheus_client.core import GaugeMetricFamily
+
+        numbers, texts = _numbers(metrics)
+        report = None
+        analyzer = self._analyzer() if self._analyzer is not None else None
+        if analyzer is not None:
+            report = analyzer.latest_report()
+        if report:
+            for finding in report.get("stragglers", []) + report.get("waiting", []):
+                if finding.get("host"):
+                    self._hosts[int(finding["rank"])] = finding["host"]
+        families = {}
+
+        def family(name, doc, labels=()):
+            if name not in families:
+                families[name] = GaugeMetricFamily(name, doc, labels=list(labels))
+            return families[name]
+
+        for name, value in sorted(numbers.items()):
+            parts = name.split("/")
+            if len(parts) == 3 and parts[0] == "straggler" and parts[2] in _STAGE_FIELDS:
+                stage, field = parts[1], parts[2]
+                if field == "local_ms":
+                    family("laggard_stage_local_ms", "the analysis rank's own time in the "
+                           "stage (ms)", ("stage", "rank", "host")).add_metric(
+                        [stage, str(self._rank), self.host], value)
+                else:
+                    family("laggard_stage_" + field, "straggler/<stage>/" + field,
+                           ("stage",)).add_metric([stage], value)
+            elif len(parts) == 2 and parts[0] == "straggler":
+                family(prometheus_name(parts[1]), name).add_metric([], value)
+        family("laggard_report_step", "the step of the latest report").add_metric([], step)
+        confirmed = family("laggard_confirmed_straggler", "1 for each (rank, stage) confirmed "
+                           "in the latest report", ("rank", "stage", "host"))
+        for rank, stage in parse_confirmed(texts.get("straggler/confirmed")):
+            confirmed.add_metric([str(rank), stage, self._hosts.get(rank, "")], 1.0)
+        bottleneck = texts.get("straggler/likely_bottleneck")
+        if bottleneck:
+            family("laggard_likely_bottleneck", "1 for the stage that most likely limits the "
+                   "step", ("stage",)).add_metric([bottleneck], 1.0)
+        if report:
+            ranks = family("laggard_rank_stage_ms", "each rank's time in each stage (ms)",
+                           ("rank", "stage", "cohort"))
+            for stage in report.get("stages", []):
+                for rank, ms in sorted(stage.get("rank_ms", {}).items()):
+                    ranks.add_metric([str(rank), stage["stage"], stage.get("cohort", "")], ms)
+            named = family("laggard_straggler_slowdown", "each rank named in the latest report: "
+                           "its time over the reference", ("rank", "stage", "host", "role"))
+            for finding in report.get("stragglers", []) + report.get("waiting", []):
+                named.add_metric([str(finding["rank"]), finding["stage"],
+                                  finding.get("host", ""), finding.get("role", "")],
+                                 float(finding.get("slowdown", 0.0)))
+        with self._lock:
+            self._families = list(families.values())
+            start = self._server is None and self.port is not None
+        if start:
+            self._start_server()
+
+    def _start_server(self):
+        started = self._prom.start_http_server(int(self.port), addr=self.addr,
+                                               registry=self.registry)
+        server = started[0] if isinstance(started, tuple) else started
+        with self._lock:
+            self._server = server
+            if server is not None and hasattr(server, "server_address"):
+                self.port = int(server.server_address[1])
+
+    def close(self):
+        """Stops the HTTP server; the registry keeps the last report (port=None)."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None and hasattr(server, "shutdown"):
+            server.shutdown()
+            server.server_close()

@@ -1,7 +1,11 @@
-"""Sinks: JSONL reports, TensorBoard behind a clean import check."""
+"""Sinks: JSONL reports, TensorBoard behind a clean import check, and the tracker and
+monitoring sinks (TensorBoard, Weights & Biases offline, MLflow's file store, Prometheus), each
+read back with the tool's own reader."""
 
 import json
 import math
+import sys
+import time
 
 import pytest
 
@@ -26,17 +30,289 @@ def test_callable_sink_rejects_non_callables():
         sinks.CallableSink(42)
 
 
-def test_tensorboard_unavailable_is_clean():
-    if laggard.tensorboard_available():
-        pytest.skip("TensorBoard is installed here; see test_tensorboard_sink_writes")
+def test_tensorboard_unavailable_is_clean(monkeypatch):
+    # as if the tensorboard package were missing (None in sys.modules: its import fails)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    assert not laggard.tensorboard_available()
     with pytest.raises(ImportError, match="tensorboard"):
         laggard.TensorBoardSink("/tmp/never-created")
     assert sinks.tensorboard_sink("/tmp/never-created") is None
 
 
 def test_tensorboard_sink_writes(tmp_path):
-    pytest.importorskip("torch.utils.tensorboard")
     s = laggard.TensorBoardSink(tmp_path)
     s(10, {"straggler/forward/max_ms": 3.0, "straggler/likely_bottleneck": "forward"})
     s.close()
     assert any(p.name.startswith("events.") for p in tmp_path.iterdir())
+
+
+# -- trackers and monitoring: each sink's output read back with the tool's own reader ----------
+
+WORLD = 4
+SLOW_RANK = 2
+
+
+def _sample_line(rank, step, forward_ms):
+    from laggard import _core
+
+    s = _core.StepSample()
+    s.rank, s.world_size, s.step, s.host, s.step_ms = rank, WORLD, step, "host-%d" % rank, 60.0
+    s.stages = [_core.StageTime("forward", ms=forward_ms),
+                _core.StageTime("communication", "communication", ms=52.0 - forward_ms)]
+    return s.to_json()
+
+
+class _Analysis:
+    """The analysis rank's live analysis fed with WORLD ranks' sample lines, rank 2's forward 4x
+    slower: the reports the sinks get are laggard's own (LiveAnalysis, the C++ detector, the
+    live metrics), without starting ranks. Stands in for the Analyzer a sink is attached to."""
+
+    rank = 0
+
+    def __init__(self, sinks, windows=8):
+        from laggard import _core
+        from laggard._log import ErrorCounter
+        from laggard.live import LiveAnalysis
+
+        for sink in sinks:
+            if hasattr(sink, "attach"):
+                sink.attach(self)
+        self.errors = ErrorCounter()
+        self.live = LiveAnalysis(_core.DetectorOptions(), WORLD, 0, sinks, self.errors)
+        for w in range(windows):
+            step = w * 10
+            self.live.add_round([(r, [(step, _sample_line(r, step, 40.0 if r == SLOW_RANK
+                                                            else 10.0))], 0, 0)
+                                 for r in range(WORLD)])
+
+    def latest_report(self):
+        return self.live.latest_report()
+
+    def close(self):
+        self.live.finish()
+
+
+def _train_single_rank(sinks, steps=12):
+    """A real Analyzer (one process, interval 1) timing three sections; returns it closed."""
+    an = laggard.Analyzer(interval=1, sinks=sinks, close_timeout_s=10.0)
+    for step in range(steps):
+        an.begin_step(step)
+        for stage in ("dataloader", "forward", "backward"):
+            with an.section(stage):
+                pass
+        an.end_step()
+    an.close()
+    return an
+
+
+def test_tensorboard_sink_is_read_back_by_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    s = sinks.TensorBoardSink(tmp_path)
+    analysis = _Analysis([s])
+    analysis.close()
+    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    top = acc.Scalars("straggler/forward/top_rank")
+    assert [e.step for e in top] == [w * 10 for w in range(8)]
+    assert {e.value for e in top} == {float(SLOW_RANK)}
+    assert acc.Scalars("straggler/num_confirmed")[-1].value == 1.0
+    # text metrics are TensorBoard text summaries (tensors with the text plugin)
+    assert "straggler/confirmed/text_summary" in acc.Tags()["tensors"]
+    confirmed = acc.Tensors("straggler/confirmed/text_summary")[-1]
+    assert confirmed.tensor_proto.string_val[0].decode() == "%d:forward" % SLOW_RANK
+
+
+@pytest.fixture
+def mlflow_file_store(monkeypatch):
+    # MLflow 3 keeps its file store ("file:" URIs) only behind this switch.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
+def test_mlflow_sink_is_read_back_by_mlflow_client(tmp_path, mlflow_file_store):
+    from mlflow.tracking import MlflowClient
+
+    uri = "file:" + str(tmp_path / "mlruns")
+    s = sinks.MLflowSink(tracking_uri=uri, experiment="laggard-test", run_name="slow-rank")
+    assert s.run_id is None  # nothing touched before the first report
+    analysis = _Analysis([s])
+    run_id = s.run_id
+    analysis.close()
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "slow-rank"
+    history = client.get_metric_history(run_id, "straggler/forward/top_rank")
+    assert sorted(m.step for m in history) == [w * 10 for w in range(8)]
+    assert {m.value for m in history} == {float(SLOW_RANK)}
+    assert run.data.tags["straggler/confirmed"] == "%d:forward" % SLOW_RANK
+    assert run.data.tags["straggler/likely_bottleneck"] == "forward"
+
+
+def test_mlflow_sink_logs_into_the_trainers_run(tmp_path, mlflow_file_store):
+    from mlflow.tracking import MlflowClient
+
+    uri = "file:" + str(tmp_path / "mlruns")
+    client = MlflowClient(tracking_uri=uri)
+    run = client.create_run(client.create_experiment("trainer"))
+    analysis = _Analysis([sinks.MLflowSink(tracking_uri=uri, run_id=run.info.run_id)])
+    analysis.close()
+    back = client.get_run(run.info.run_id)
+    assert back.info.status == "RUNNING"  # the trainer's run: not ended by laggard
+    assert back.data.metrics["straggler/forward/top_rank"] == float(SLOW_RANK)
+
+
+def test_wandb_sink_offline_run_is_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    s = sinks.WandbSink(project="laggard-test", dir=str(tmp_path))
+    analysis = _Analysis([s])
+    run_dir = s.run.dir
+    analysis.close()
+    history, summary = _read_wandb_offline_run(tmp_path)
+    steps = [row["straggler/step"] for row in history if "straggler/forward/top_rank" in row]
+    assert steps == [w * 10 for w in range(8)]
+    assert {row["straggler/forward/top_rank"] for row in history
+            if "straggler/forward/top_rank" in row} == {float(SLOW_RANK)}
+    assert summary["straggler/confirmed"] == "%d:forward" % SLOW_RANK
+    assert run_dir.startswith(str(tmp_path))
+
+
+def test_prometheus_sink_is_scraped_over_http():
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    s = sinks.PrometheusSink(port=0, addr="127.0.0.1", host="analysis-host")
+    analysis = _Analysis([s])
+    try:
+        assert s.port > 0  # started at the first report, on a free port
+        body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.port,
+                                      timeout=10).read().decode()
+    finally:
+        analysis.close()
+    samples = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    assert samples["laggard_confirmed_straggler"] == [
+        ({"rank": str(SLOW_RANK), "stage": "forward", "host": "host-%d" % SLOW_RANK}, 1.0)]
+    assert ({"stage": "forward"}, float(SLOW_RANK)) in samples["laggard_stage_top_rank"]
+    assert ({"stage": "forward", "rank": "0", "host": "analysis-host"}, 10.0) in \
+        samples["laggard_stage_local_ms"]
+    assert samples["laggard_report_step"] == [({}, 70.0)]
+    per_rank = {(l["rank"], l["stage"]): v for l, v in samples["laggard_rank_stage_ms"]}
+    assert per_rank[(str(SLOW_RANK), "forward")] == 40.0
+    assert per_rank[("1", "forward")] == 10.0
+    named = {(l["rank"], l["stage"], l["role"]): l["host"]
+             for l, _ in samples["laggard_straggler_slowdown"]}
+    assert named[(str(SLOW_RANK), "forward", "straggler")] == "host-%d" % SLOW_RANK
+    assert samples["laggard_likely_bottleneck"] == [({"stage": "forward"}, 1.0)]
+    # closed: the server is gone
+    with pytest.raises(OSError):
+        urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.port, timeout=5)
+
+
+def test_prometheus_sink_in_an_analyzer_serves_its_reports():
+    import urllib.request
+
+    s = sinks.PrometheusSink(port=0, addr="127.0.0.1")
+    seen = []
+    an = laggard.Analyzer(interval=1, sinks=[s, lambda step, m: seen.append(step)],
+                          close_timeout_s=10.0)
+    for step in range(6):
+        an.begin_step(step)
+        with an.section("forward"):
+            pass
+        an.end_step()
+    deadline = time.monotonic() + 20
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.port,
+                                      timeout=10).read().decode()
+    finally:
+        an.close()
+    assert "laggard_stage_local_ms{host=" in body or 'laggard_stage_local_ms{stage="forward"' in body
+    assert "laggard_rank_stage_ms" in body  # attached: the full report's per-rank times
+    assert an.counters()["report_errors"] == 0
+
+
+def test_prometheus_sink_port_in_use_is_counted_not_raised(caplog):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        s = sinks.PrometheusSink(port=taken.getsockname()[1], addr="127.0.0.1")
+        with caplog.at_level("WARNING", logger="laggard"):
+            an = _train_single_rank([s])
+    finally:
+        taken.close()
+    assert an.counters()["report_errors"] >= 1
+    assert any("PrometheusSink" in r.getMessage() for r in caplog.records)
+
+
+def test_failing_tracker_sink_warns_and_counts_and_training_goes_on(tmp_path, caplog,
+                                                                   mlflow_file_store):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    s = sinks.MLflowSink(tracking_uri="file:" + str(blocker / "mlruns"))
+    with caplog.at_level("WARNING", logger="laggard"):
+        an = _train_single_rank([s])
+    assert an.counters()["report_errors"] >= 1
+    assert an.counters()["sampled_steps"] == 12
+    assert any("MLflowSink" in r.getMessage() and "training continues" in r.getMessage()
+               for r in caplog.records)
+
+
+def _read_wandb_offline_run(root):
+    """(history rows, summary) of the one offline run under root/wandb, from its run-<id>.wandb
+    file: wandb's header (":W&B", 2 magic bytes, a version byte), then records in LevelDB's log
+    format (32 KiB blocks; a chunk is crc32c, length, type, data; FULL=1 FIRST=2 MIDDLE=3
+    LAST=4), each a wandb.proto Record — what `wandb sync` uploads."""
+    import glob
+
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = glob.glob(str(root / "wandb" / "offline-run-*" / "run-*.wandb"))
+    # run.finish() can return before wandb's service has written the run out: wait for the
+    # run's exit record.
+    deadline = time.monotonic() + 60
+    while True:
+        history, summary, finished = _wandb_records(path, wandb_internal_pb2)
+        if finished or time.monotonic() > deadline:
+            return history, summary
+        time.sleep(0.2)
+
+
+def _wandb_records(path, wandb_internal_pb2):
+    import struct
+
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B", data[:8]
+    block, pos, pending, history, summary, finished = 32768, 7, b"", [], {}, False
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind not in (1, 4):
+            continue
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(pending)
+        which = record.WhichOneof("record_type")
+        if which == "history":
+            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+        elif which == "summary":
+            for item in record.summary.update:
+                summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+        elif which == "exit":
+            finished = True
+    return history, summary, finished
