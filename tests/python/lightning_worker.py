@@ -1,0 +1,93 @@
+"""One rank of test_lightning.py: a PyTorch Lightning Trainer (strategy "ddp", gloo, CPU) fits a
+small model with laggard.lightning.LaggardCallback; its processes are started by the test with
+the environment a launcher gives (LOCAL_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT), which
+Lightning takes as processes created for it.
+
+As in real_run_worker.py, each stage is the model's real work plus a stand-in of milliseconds
+(a sleep: on a GPU the host waits for the kernels), so that stage times are a real job's, not
+the scheduler noise of a busy 2-core machine. cfg["slow"] on cfg["slow_rank"] adds
+cfg["slow_ms"] to that stage ("forward": training_step; "optimizer": the optimizer's step).
+
+run(rank, world, cfg) writes OUT/result-<rank>.json.
+"""
+
+import json
+import os
+import random
+import time
+
+STAND_IN_MS = {"forward": 20.0, "backward": 20.0, "optimizer": 5.0}
+
+
+def run(rank, world, cfg):
+    import torch
+    import torch.nn as nn
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    from laggard.lightning import LaggardCallback
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    rng = random.Random(100 + rank)
+    slow = cfg["slow"] if rank == cfg["slow_rank"] else "none"
+
+    def stand_in(stage):
+        ms = STAND_IN_MS[stage] + (cfg["slow_ms"] if slow == stage else 0.0)
+        time.sleep(ms * (1.0 + rng.uniform(-0.02, 0.02)) / 1000.0)
+
+    class StandIn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            stand_in("backward")
+            return grad
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            stand_in("forward")
+            out = self.net(StandIn.apply(x.requires_grad_()))
+            return nn.functional.mse_loss(out, y)
+
+        def configure_optimizers(self):
+            model = self
+
+            class SGD(torch.optim.SGD):
+                def step(self, closure=None):
+                    loss = super().step(closure)  # the closure: training_step and backward
+                    stand_in("optimizer")
+                    return loss
+
+            return SGD(model.parameters(), lr=0.01)
+
+    gen = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(cfg["steps"] * 8 * world, 32, generator=gen),
+                                          torch.randn(cfg["steps"] * 8 * world, 4, generator=gen))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    callback = LaggardCallback(interval=cfg["interval"], log_dir=cfg["log_dir"],
+                               close_timeout_s=30.0, analysis_rank=cfg.get("analysis_rank", 0))
+    trainer = L.Trainer(accelerator="cpu", devices=world, num_nodes=1, strategy="ddp",
+                        max_steps=cfg["steps"], max_epochs=1,
+                        logger=CSVLogger(cfg["out"], name="csv", version=0),
+                        log_every_n_steps=1000, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False,
+                        callbacks=[callback])
+    trainer.fit(Model(), loader)
+    an = callback.last_analyzer
+    result = {"rank": rank, "world": trainer.world_size, "global_rank": trainer.global_rank,
+              "ddp": callback._ddp, "stages": callback.instrumentation.stages
+              if callback.instrumentation is not None else [],
+              "counters": callback.counters(), "latest_metrics": an.latest_metrics(),
+              "reports_logged": callback.reports_logged, "global_step": trainer.global_step}
+    with open(os.path.join(cfg["out"], "result-%d.json" % rank), "w") as f:
+        json.dump(result, f)
+    return 0

@@ -1,0 +1,117 @@
+"""laggard.lightning.LaggardCallback in a real PyTorch Lightning fit: 3 gloo ranks (real
+processes) with strategy="ddp" on the CPU. One rank made slow in a stage is named in that
+stage, by the live reports and by laggard's offline analysis of the rank logs; a healthy fit
+names nobody; the reports reach the Trainer's logger (CSVLogger's metrics.csv).
+"""
+
+import csv
+import json
+import multiprocessing
+import os
+import sys
+
+import pytest
+
+from laggard import _core
+from laggard.launch import free_port
+from ranks import join_ranks
+
+pytestmark = pytest.mark.multiproc
+
+WORLD = 3
+STEPS = 40
+INTERVAL = 2
+
+
+def _child(rank, port, cfg):
+    # What a launcher gives: with LOCAL_RANK set, Lightning takes the processes as created for
+    # it and starts none itself.
+    os.environ.update(LOCAL_RANK=str(rank), NODE_RANK="0", WORLD_SIZE=str(WORLD),
+                      RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      OMP_NUM_THREADS="1", PL_DISABLE_FORK="1")
+    import lightning_worker
+
+    code = 1
+    try:
+        code = lightning_worker.run(rank, WORLD, cfg)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(code or 0)
+
+
+def fit(tmp_path, slow="none", slow_rank=-1, slow_ms=0.0):
+    import lightning  # noqa: F401 — imported once here, inherited by every forked rank
+
+    import laggard.lightning  # noqa: F401
+
+    cfg = {"out": str(tmp_path), "log_dir": str(tmp_path / "laggard"), "steps": STEPS,
+           "interval": INTERVAL, "slow": slow, "slow_rank": slow_rank, "slow_ms": slow_ms}
+    ctx = multiprocessing.get_context("fork")
+    port = free_port()
+    procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
+    return join_ranks(procs, str(tmp_path), timeout_s=180)
+
+
+def confirmed_live(log_dir):
+    found = set()
+    for line in (log_dir / "reports.jsonl").read_text().splitlines():
+        for item in filter(None, json.loads(line).get("straggler/confirmed", "").split(",")):
+            rank, stage = item.split(":", 1)
+            found.add((int(rank), stage))
+    return found
+
+
+def confirmed_offline(log_dir):
+    windows, stats = _core.read_run(str(log_dir))
+    assert stats["files"] == WORLD and stats["malformed"] == 0, stats
+    det = _core.Detector(_core.DetectorOptions())
+    stages = set()
+    for step, samples in windows:
+        det.observe(samples, step)
+        for s in samples:
+            stages.update(st.name for st in s.stages)
+    return {(f["rank"], f["stage"]) for f in det.confirmed()}, stages, len(windows)
+
+
+def logged_rows(tmp_path):
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv") as f:
+        return [row for row in csv.DictReader(f) if row.get("straggler/step")]
+
+
+def check_common(tmp_path, results):
+    assert [r["global_rank"] for r in results] == list(range(WORLD))
+    assert all(r["world"] == WORLD and r["global_step"] == STEPS for r in results)
+    assert all(r["ddp"] and r["counters"]["report_errors"] == 0 for r in results), results
+    _, stages, windows = confirmed_offline(tmp_path / "laggard")
+    # every stage the callback promises under DDP, and one window per sampled batch
+    assert {"between_batches", "dataloader", "forward", "backward", "communication",
+            "optimizer"} <= stages, stages
+    assert windows == STEPS // INTERVAL
+    rows = logged_rows(tmp_path)
+    assert len(rows) == results[0]["reports_logged"] >= STEPS // INTERVAL - 2
+    assert "straggler/forward/top_rank" in rows[0] and "straggler/num_confirmed" in rows[0]
+
+
+def test_lightning_ddp_names_the_rank_with_the_slow_forward(tmp_path):
+    results = fit(tmp_path, slow="forward", slow_rank=1, slow_ms=25.0)
+    check_common(tmp_path, results)
+    assert confirmed_live(tmp_path / "laggard") == {(1, "forward")}
+    offline, _, _ = confirmed_offline(tmp_path / "laggard")
+    assert offline == {(1, "forward")}
+    rows = logged_rows(tmp_path)
+    assert float(rows[-1]["straggler/num_confirmed"]) == 1.0
+    assert float(rows[-1]["straggler/forward/top_rank"]) == 1.0
+    assert results[0]["latest_metrics"]["straggler/confirmed"] == "1:forward"
+
+
+def test_lightning_ddp_healthy_fit_names_nobody(tmp_path):
+    results = fit(tmp_path)
+    check_common(tmp_path, results)
+    assert confirmed_live(tmp_path / "laggard") == set()
+    offline, _, _ = confirmed_offline(tmp_path / "laggard")
+    assert offline == set()
+    assert all(float(r["straggler/num_confirmed"]) == 0.0 for r in logged_rows(tmp_path))
