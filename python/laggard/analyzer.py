@@ -329,7 +329,7 @@ class Analyzer:
         self._atexit = lambda: _close_at_exit(ref_self)
         atexit.register(self._atexit)
         # Dropped without close(): let the thread finish what was marked and exit.
-        weakref.finalize(self, queue.close)
+        self._finalizer = weakref.finalize(self, queue.close)
         self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref_self))
@@ -624,6 +624,9 @@ def _after_fork_in_child(ref):
     an._forked_steps = 0
     an._channel = an._analysis = None
     an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child
+    # The queue's lock may have been held by the parent's writer thread at the fork: the child
+    # never touches the queue, not even to close it when the Analyzer goes away.
+    an._finalizer.detach()
 
 
 def _close_at_exit(ref):
