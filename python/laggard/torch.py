@@ -28,7 +28,8 @@ the current stream; nothing here synchronizes the device or calls a collective):
                  transfer not hidden behind compute), measured apart from its own compute: a
                  slow backward on one rank shows as that rank's long backward, and as long
                  communication — evidence, never a verdict — on the ranks waiting for it.
-  optimizer      optimizer.step (step hooks where torch has them, else a wrapper).
+  optimizer      optimizer.step (step hooks where torch has them and runs them once per step,
+                 else a wrapper).
   attention, moe with module stages on: forward pre/post hooks on modules whose class names
                  match the patterns (outermost match only).
 
@@ -534,15 +535,29 @@ def _instrument_optimizer(inst, an, optimizer):
     # The step hooks are the optimizer stage's marks (see _install).
     inst.hooks["optimizer_pre"], inst.hooks["optimizer_post"] = rec.marks(rec.stage("optimizer"))
     if hasattr(optimizer, "register_step_pre_hook") and \
-            hasattr(optimizer, "register_step_post_hook"):  # torch >= 2.0
+            hasattr(optimizer, "register_step_post_hook") and \
+            _step_hooks_run_once(optimizer):  # torch >= 2.0
         inst._pending += [
             (optimizer, optimizer.register_step_pre_hook, "_optimizer_step_pre_hooks",
              "optimizer_pre"),
             (optimizer, optimizer.register_step_post_hook, "_optimizer_step_post_hooks",
              "optimizer_post")]
-    else:  # torch 1.13: wrap the instance's step, keeping its attributes (lr_scheduler's marker)
+    else:  # wrap the instance's step, keeping its attributes (lr_scheduler's marker)
         inst._direct.append(_OptimizerStep(optimizer, "step", inst.hooks).entry())
     inst.stages.append("optimizer")
+
+
+def _step_hooks_run_once(optimizer):
+    """Whether torch runs the optimizer's step hooks once per step. torch wraps the step of each
+    optimizer class it instantiates in a function that runs them, so an optimizer whose class's
+    step calls a base class's own step (class SlowSGD(SGD) ... super().step()) runs them once
+    per level as soon as the base class has been instantiated too, now or later: nested, the
+    inner pair would end the stage early. Such an optimizer gets the step wrapper instead."""
+    import torch
+
+    steps = [c for c in type(optimizer).__mro__
+             if "step" in vars(c) and c is not torch.optim.Optimizer]
+    return len(steps) <= 1
 
 
 class _MethodCall:
@@ -626,7 +641,8 @@ class _ForwardCall(_WrappedMethod):
 
 
 class _OptimizerStep(_WrappedMethod):
-    """torch 1.13's optimizers have no step hooks: optimizer.step on sampled steps, between
+    """Where step hooks do not serve (torch 1.13 has none; a subclass's step calling its base's
+    runs them twice, _step_hooks_run_once): optimizer.step on sampled steps, between
     hooks["optimizer_pre"](optimizer, args, kwargs) and, in a finally,
     hooks["optimizer_post"](optimizer, args, kwargs) (the arguments of torch's step hooks)."""
 

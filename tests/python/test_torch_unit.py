@@ -1,5 +1,6 @@
 """laggard.torch.instrument in one process (no DDP): stages, module stages, undo."""
 
+import time
 import warnings
 
 import pytest
@@ -86,6 +87,33 @@ def test_forward_backward_optimizer_stages(tmp_path, interval):
         assert s.find("backward").ms >= 2 * 10 * 0.9  # two backwards, each sleeping 10 ms
     c = an.counters()
     assert c["unbalanced"] == 0
+
+
+@pytest.mark.parametrize("interval", [2, 1])
+def test_optimizer_subclass_calling_its_base_step_is_one_entry_per_step(tmp_path, interval):
+    # torch >= 2.0 runs the step hooks in a wrapper around the step of each optimizer class it
+    # has instantiated: once the base class has been instantiated too, a subclass whose step
+    # calls the base's runs them twice, nested. The stage is still one whole entry per step.
+    class SlowSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            time.sleep(0.005)
+            return super().step(closure)
+
+    model = nn.Linear(8, 1)
+    torch.optim.SGD(model.parameters(), lr=0.01)  # the base class's step is wrapped from now on
+    opt = SlowSGD(model.parameters(), lr=0.01)
+    an = laggard.Analyzer(enabled=True, interval=interval, log_dir=str(tmp_path))
+    assert lt.instrument(an, model=model, optimizer=opt).stages[-1] == "optimizer"
+    run(an, model, opt, steps=4)
+    an.close()
+    samples = samples_of(tmp_path)
+    assert [s.step for s in samples] == list(range(0, 4, interval))
+    for s in samples:
+        assert s.find("optimizer").calls == 1
+        assert s.find("optimizer").ms >= 5 * 0.9  # the subclass's own part is inside
+    c = an.counters()
+    assert c["unbalanced"] == 0 and c["report_errors"] == 0
+    assert "step" not in opt.__dict__
 
 
 def test_module_stages(tmp_path):
@@ -320,20 +348,28 @@ def test_hooks_are_attached_only_during_sampled_steps():
     step = opt.step
     inst = lt.instrument(an, model=model, optimizer=opt)
 
+    step_hooks = hasattr(opt, "_optimizer_step_pre_hooks")  # torch >= 2.0
+
     def hooked():
         return bool(model._forward_hooks or model._forward_pre_hooks or
                     model.moe._forward_hooks or "step" in opt.__dict__ or
-                    "forward" in model.__dict__)
+                    "forward" in model.__dict__ or
+                    (step_hooks and (opt._optimizer_step_pre_hooks or
+                                     opt._optimizer_step_post_hooks)))
 
     backward = torch.autograd.backward
     assert not hooked()
-    an.begin_step(0)  # sampled: the model's forward and (torch 1.13) the optimizer's step are
-    # wrapped through the instance; no forward hooks (torch keeps its hook-free path); and
-    # torch.autograd.backward is wrapped
+    an.begin_step(0)  # sampled: the model's forward is wrapped through the instance, and the
+    # optimizer's step gets step hooks (torch >= 2.0) or, torch 1.13, a wrapper; no forward
+    # hooks (torch keeps its hook-free path); and torch.autograd.backward is wrapped
     assert torch.autograd.backward is not backward
-    assert "forward" in model.__dict__ and "step" in opt.__dict__
+    assert "forward" in model.__dict__
     assert type(model.__dict__["forward"]) is _core.MethodWrapper  # a C type: no Python frame
-    assert type(opt.__dict__["step"]) is _core.MethodWrapper
+    if step_hooks:
+        assert "step" not in opt.__dict__
+        assert len(opt._optimizer_step_pre_hooks) == len(opt._optimizer_step_post_hooks) == 1
+    else:
+        assert type(opt.__dict__["step"]) is _core.MethodWrapper
     assert not model._forward_hooks and not model._forward_pre_hooks
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
@@ -405,15 +441,14 @@ def test_forward_wrapper_passes_arguments_and_exceptions_through(tmp_path):
     assert c["unbalanced"] == 1 and c["report_errors"] == 0
 
 
-@pytest.mark.skipif(hasattr(torch.optim.Optimizer, "register_step_pre_hook"),
-                    reason="torch >= 2.0: optimizer step hooks, no step wrapper")
 def test_optimizer_step_wrapper_passes_arguments_and_exceptions_through(tmp_path):
-    # torch 1.13: the optimizer's step is a wrapper. Its closure argument reaches step(); when
-    # the step raises, the stage is still ended (the post hook runs in a finally) and the
-    # exception reaches the caller unchanged.
+    # The step wrapper (torch 1.13; with torch >= 2.0 for an optimizer whose step calls its base
+    # class's, SubSGD): its closure argument reaches step(); when the step raises, the stage is
+    # still ended (the post hook runs in a finally) and the exception reaches the caller
+    # unchanged.
     an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path))
     model = MayFail()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = SubSGD(model.parameters(), lr=0.1)
     lt.instrument(an, model=model, optimizer=opt)
     assert type(opt.__dict__["step"]) is _core.MethodWrapper
     assert opt.step.__self__ is opt and opt.step.__func__ is type(opt).step
@@ -449,6 +484,14 @@ def test_optimizer_step_wrapper_passes_arguments_and_exceptions_through(tmp_path
     assert samples[0].find("forward").calls == 1 and samples[1].find("forward") is None
     c = an.counters()
     assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+def scheduler_counted(opt, steps):
+    """Whether the scheduler's own wrapper of optimizer.step ran: torch 1.13's counts the steps
+    (opt._step_count), torch 2.x's marks that one ran (opt._opt_called)."""
+    if hasattr(opt, "_step_count"):
+        return opt._step_count == steps
+    return getattr(opt, "_opt_called", False) is True
 
 
 def train_with_scheduler(an, model, opt, steps, sched=None):
@@ -539,17 +582,26 @@ def test_user_hooks_stay_and_run_with_lazily_attached_hooks(tmp_path):
     assert an.counters()["report_errors"] == 0
 
 
-def test_lr_scheduler_made_after_instrument_keeps_counting():
-    # The step wrapper of torch 1.13 (no optimizer step hooks) calls what optimizer.step was
-    # before each sampled step put it in place: a scheduler's counter made later stays in the
-    # chain.
+class SubSGD(torch.optim.SGD):
+    """An optimizer whose step calls its base class's: laggard wraps its step (see
+    _step_hooks_run_once), with any torch."""
+
+    def step(self, closure=None):
+        return super().step(closure)
+
+
+# SGD: step hooks (torch >= 2.0) or the step wrapper (torch 1.13); SubSGD: the step wrapper.
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, SubSGD])
+def test_lr_scheduler_made_after_instrument_keeps_counting(optimizer):
+    # The step wrapper calls what optimizer.step was before each sampled step put it in place:
+    # a scheduler's counter made later stays in the chain.
     an = laggard.Analyzer(enabled=True, interval=2)
     model = nn.Linear(8, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = optimizer(model.parameters(), lr=0.1)
     lt.instrument(an, model=model, optimizer=opt)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     train_with_scheduler(an, model, opt, 4, sched)
-    assert opt._step_count == 4
+    assert scheduler_counted(opt, 4)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
 
 
@@ -610,15 +662,16 @@ def test_hooks_whose_dict_is_unknown_fall_back_to_torchs_calls():
     assert inst._detach() == 0 and owner.hooks == {}
 
 
-def test_lr_scheduler_made_during_a_sampled_step_wraps_the_inner_step():
-    # While the step wrapper is in place (torch 1.13), optimizer.step shows the attributes of
-    # the step it wraps, so a scheduler created then wraps the class's step and keeps counting.
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, SubSGD])
+def test_lr_scheduler_made_during_a_sampled_step_wraps_the_inner_step(optimizer):
+    # While the step wrapper is in place, optimizer.step shows the attributes of the step it
+    # wraps, so a scheduler created then wraps the class's step and keeps counting.
     an = laggard.Analyzer(enabled=True, interval=2)
     model = nn.Linear(8, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = optimizer(model.parameters(), lr=0.1)
     lt.instrument(an, model=model, optimizer=opt)
     train_with_scheduler(an, model, opt, 4)  # the StepLR is made inside sampled step 0
-    assert opt._step_count == 4 and an.counters()["report_errors"] == 0
+    assert scheduler_counted(opt, 4) and an.counters()["report_errors"] == 0
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
 
 
