@@ -152,6 +152,54 @@ def test_queue_consumer_finds_work_soon_and_is_woken_at_half_full():
     t.join()
 
 
+def test_queue_writer_logs_every_sample_while_the_consumer_is_stuck(tmp_path):
+    # With start_writer() the rank log has a thread of its own: a consumer that never takes (a
+    # hung gather, a blocking sink) holds up neither the log nor the producer; what it misses is
+    # counted (gather_dropped), rounds are all kept.
+    q = _core.SampleQueue(256)
+    log = tmp_path / "rank-0.jsonl"
+    q.set_log(str(log))
+    q.start_writer()
+    for step in range(300):
+        q.push(make_sample(0, step, 1.0))
+        q.mark_round()
+        time.sleep(0.001)
+    q.close()
+    assert q.wait_writer(30.0) and q.writer_done
+    lines = log.read_text().splitlines()
+    assert [_core.StepSample.from_json(x).step for x in lines] == list(range(300))
+    assert q.dropped == 0 and q.logged == 300 and q.log_lost == 0
+    assert q.gather_dropped == 300 - 256  # the consumer's 256 slots were full
+    rounds, items, closed, dropped, log_errors = q.take(0)
+    assert rounds == 300 and closed and dropped == 44 and log_errors == 0
+    assert [s for s, _ in items] == list(range(256))  # the oldest; the rest were in the log only
+
+
+def test_queue_writer_counts_lines_it_cannot_write(tmp_path):
+    (tmp_path / "file").write_text("")
+    q = _core.SampleQueue(8)
+    q.set_log(str(tmp_path / "file" / "rank-0.jsonl"))  # under a regular file: cannot open
+    q.start_writer()
+    for step in range(5):
+        q.push(make_sample(0, step, 1.0))
+    q.close()
+    assert q.wait_writer(30.0)
+    assert q.logged == 0 and q.log_lost == 5 and q.log_errors == 5
+    assert "cannot open" in q.log_error
+    assert len(q.take(0)[1]) == 5  # the analysis still gets them
+
+
+def test_queue_abandon_counts_what_the_consumer_never_took():
+    q = _core.SampleQueue(8)
+    q.start_writer()
+    for step in range(3):
+        q.push(make_sample(0, step, 1.0))
+    q.close()
+    assert q.wait_writer(30.0)
+    assert q.abandon() == 3 and q.gather_dropped == 3
+    assert q.take(0)[1] == []
+
+
 def test_detector_reports_metrics_and_confirms():
     det = _core.Detector(_core.DetectorOptions(ref="mean"))
     report = None
