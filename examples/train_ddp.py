@@ -2,11 +2,12 @@
 
 Run 4 ranks on CPU (gloo), rank 2 made slow in forward by 30 ms:
 
-    PYTHONPATH=python OMP_NUM_THREADS=1 /usr/bin/python3 -m laggard.launch -n 4 \
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 4 \
         examples/train_ddp.py --steps 60 --slow-rank 2 \
         --straggler-analysis --straggler-interval 5 --straggler-log-dir /tmp/laggard-run
 
-Rank 0 prints each report's verdict as it arrives (a few steps after the step it describes);
+(torchrun of the venv where laggard is installed, or of .venv with PYTHONPATH=python in a source
+tree.) Rank 0 prints each report's verdict as it arrives (a few steps after the step it describes);
 afterwards `laggard analyze /tmp/laggard-run` reads the same run from the logs. Without
 --straggler-analysis laggard does nothing at all. On GPUs (--device cuda, NCCL) stages are timed
 with CUDA events on the current stream; nothing synchronizes the device.

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages laggard builds and tests with (run as root). Idempotent: only
-# missing packages are installed. Nothing else is downloaded.
+# Installs what laggard builds and tests with: the Debian 12 packages (as root; only missing ones
+# are installed), then the project's Python environment .venv at the repository root (PyTorch,
+# pinned by python/constraints.txt to the CPU build on this machine's disk, and the test suite's
+# packages, python/requirements-test.txt). Idempotent and quick when everything is present.
+# Nothing else is downloaded.
+#   LAGGARD_VENV_PYTHON=python3 (default): the interpreter the venv is made from.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 packages=(
   cmake g++ make pkg-config
   libsimdjson-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  pybind11-dev python3-dev python3-pytest python3-torch python3-numpy
+  pybind11-dev python3-dev python3-venv
   libopenmpi-dev openmpi-bin
   chromium
   clang python3-hypothesis
@@ -17,13 +22,32 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
+elif [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: missing ${missing[*]}; run as root (sudo bash scripts/install-deps.sh)" >&2
   exit 2
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# The venv. torch first and alone, so that nothing else can pull another build of it; every
+# install is constrained to the same pin.
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  py=${LAGGARD_VENV_PYTHON:-python3}
+  echo "install-deps: creating $venv with $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+  "$py" -m venv "$venv"
+fi
+# A stamp of the two lists skips pip when they have not changed since the last install.
+stamp=$venv/.laggard-requirements
+want=$(cat python/constraints.txt python/requirements-test.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c python/constraints.txt)
+  "${pip[@]}" torch==2.13.0
+  "${pip[@]}" -r python/requirements-test.txt
+  echo "$want" >"$stamp"
+fi
+echo "install-deps: $venv: $("$venv/bin/python" -c 'import importlib.metadata as m, sys
+print("Python %s, torch %s" % (sys.version.split()[0], m.version("torch")))')"

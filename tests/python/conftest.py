@@ -1,6 +1,8 @@
-"""pytest setup for the Python layer: the package from python/, the built extension, markers.
+"""pytest setup for the Python layer: the package from python/ (or the installed one, see
+testenv.py), the built extension, markers.
 
-Run:  PYTHONPATH=python OMP_NUM_THREADS=1 /usr/bin/python3 -m pytest tests/python -q
+Run:  PYTHONPATH=python OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/python -q
+Installed package:  LAGGARD_TEST_INSTALLED=1 python -m pytest <checkout>/tests/python -q
 Only the multi-process tests:   ... -m multiproc        Skip them:   ... -m "not multiproc"
 """
 
@@ -9,13 +11,14 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYDIR = os.path.join(ROOT, "python")
-if PYDIR not in sys.path:
-    sys.path.insert(0, PYDIR)
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+
+import testenv  # noqa: E402
+
+if testenv.PYDIR is not None and testenv.PYDIR not in sys.path:
+    sys.path.insert(0, testenv.PYDIR)
 
 
 def pytest_configure(config):
@@ -24,6 +27,14 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if testenv.INSTALLED:
+        import laggard  # an installed package that does not import is an error, not a skip
+
+        src = os.path.join(testenv.ROOT, "python") + os.sep
+        if os.path.abspath(laggard.__file__).startswith(src):
+            raise pytest.UsageError("LAGGARD_TEST_INSTALLED=1, but laggard was imported from "
+                                    "the source tree (%s)" % laggard.__file__)
+        return
     try:
         import laggard._core  # noqa: F401
     except ImportError as e:

@@ -14,7 +14,7 @@ import pytest
 import laggard
 from laggard import _core
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import testenv
 
 
 def train(an, steps, stages=("forward", "backward"), ms=1.0):
@@ -333,7 +333,7 @@ assert an.latest_metrics()["straggler/ranks"] == 1.0
 assert sys.modules["torch"] is None
 print("ok", an.backend_name)
 """
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    env = testenv.subprocess_env()
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                          text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr

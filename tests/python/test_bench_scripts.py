@@ -7,14 +7,17 @@ import sys
 
 import pytest
 
+import testenv
+
 pytest.importorskip("torch")
+# The benchmark scripts belong to the source tree (they put its python/ on sys.path themselves).
+pytestmark = pytest.mark.skipif(testenv.INSTALLED, reason="bench/ runs from the source tree")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_bench(*args):
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.path.join(ROOT, "python"))
+    env = testenv.subprocess_env(OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, os.path.join(ROOT, "bench", args[0])] + list(args[1:]),
                           capture_output=True, text=True, env=env, timeout=600)
 

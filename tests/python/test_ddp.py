@@ -7,7 +7,6 @@ are milliseconds, as on a real job, rather than microseconds of scheduler noise.
 
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -19,10 +18,10 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 import laggard  # noqa: E402
 from laggard.transport import rounds_per_gather  # noqa: E402
 from ranks import run_ranks  # noqa: E402
+import testenv  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 40
 INTERVAL = 2
 WINDOWS = STEPS // INTERVAL
@@ -140,14 +139,9 @@ def test_log_dir_is_readable_by_the_cpp_reader(forward_run):
 
 def test_cli_analyzes_the_log_dir(forward_run):
     _, log_dir = forward_run
-    cli = None
-    for build in sorted(os.listdir(ROOT)):
-        candidate = os.path.join(ROOT, build, "tools", "laggard")
-        if build.startswith("build") and os.access(candidate, os.X_OK):
-            cli = candidate
-            break
-    cli = cli or shutil.which("laggard")
+    cli = testenv.cli()
     if cli is None:
+        assert not testenv.INSTALLED, "the installed package has no `laggard` command"
         pytest.skip("the laggard CLI is not built")
     out = subprocess.run([cli, "analyze", str(log_dir)], capture_output=True, text=True,
                          timeout=60)

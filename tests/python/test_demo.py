@@ -2,7 +2,7 @@
 injected into one rank and one stage, the verdict read from what the demo prints.
 
 The demo runs as a subprocess (python -m laggard.demo, and `laggard demo` through the C++
-program when it is built: $LAGGARD_CLI, else build*/tools/laggard). Short runs: 2 ranks, a few
+program: testenv.cli(), a build tree's or the installed package's). Short runs: 2 ranks, a few
 dozen steps, and a clear slowdown (4x a 20 ms stage), so that the verdict does not depend on how
 busy the machine is.
 """
@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYDIR = os.path.join(ROOT, "python")
+import testenv
+
+ROOT = testenv.ROOT
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.needs_torch]
 
@@ -26,32 +27,12 @@ torch = pytest.importorskip("torch")
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = PYDIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["OMP_NUM_THREADS"] = "1"
-    return env
+    return testenv.subprocess_env(OMP_NUM_THREADS="1")
 
 
 def _cli():
-    """The built `laggard` program with the demo subcommand: $LAGGARD_CLI, else build/, else the
-    newest build*/ tree that has one; None when there is none."""
-    env = os.environ.get("LAGGARD_CLI")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    found = [p for p in glob.glob(os.path.join(ROOT, "build*", "tools", "laggard"))
-             if os.access(p, os.X_OK)]
-    preferred = os.path.join(ROOT, "build", "tools", "laggard")
-    found.sort(key=lambda p: (p != preferred, -os.path.getmtime(p)))
-    for p in found:
-        try:
-            help_text = subprocess.run([p, "--help"], stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, universal_newlines=True,
-                                       timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if "\n  demo " in help_text:
-            return p
-    return None
+    """The `laggard` program with the demo subcommand (testenv.cli()); None when there is none."""
+    return testenv.cli()
 
 
 def _run(cmd, timeout=120):
@@ -125,6 +106,7 @@ def test_healthy_demo_names_nobody(tmp_path):
 def test_laggard_demo_through_the_cli(tmp_path):
     cli = _cli()
     if cli is None:
+        assert not testenv.INSTALLED, "the installed package has no `laggard` command"
         pytest.skip("the laggard program is not built (build/tools/laggard; or set LAGGARD_CLI)")
     out = tmp_path / "run"
     r = _demo(out, "--slow-rank", "0", "--slow-stage", "backward", "--slowdown", "4",

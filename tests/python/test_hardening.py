@@ -13,7 +13,8 @@ import pytest
 import laggard
 from laggard import _core
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import testenv
+
 GOOD = ('{"schema":"laggard.sample/1","rank":0,"world_size":1,"step":%d,"step_ms":1,'
         '"stages":[{"name":"forward","ms":1}]}')
 
@@ -25,7 +26,7 @@ def nested_line(depth=100000):
 
 def run_python(code, **env):
     """Runs `code` in a fresh interpreter (a crash there fails the test, not the test run)."""
-    e = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
+    e = testenv.subprocess_env(OMP_NUM_THREADS="1")
     e.update(env)
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
                           timeout=120)
