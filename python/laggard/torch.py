@@ -198,6 +198,19 @@ def _is_ddp(model):
         return False
 
 
+def _is_fsdp2(model):
+    """Whether the model or a submodule is sharded by FSDP2 (torch.distributed.fsdp.fully_shard,
+    torch >= 2.6)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except Exception:
+        return False
+    try:
+        return any(isinstance(m, FSDPModule) for m in model.modules())
+    except Exception:
+        return False
+
+
 def _tensors(obj, out, depth=0):
     """Tensors in a forward output (tensor, tuple/list, dict, nested a little)."""
     import torch
@@ -342,8 +355,12 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
         # includes the loss's backward and any autograd work between the loss and the model
         # output — and the output's hook confirms the call and queues the end of the compute
         # (output_confirms).
+        # FSDP2 (fully_shard) gives its sharded parameters their gradients itself, after its
+        # reduce-scatter and outside autograd: an anchor's gradient hook would never run, so the
+        # output's gradient marks the start from the first step (not after 3 missed calls).
+        fsdp2 = backward and _is_fsdp2(model)
         anchor = _anchor_parameter(model) if (
-            backward and _BACKWARD_CALL and (always_attached or not ddp)) else None
+            backward and _BACKWARD_CALL and (always_attached or not ddp) and not fsdp2) else None
         output_confirms = bool(backward and _BACKWARD_CALL and ddp and not always_attached)
         # in_backward: between the start of the model's backward and its final callback;
         # called: a torch.autograd.backward call began the stage, not yet confirmed;
@@ -483,6 +500,8 @@ def _install(inst, an, model, optimizer, forward, backward, optimizer_stage, mod
             except Exception as e:
                 errors.report("backward hook", e)
 
+        if fsdp2:
+            inst.notes.append("backward: from the model output's gradient (FSDP2)")
         if anchor is not None or output_confirms:
             inst.hooks["backward_call"] = bwd_begin
             inst.hooks["backward_return"] = backward_returned
