@@ -16,7 +16,7 @@ import os
 import random
 import time
 
-STAND_IN_MS = {"forward": 20.0, "backward": 20.0, "optimizer": 5.0}
+STAND_IN_MS = {"forward": 20.0, "backward": 20.0, "optimizer": 10.0}
 
 
 def run(rank, world, cfg):
