@@ -471,7 +471,7 @@ def test_optimizer_step_wrapper_passes_arguments_and_exceptions_through(tmp_path
         opt.zero_grad()
         if step == 0:
             loss = opt.step(closure=closure)  # the closure's loss comes back
-            assert closures == [1] and float(loss) >= 0.0
+            assert closures == [1] and loss.item() >= 0.0
         else:
             with pytest.raises(RuntimeError) as info:
                 opt.step(failing_closure)
