@@ -7,7 +7,7 @@ rank given by --slow-rank gets a slower forward.
         examples/transformers_train.py --steps 60 --slow-rank 2 --log-dir /tmp/laggard-hf
 
 The straggler/* metrics join the Trainer's log (printed at each logging step, and in every
-report_to tracker when the callback comes first: see docs/integrations.md); with --log-dir,
+report_to tracker when the callback comes before them: see docs/integrations.md); with --log-dir,
 `laggard analyze DIR/laggard` reads the run again afterwards.
 """
 
@@ -66,7 +66,8 @@ def main():
                                  use_cpu=True, disable_tqdm=True,
                                  ddp_backend="gloo" if world > 1 else None,
                                  ddp_find_unused_parameters=False)
-    callback = LaggardCallback(interval=args.interval, log_dir=os.path.join(args.log_dir, "laggard"))
+    callback = LaggardCallback(interval=args.interval,
+                               log_dir=os.path.join(args.log_dir, "laggard"))
     trainer = Trainer(model=model, args=training,
                       train_dataset=Tokens(args.steps * 4 * world, config.vocab_size),
                       callbacks=[callback])

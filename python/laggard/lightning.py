@@ -38,7 +38,6 @@ and counted in straggler/report_errors.
 """
 
 import collections
-import time
 
 from ._log import ErrorCounter
 

@@ -135,6 +135,16 @@ def as_sink(obj):
 # others. Like every sink, a failure is raised from __call__ and counted by the live analysis
 # (straggler/report_errors, a rate-limited warning); training never sees it.
 
+def _require(module, sink):
+    """Setup: ImportError (what to install) when `module` is missing, found without importing
+    it (these sinks import their tracker at the first report, on the analysis rank only)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ImportError("%s needs the %s package (pip install %s)" % (
+            sink, module, module.replace("_", "-")))
+
+
 def _numbers(metrics):
     """The numeric metrics (finite or not) and the text ones, apart."""
     numbers, texts = {}, {}
@@ -155,6 +165,8 @@ class WandbSink:
     WANDB_MODE=offline (or mode="offline") writes the run locally, for `wandb sync` later."""
 
     def __init__(self, run=None, **init_kwargs):
+        if run is None:
+            _require("wandb", "WandbSink")
         self._run = run
         self._own = run is None
         self._init_kwargs = dict(init_kwargs)
@@ -201,6 +213,7 @@ class MLflowSink:
     TAG_LIMIT = 5000  # MLflow's longest tag value
 
     def __init__(self, tracking_uri=None, experiment="laggard", run_id=None, run_name=None):
+        _require("mlflow", "MLflowSink")
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.run_id = run_id

@@ -25,8 +25,9 @@ Stages:
 The latest report's numeric straggler/* metrics join the Trainer's own log (on_log: the `logs`
 dict, and so state.log_history and the callbacks after this one) at each logging step when a
 report is newer than the last one logged. report_to's trackers are callbacks the Trainer puts
-before those given in `callbacks=`; to give them the metrics too, put this callback first:
-`trainer.callback_handler.callbacks.insert(0, LaggardCallback(...))`. Nothing here raises into
+before those given in `callbacks=`; to give them the metrics too, put this callback right after
+DefaultFlowCallback (the first; its decisions for a step are read in on_step_end):
+`trainer.callback_handler.callbacks.insert(1, LaggardCallback(...))`. Nothing here raises into
 training: failures are warnings, counted in straggler/report_errors.
 """
 

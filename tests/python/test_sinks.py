@@ -234,8 +234,16 @@ def test_prometheus_sink_in_an_analyzer_serves_its_reports():
                                       timeout=10).read().decode()
     finally:
         an.close()
-    assert "laggard_stage_local_ms{host=" in body or 'laggard_stage_local_ms{stage="forward"' in body
-    assert "laggard_rank_stage_ms" in body  # attached: the full report's per-rank times
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {(sample.name, tuple(sorted(sample.labels.items())))
+               for family in text_string_to_metric_families(body) for sample in family.samples}
+    host = s.host
+    assert ("laggard_stage_local_ms", (("host", host), ("rank", "0"), ("stage", "forward"))) \
+        in samples
+    # attached by the Analyzer: the full report's per-rank times
+    assert ("laggard_rank_stage_ms", (("cohort", ""), ("rank", "0"), ("stage", "forward"))) \
+        in samples
     assert an.counters()["report_errors"] == 0
 
 
@@ -253,6 +261,18 @@ def test_prometheus_sink_port_in_use_is_counted_not_raised(caplog):
         taken.close()
     assert an.counters()["report_errors"] >= 1
     assert any("PrometheusSink" in r.getMessage() for r in caplog.records)
+
+
+def test_tracker_sink_without_its_package_is_an_import_error_at_setup(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("wandb", "mlflow") else real(name, *a))
+    with pytest.raises(ImportError, match="pip install wandb"):
+        sinks.WandbSink()
+    with pytest.raises(ImportError, match="pip install mlflow"):
+        sinks.MLflowSink()
 
 
 def test_failing_tracker_sink_warns_and_counts_and_training_goes_on(tmp_path, caplog,

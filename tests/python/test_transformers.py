@@ -86,6 +86,9 @@ def check_common(tmp_path, results, world):
     logged = [h for h in results[0]["log_history"] if "straggler/ranks" in h]
     assert len(logged) == results[0]["reports_logged"] >= 2
     assert all("loss" in h and h["straggler/ranks"] == float(world) for h in logged)
+    # and the callbacks after laggard's (report_to's trackers, when it comes first) got them
+    seen = [h for h in results[0]["seen_logs"] if "straggler/ranks" in h]
+    assert len(seen) == len(logged)
     return logged
 
 

@@ -5,8 +5,8 @@ environment torchrun gives (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PO
 then trains under DDP over gloo.
 
 As in real_run_worker.py, the model's forward and backward and the optimizer's step each carry a
-stand-in of milliseconds (a sleep), so that stage times are a real job's rather than the scheduler noise of
-a busy 2-core machine; cfg["slow_rank"] gets cfg["slow_ms"] more in its forward.
+stand-in of milliseconds (a sleep), so that stage times are a real job's rather than the
+scheduler noise of a busy 2-core machine; cfg["slow_rank"] gets cfg["slow_ms"] more in its forward.
 
 run(rank, world, cfg) writes OUT/result-<rank>.json.
 """
@@ -21,7 +21,8 @@ STAND_IN_MS = {"forward": 20.0, "backward": 20.0, "optimizer": 10.0}
 
 def run(rank, world, cfg):
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers import (GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback,
+                              TrainingArguments)
 
     from laggard.transformers import LaggardCallback
 
@@ -81,8 +82,17 @@ def run(rank, world, cfg):
     optimizer = AdamW(model.parameters(), lr=1e-3)
     callback = LaggardCallback(interval=cfg["interval"], log_dir=cfg["log_dir"],
                                close_timeout_s=30.0)
+    class SeenLogs(TrainerCallback):
+        """Stands for a tracker's callback that comes after laggard's: what its on_log gets."""
+
+        logs = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.logs.append(dict(logs or {}))
+
+    seen = SeenLogs()
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(cfg["steps"] * 4 * world),
-                      optimizers=(optimizer, None), callbacks=[callback])
+                      optimizers=(optimizer, None), callbacks=[callback, seen])
     trainer.train()
     an = callback.last_analyzer
     result = {"rank": rank, "world": args.world_size, "process_index": args.process_index,
@@ -90,7 +100,7 @@ def run(rank, world, cfg):
               if callback.instrumentation is not None else [],
               "counters": an.counters(), "latest_metrics": an.latest_metrics(),
               "reports_logged": callback.reports_logged,
-              "log_history": trainer.state.log_history,
+              "log_history": trainer.state.log_history, "seen_logs": seen.logs,
               "global_step": trainer.state.global_step}
     with open(os.path.join(cfg["out"], "result-%d.json" % rank), "w") as f:
         json.dump(result, f)
