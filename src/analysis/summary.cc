@@ -142,7 +142,8 @@ RunSummary RunAnalysis::summary() const {
   });
 
   const int k = detector_.options().confirm_k;
-  for (const auto& [key, w] : waiting_) {
+  for (const auto& entry : waiting_) {
+    const auto& w = entry.second;  // not a structured binding: a lambda captures it (C++17)
     // A confirmed straggler that also waited somewhere is reported as a straggler only.
     const bool is_straggler =
         std::any_of(out.stragglers.begin(), out.stragglers.end(),

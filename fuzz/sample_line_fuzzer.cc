@@ -1,0 +1,57 @@
+// libFuzzer target: one line of a rank log (laggard.sample/1) through SampleParser.
+//
+// Properties: the parser never crashes and says why it refuses a line; a line it accepts is
+// written back by append_sample_json as a line that parses to the same sample, field for field
+// and bit for bit (the writer's shortest round-trip form of each double).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "fuzz_common.hpp"
+#include "laggard/jsonl.hpp"
+
+namespace {
+
+bool same_double(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+void check_same(const laggard::StepSample& a, const laggard::StepSample& b) {
+  using laggard::fuzz::fail;
+  if (a.rank != b.rank || a.world_size != b.world_size || a.step != b.step)
+    fail("rank, world_size or step changed in the round trip");
+  if (a.host != b.host || a.cohort != b.cohort) fail("host or cohort changed in the round trip");
+  if (!same_double(a.step_ms, b.step_ms)) fail("step_ms changed in the round trip");
+  if (!same_double(a.work, b.work)) fail("work changed in the round trip");
+  if (a.stages.size() != b.stages.size()) fail("the number of stages changed in the round trip");
+  for (std::size_t i = 0; i < a.stages.size(); ++i) {
+    const auto &x = a.stages[i], &y = b.stages[i];
+    if (x.name != y.name || x.kind != y.kind || x.calls != y.calls || !same_double(x.ms, y.ms))
+      fail("stage " + std::to_string(i) + " changed in the round trip");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static laggard::SampleParser parser;
+  const std::string_view line(reinterpret_cast<const char*>(data), size);
+  laggard::StepSample sample, back;
+  std::string error;
+  if (!parser.parse(line, sample, error)) {
+    if (error.empty()) laggard::fuzz::fail("a refused line without a reason");
+    return 0;
+  }
+  std::string written;
+  const std::size_t left_out = laggard::append_sample_json(sample, written);
+  if (left_out != 0) laggard::fuzz::fail("an accepted sample has a non-finite stage time");
+  if (written.empty() || written.back() != '\n') laggard::fuzz::fail("no newline at the end");
+  written.pop_back();
+  if (written.find('\n') != std::string::npos) laggard::fuzz::fail("a newline inside the line");
+  if (!parser.parse(written, back, error))
+    laggard::fuzz::fail("the writer's line does not parse: " + error + ": " + written);
+  check_same(sample, back);
+  return 0;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds laggard's libFuzzer targets (fuzz/) with clang, AddressSanitizer and UBSan in a build
+# directory of their own, and runs each for SECONDS (default 20) on its seed corpus
+# (fuzz/corpus/<target>/, read only; new inputs go to the build directory). Exit status 1 when a
+# target finds a crash, a leak, a hang or a broken property: its input is saved as
+# BUILD/artifacts/<target>-crash-..., and the end of its log is printed.
+#
+#   bash scripts/fuzz.sh [SECONDS]
+#   FUZZ_BUILD_DIR=DIR (default: build-fuzz in the repository)   FUZZ_JOBS=N (build jobs, 2)
+#   FUZZ_TARGETS="sample_line_fuzzer ..." (default: all)
+#
+# Needs clang and its runtime libraries (Debian 12: clang libclang-rt-14-dev).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-20}
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+targets=${FUZZ_TARGETS:-sample_line_fuzzer rank_file_fuzzer run_dir_fuzzer compare_vectors_fuzzer}
+
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz.sh: clang++ not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2
+  exit 2
+fi
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+
+cmake -S "$root" -B "$build" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+  -DLAGGARD_BUILD_FUZZERS=ON -DLAGGARD_BUILD_TESTS=OFF -DLAGGARD_BUILD_BENCH=OFF \
+  -DLAGGARD_BUILD_PYTHON=OFF -DLAGGARD_WITH_MPI=OFF -DLAGGARD_INSTALL=OFF >"$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log" >&2; exit 2; }
+# shellcheck disable=SC2086  # targets is a list
+cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target $targets
+
+mkdir -p "$build/artifacts"
+failed=()
+for t in $targets; do
+  corpus="$build/corpus/$t"
+  mkdir -p "$corpus"
+  log="$build/$t.log"
+  echo "fuzz.sh: $t for ${seconds} s"
+  if "$build/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+      -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 \
+      "$corpus" "$root/fuzz/corpus/$t" >"$log" 2>&1; then
+    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/  /" || true
+  else
+    echo "fuzz.sh: $t FAILED; the end of $log:" >&2
+    tail -n 40 "$log" >&2
+    failed+=("$t")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "fuzz.sh: failed: ${failed[*]} (inputs in $build/artifacts)" >&2
+  exit 1
+fi
+echo "fuzz.sh: ${targets// /, }: no finding in ${seconds} s each"
