@@ -115,3 +115,63 @@ def test_lightning_ddp_healthy_fit_names_nobody(tmp_path):
     offline, _, _ = confirmed_offline(tmp_path / "laggard")
     assert offline == set()
     assert all(float(r["straggler/num_confirmed"]) == 0.0 for r in logged_rows(tmp_path))
+
+
+def test_lightning_single_device_stages_from_hooks_and_a_failing_logger(tmp_path, caplog):
+    """Without DDP every stage comes from Lightning's hooks; a logger that raises is a counted
+    warning, and the fit goes on (in this process: one device, no torch.distributed)."""
+    import torch
+    import torch.nn as nn
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger, Logger
+
+    from laggard.lightning import LaggardCallback
+
+    class BrokenLogger(Logger):
+        name, version = "broken", 0
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+        def log_metrics(self, metrics, step=None):
+            if any(k.startswith("straggler/") for k in metrics):
+                raise OSError("tracker unreachable")
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, 2)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.TensorDataset(torch.randn(96, 8), torch.randn(96, 2))
+    callback = LaggardCallback(interval=1, log_dir=str(tmp_path / "laggard"),
+                               close_timeout_s=10.0)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, callbacks=[callback],
+                        logger=[BrokenLogger(), CSVLogger(str(tmp_path), name="csv", version=0)],
+                        enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False)
+    with caplog.at_level("WARNING", logger="laggard"):
+        trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=8))
+    assert trainer.global_step == 24  # 2 epochs of 12 batches: training went on
+    assert not callback._ddp and callback.instrumentation is None
+    counters = callback.counters()
+    assert counters["report_errors"] >= 1 and counters["reports_logged"] >= 1
+    assert any("BrokenLogger" in r.getMessage() and "tracker unreachable" in r.getMessage()
+               for r in caplog.records)
+    assert logged_rows(tmp_path)  # the logger after the broken one still got the reports
+    windows, stats = _core.read_run(str(tmp_path / "laggard"))
+    stages = {}
+    for step, samples in windows:
+        stages[step] = {st.name for st in samples[0].stages}
+    assert {"forward", "backward", "optimizer"} <= stages[0]
+    # an epoch's first batch has no fetch timed, the others do
+    assert "dataloader" not in stages[0] and "dataloader" not in stages[12]
+    assert {"between_batches", "dataloader", "forward", "backward", "optimizer"} <= stages[5]
+    assert sorted(stages) == list(range(24))
