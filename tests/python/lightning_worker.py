@@ -15,6 +15,7 @@ import json
 import os
 import random
 import time
+import urllib.request
 
 STAND_IN_MS = {"forward": 20.0, "backward": 20.0, "optimizer": 10.0}
 
@@ -27,6 +28,7 @@ def run(rank, world, cfg):
     from lightning.pytorch.loggers import CSVLogger
 
     from laggard.lightning import LaggardCallback
+    from laggard.sinks import PrometheusSink
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -73,21 +75,34 @@ def run(rank, world, cfg):
     data = torch.utils.data.TensorDataset(torch.randn(cfg["steps"] * 8 * world, 32, generator=gen),
                                           torch.randn(cfg["steps"] * 8 * world, 4, generator=gen))
     loader = torch.utils.data.DataLoader(data, batch_size=8)
+    # The live metrics served for Prometheus by the analysis rank, scraped over HTTP at the
+    # end of training, before the callback closes the analyzer (and with it the server).
+    prometheus = PrometheusSink(port=0, addr="127.0.0.1")
+    scraped = {}
+
+    class Scrape(L.Callback):
+        def on_train_end(self, trainer, pl_module):
+            if prometheus.port:  # started: the analysis rank, once a report came
+                url = "http://127.0.0.1:%d/metrics" % prometheus.port
+                scraped["body"] = urllib.request.urlopen(url, timeout=30).read().decode()
+
     callback = LaggardCallback(interval=cfg["interval"], log_dir=cfg["log_dir"],
-                               close_timeout_s=30.0, analysis_rank=cfg.get("analysis_rank", 0))
+                               close_timeout_s=30.0, analysis_rank=cfg.get("analysis_rank", 0),
+                               sinks=[prometheus])
     trainer = L.Trainer(accelerator="cpu", devices=world, num_nodes=1, strategy="ddp",
                         max_steps=cfg["steps"], max_epochs=1,
                         logger=CSVLogger(cfg["out"], name="csv", version=0),
                         log_every_n_steps=1000, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=False,
-                        callbacks=[callback])
+                        callbacks=[Scrape(), callback])
     trainer.fit(Model(), loader)
     an = callback.last_analyzer
     result = {"rank": rank, "world": trainer.world_size, "global_rank": trainer.global_rank,
               "ddp": callback._ddp, "stages": callback.instrumentation.stages
               if callback.instrumentation is not None else [],
               "counters": callback.counters(), "latest_metrics": an.latest_metrics(),
-              "reports_logged": callback.reports_logged, "global_step": trainer.global_step}
+              "reports_logged": callback.reports_logged, "global_step": trainer.global_step,
+              "prometheus": scraped.get("body")}
     with open(os.path.join(cfg["out"], "result-%d.json" % rank), "w") as f:
         json.dump(result, f)
     return 0

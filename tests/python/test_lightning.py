@@ -1,13 +1,15 @@
 """laggard.lightning.LaggardCallback in a real PyTorch Lightning fit: 3 gloo ranks (real
 processes) with strategy="ddp" on the CPU. One rank made slow in a stage is named in that
 stage, by the live reports and by laggard's offline analysis of the rank logs; a healthy fit
-names nobody; the reports reach the Trainer's logger (CSVLogger's metrics.csv).
+names nobody; the reports reach the Trainer's logger (CSVLogger's metrics.csv), and a
+PrometheusSink on the analysis rank serves them (scraped over HTTP during the fit).
 """
 
 import csv
 import json
 import multiprocessing
 import os
+import socket
 import sys
 
 import pytest
@@ -82,6 +84,20 @@ def logged_rows(tmp_path):
         return [row for row in csv.DictReader(f) if row.get("straggler/step")]
 
 
+def prometheus_samples(body):
+    """From a scrape: the confirmed-straggler series' labels, and each rank's forward ms."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    confirmed, forward = [], {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == "laggard_confirmed_straggler":
+                confirmed.append(sample.labels)
+            elif sample.name == "laggard_rank_stage_ms" and sample.labels["stage"] == "forward":
+                forward[sample.labels["rank"]] = sample.value
+    return confirmed, forward
+
+
 def check_common(tmp_path, results):
     assert [r["global_rank"] for r in results] == list(range(WORLD))
     assert all(r["world"] == WORLD and r["global_step"] == STEPS for r in results)
@@ -106,6 +122,12 @@ def test_lightning_ddp_names_the_rank_with_the_slow_forward(tmp_path):
     assert float(rows[-1]["straggler/num_confirmed"]) == 1.0
     assert float(rows[-1]["straggler/forward/top_rank"]) == 1.0
     assert results[0]["latest_metrics"]["straggler/confirmed"] == "1:forward"
+    # the analysis rank served it for Prometheus, scraped over HTTP while training: the rank,
+    # its stage and its host, and every rank's forward time
+    confirmed, forward = prometheus_samples(results[0]["prometheus"])
+    assert confirmed == [{"rank": "1", "stage": "forward", "host": socket.gethostname()}]
+    assert forward["1"] > forward["0"] + 15 and forward["1"] > forward["2"] + 15
+    assert all(r["prometheus"] is None for r in results[1:])  # no server on the other ranks
 
 
 def test_lightning_ddp_healthy_fit_names_nobody(tmp_path):
@@ -115,6 +137,8 @@ def test_lightning_ddp_healthy_fit_names_nobody(tmp_path):
     offline, _, _ = confirmed_offline(tmp_path / "laggard")
     assert offline == set()
     assert all(float(r["straggler/num_confirmed"]) == 0.0 for r in logged_rows(tmp_path))
+    confirmed, forward = prometheus_samples(results[0]["prometheus"])
+    assert confirmed == [] and sorted(forward) == ["0", "1", "2"]
 
 
 def test_lightning_single_device_stages_from_hooks_and_a_failing_logger(tmp_path, caplog):
