@@ -835,7 +835,8 @@ std::string render_run_report(const RunSummary& sum, const RunReportData& data,
     Line job{"slowest rank (the job's step time)", "#b2182b", false, {}, {}};
     Line med{"median rank", "#5f6368", true, {}, {}};
     for (const auto& p : data.points()) {
-      const double x = 0.5 * static_cast<double>(p.first_step + p.last_step);
+      // In doubles: the sum of two steps near 2^63 overflows an int64 (undefined behaviour).
+      const double x = 0.5 * (static_cast<double>(p.first_step) + static_cast<double>(p.last_step));
       job.points.emplace_back(x, p.job_sum / p.windows);
       med.points.emplace_back(x, p.median_sum / p.windows);
       if (p.windows > 1) job.band.push_back({x, {p.job_min, p.job_max}});

@@ -256,7 +256,7 @@ int run_analyze(const AnalyzeArgs& args) {
   require_samples(args.run_dir, sum, stats);
   warn_input(args.run_dir, stats);
   if (args.json)
-    std::cout << to_json(args, sum, stats, opt).dump(2) << "\n";
+    std::cout << to_json(args, sum, stats, opt).dump(2, ' ', false, kJsonReplace) << "\n";
   else
     print_text(args, sum, stats, opt);
   if (stats.malformed > 0 && !args.quiet)

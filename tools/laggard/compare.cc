@@ -101,7 +101,7 @@ int run_compare_vectors(const CompareArgs& args) {
       j["stage"] = names[found->index];
       j["delta"] = found->delta;
     }
-    std::cout << j.dump() << "\n";
+    std::cout << j.dump(-1, ' ', false, kJsonReplace) << "\n";
     return kExitOk;
   }
   if (!found) {

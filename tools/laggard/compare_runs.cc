@@ -376,7 +376,7 @@ int run_compare_runs(const CompareArgs& args) {
                      "; the current run has " +
                      (c.only_in_current.empty() ? std::string("none") : join(c.only_in_current))};
   if (args.json)
-    std::cout << to_json(args, c, base.stats, cur.stats).dump(2) << "\n";
+    std::cout << to_json(args, c, base.stats, cur.stats).dump(2, ' ', false, kJsonReplace) << "\n";
   else
     print_text(args, c);
   if (!args.html.empty())

@@ -15,6 +15,9 @@
 namespace laggard::cli {
 
 using Json = nlohmann::ordered_json;
+/// How --json output writes strings that are not UTF-8 (a run directory's name, --stages):
+/// each bad byte as U+FFFD. The default would throw, and abort the program.
+inline constexpr auto kJsonReplace = Json::error_handler_t::replace;
 
 /// Fixed-point text with `digits` decimals ("12.30"). Absurd figures stay short: a magnitude of
 /// 1e12 or more is written in 4 significant digits ("1.798e+308"), a non-finite one as "n/a".
