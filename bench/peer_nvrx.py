@@ -10,16 +10,18 @@ slower, or none. For each scenario, repetition after repetition, the same rank p
 --steps steps in each of these modes, one after the other (A/B interleaved):
 
   none     no instrumentation
-  laggard  laggard.Analyzer(interval=10) and laggard.torch.instrument(model, optimizer)
+  laggard  laggard.Analyzer(interval=10; --interval) and laggard.torch.instrument(model,
+           optimizer)
            (forward, backward, DDP's communication wait, optimizer)
   nvrx     nvidia_resiliency_ext.straggler.Detector, profiling_interval=1 (its default), with
            detection_section(profile_cuda=False) around model(x), loss.backward() and
            optimizer.step(), and a report every --nvrx-report-every steps (all ranks)
 
 and prints, per mode, the median step time over steps (the slowest rank's), its difference to
-`none`, and the ranks each tool names: laggard's confirmed stragglers (rank:stage), resiliency-
-ext's sections whose relative score (fastest rank's median / this rank's median) is under 0.75
-(its identify_stragglers() default), in any of its reports.
+`none`, rank 0's CPU time per step, and the ranks each tool names: laggard's confirmed
+stragglers (rank:stage) in any of its reports (with the slowdown of its last report),
+resiliency-ext's sections whose relative score (fastest rank's median / this rank's median) is
+under 0.75 (its identify_stragglers() default) in any of its reports (with the lowest score).
 
 resiliency-ext on a CPU-only machine: its Detector.initialize() loads its CUPTI extension, which
 needs libcupti.so.12: it is taken from the nvidia-cuda-cupti-cu12 wheel (loaded here before the
@@ -73,6 +75,7 @@ def parse(argv):
     p.add_argument("--slowdown", type=float, default=2.0)
     p.add_argument("--scenarios", default="healthy,forward,backward")
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--interval", type=int, default=10, help="laggard's sampling interval (10)")
     p.add_argument("--nvrx-report-every", type=int, default=50)
     p.add_argument("--json", default=None, help="also write the results here")
     return p.parse_args(argv)
@@ -134,8 +137,13 @@ def rank_main(rank, world, port, args, scenario, out_path):
     def segment(mode):
         an = inst = None
         found = {}  # rank:stage -> laggard's slowdown, or resiliency-ext's lowest score
+        confirmed = set()  # rank:stage confirmed in any of laggard's reports (rank 0)
+
+        def confirmed_sink(step, metrics):
+            confirmed.update(filter(None, metrics.get("straggler/confirmed", "").split(",")))
+
         if mode == "laggard":
-            an = laggard.Analyzer(enabled=True, interval=10)
+            an = laggard.Analyzer(enabled=True, interval=args.interval, sinks=[confirmed_sink])
             inst = laggard.torch.instrument(an, model=model, optimizer=opt)
         section = nvrx.Detector.detection_section if mode == "nvrx" else None
         times, cpu = [], []
@@ -184,11 +192,13 @@ def rank_main(rank, world, port, args, scenario, out_path):
                 cpu.append((time.thread_time() - c0) * 1e3)
         process_cpu_ms = (time.process_time() - process_cpu0) * 1e3 / args.steps
         if an is not None:
+            an.close()  # the last samples are analysed
             report = an.latest_report()
-            an.close()
-            if report is not None:
+            if report is not None:  # the slowdown of the last report's confirmed findings
                 found.update(("%d:%s" % (f["rank"], f["stage"]), f["slowdown"])
                              for f in report["stragglers"] if f["confirmed"])
+            for key in confirmed - set(found):  # confirmed earlier, not in the last report
+                found[key] = float("nan")
         elif section is not None:
             nvrx.Detector._reset_sections_elapseds()
         return {"mode": mode, "times_ms": times, "cpu_ms": cpu, "process_cpu_ms": process_cpu_ms,
