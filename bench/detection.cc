@@ -818,11 +818,14 @@ struct Args {
   int trials = 200;
   bool trials_given = false;
   std::uint64_t seed = 1;
+  // --runs only: one rule, one noise level, one fault of the rotation (0-6), for quick studies.
+  std::string rule, noise;
+  int fault = -1;
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
-               "%s\nusage: detection [--runs] [--quick] [--ranks N] [--trials T] [--seed S] [--csv] [--sweep]\n",
+               "%s\nusage: detection [--runs [--rule NAME] [--noise gentle|moderate|heavy] [--fault 0-6]] [--quick] [--ranks N] [--trials T] [--seed S] [--csv] [--sweep]\n",
                msg);
   std::exit(2);
 }
@@ -854,6 +857,13 @@ Args parse_args(int argc, char** argv) {
       a.trials_given = true;
     } else if (arg == "--seed") {
       a.seed = static_cast<std::uint64_t>(value());
+    } else if (arg == "--rule" || arg == "--noise") {
+      if (i + 1 >= argc) usage(("missing value after " + arg).c_str());
+      (arg == "--rule" ? a.rule : a.noise) = argv[++i];
+    } else if (arg == "--fault") {
+      const long long v = value();
+      if (v < 0 || v > 6) usage("--fault must be 0 to 6 (1.1x, 1.2x, 1.5x, 2x, host, 5%, small stage)");
+      a.fault = static_cast<int>(v);
     } else if (arg == "--help" || arg == "-h") {
       usage("detection quality of laggard's straggler analysis vs published rules");
     } else {
@@ -1000,9 +1010,10 @@ struct RunTally {
 constexpr const char* kRecallNames[6] = {"1.1x", "1.2x", ">=1.5x", "host 1.3x", "5% 1.3x",
                                          "small stg"};
 
-std::vector<RunRule> make_run_rules(int cohorts) {
+std::vector<RunRule> make_run_rules(int cohorts, const std::string& only) {
   std::vector<RunRule> out;
   auto add_laggard = [&](const char* label, const laggard::DetectorOptions& o) {
+    if (!only.empty() && only != label) return;
     RunRule r;
     r.laggard = std::make_unique<LaggardRule>(label, o);
     r.label = label;
@@ -1014,6 +1025,7 @@ std::vector<RunRule> make_run_rules(int cohorts) {
               opts(laggard::Reference::robust, 1.1, std::numeric_limits<double>::infinity(), 2, 3));
   add_laggard("robust-3of5",
               opts(laggard::Reference::robust, 1.1, std::numeric_limits<double>::infinity(), 3, 5));
+  if (!only.empty() && only != "loo-mad" && only != "nvrx") return out;
   RunRule loo;
   loo.comparator = std::make_unique<PerCohort>([] { return std::make_unique<LooMadRule>(); }, cohorts);
   loo.label = "loo-mad";
@@ -1022,6 +1034,8 @@ std::vector<RunRule> make_run_rules(int cohorts) {
   nvrx.comparator = std::make_unique<PerCohort>([] { return std::make_unique<NvrxRule>(); }, cohorts);
   nvrx.label = "nvrx";
   out.push_back(std::move(nvrx));
+  if (only == "loo-mad") out.pop_back();
+  if (only == "nvrx") out.erase(out.begin());
   return out;
 }
 
@@ -1122,7 +1136,9 @@ void run_one(std::vector<RunRule>& rules, std::vector<RunTally>& tallies, int ra
   }
 }
 
-int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks) {
+int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks,
+                       const std::string& only_rule, const std::string& only_noise,
+                       int only_fault) {
   const std::vector<int> scales = only_ranks > 0 ? std::vector<int>{only_ranks}
                                   : quick        ? std::vector<int>{8, 64}
                                                  : std::vector<int>{8, 64, 512, 4096};
@@ -1135,6 +1151,7 @@ int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks) {
               "unequal work (2 pipeline cohorts at 64 ranks, 4 from 512, cohort c doing 1 + 0.25c)\n\n");
   int failures = 0;
   for (const NoiseLevel& noise : kNoiseLevels) {
+    if (!only_noise.empty() && only_noise != noise.name) continue;
     std::printf("Noise %s: jitter %.0f%%, pauses in %.0f%% of rank-windows\n", noise.name,
                 100.0 * noise.jitter, 100.0 * noise.pause_prob);
     std::printf("%-12s %6s %8s %9s %10s", "setting", "ranks", "healthy", "healthy%",
@@ -1143,7 +1160,11 @@ int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks) {
     std::printf("\n");
     for (int ranks : scales) {
       const int cohorts = ranks >= 512 ? 4 : ranks >= 64 ? 2 : 1;
-      std::vector<RunRule> rules = make_run_rules(cohorts);
+      std::vector<RunRule> rules = make_run_rules(cohorts, only_rule);
+      if (rules.empty()) {
+        std::fprintf(stderr, "no rule named '%s'\n", only_rule.c_str());
+        return 2;
+      }
       std::vector<RunTally> tallies(rules.size());
       const int healthy = quick ? (ranks >= 64 ? 10 : 40)
                                 : (ranks >= 4096 ? 100 : ranks >= 512 ? 200 : 400);
@@ -1153,8 +1174,9 @@ int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks) {
       for (int t = 0; t < healthy; ++t)
         run_one(rules, tallies, ranks, cohorts, noise, false, t,
                 trial_seed(base_seed, 1000 + 10 * level, static_cast<std::uint64_t>(t) * 8192 + ranks));
-      for (int t = 0; t < faulty; ++t)
-        run_one(rules, tallies, ranks, cohorts, noise, true, t,
+      for (int t = 0; t < (only_fault >= 0 ? 7 * faulty : faulty); ++t)
+        if (only_fault < 0 || t % 7 == only_fault)
+          run_one(rules, tallies, ranks, cohorts, noise, true, t,
                 trial_seed(base_seed, 2000 + 10 * level, static_cast<std::uint64_t>(t) * 8192 + ranks));
       std::fprintf(stderr, "[runs] %s R=%d: %.1f s\n", noise.name, ranks,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -1195,7 +1217,9 @@ int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks) {
 
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
-  if (args.runs) return run_per_run_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0);
+  if (args.runs)
+    return run_per_run_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0, args.rule,
+                              args.noise, args.fault);
   const auto started = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<Rule>> rules = make_rules(args.sweep);
   const std::size_t nrules = rules.size();

@@ -231,37 +231,38 @@ class LAGGARD_API Detector {
     std::int64_t rise_step = -1;  ///< the window where the evidence last rose from 0
     std::int64_t first_flagged_step = -1;
   };
-  /// Sequential method: one (cohort, stage). What every window touches is kept in arrays
-  /// indexed by rank (about 33 bytes a rank: at 16,384 ranks x 16 stages the pass over them is
-  /// bound by memory).
+  /// Sequential method: one (cohort, stage). What every window touches is kept in arrays of
+  /// slots, one slot per rank, in the order of the window's ranks (about 40 bytes a slot): a
+  /// window with the same ranks as the one before is one pass over contiguous arrays, which the
+  /// compiler vectorizes. A rank that leaves keeps its slot, parked after the window's ranks.
   static constexpr int kShifts = 5;
   struct SeqTrack {
     /// One CUSUM per slowdown the test looks for (relative_threshold, and 1.25x, 1.5x, 2x, 4x
-    /// above it), each >= 0: cusum[rank * kShifts + k].
-    std::vector<float> cusum;
-    std::vector<float> evidence;  ///< the largest of a rank's CUSUMs
+    /// above it), each >= 0: cusum[k][slot].
+    std::vector<float> cusum[kShifts];
+    std::vector<float> evidence;  ///< the largest of a slot's CUSUMs
     std::vector<float> level;     ///< EWMA of the rank's log-ratio (for the noise estimate only)
     std::vector<float> last;      ///< the rank's log-ratio in its previous window
-    std::vector<std::uint8_t> bits;  ///< kHasLevel, kNamed
-    std::vector<int> seen;           ///< windows the rank took part in
+    std::vector<int> seen;          ///< windows the rank took part in
+    std::vector<std::uint8_t> named_bit;  ///< 1 while the rank is named
     std::vector<SeqState> cold;
+    std::vector<int> slot_rank;     ///< the rank of each slot
+    std::vector<int> slot_of_rank;  ///< indexed by rank: its slot, or -1
     double log_scale = 0.0;  ///< EWMA of ln(noise sigma of the log-ratio)
     int scale_windows = 0;
     /// Pauses seen (>= 1.5x the median straight after a window under relative_threshold), out
     /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that
     /// rate is above pause_rate.
     double pauses = 0.0, pause_chances = 0.0;
-    void grow(std::size_t ranks) {
-      if (ranks <= cold.size()) return;
-      cusum.resize(ranks * kShifts, 0.0f);
-      evidence.resize(ranks, 0.0f);
-      level.resize(ranks, 0.0f);
-      last.resize(ranks, 0.0f);
-      bits.resize(ranks, 0);
-      seen.resize(ranks, 0);
-      cold.resize(ranks);
+    /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
+    /// them. Costs nothing when the ranks are those of the previous window.
+    void arrange(const std::vector<int>& ranks);
+    /// The slot of `rank`, or -1.
+    int slot(int rank) const {
+      return rank >= 0 && static_cast<std::size_t>(rank) < slot_of_rank.size()
+                 ? slot_of_rank[static_cast<std::size_t>(rank)]
+                 : -1;
     }
-    bool named(std::size_t rank) const { return bits[rank] & 2u; }
   };
   void observe_threshold(const Window& window, Report& report);
   void observe_sequential(const Window& window, Report& report);
@@ -277,7 +278,9 @@ class LAGGARD_API Detector {
   std::unordered_map<std::string, SeqTrack> seq_tracks_;  ///< key: cohort \x1f stage
   double pairs_ = 0.0;  ///< most (rank, stage) pairs watched in one window so far
   // Scratch of observe_sequential, kept between windows.
-  std::vector<double> seq_x_, seq_scratch_;
+  std::vector<float> seq_x_, seq_excess_;  ///< per (stage, position): log-ratio, ms over median
+  std::vector<double> seq_scratch_;
+  std::vector<float> seq_before_;  ///< per position: the evidence before this window
   std::vector<std::size_t> seq_offsets_;
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)

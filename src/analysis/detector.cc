@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -1070,34 +1071,140 @@ constexpr double kScaleAlpha = 0.1;  // EWMA of ln(sigma) of a (cohort, stage)
 constexpr double kPausePrior = 1000.0;  // rank-windows pause_rate counts for
 const double kLogPause = std::log(1.5);  // a pause: at least 1.5x the median
 
+
 // ln(v) for v > 0 within about 1e-6: the exponent from the bits, and ln(m) for the mantissa
 // m in [sqrt(1/2), sqrt(2)) from a series in s = (m - 1) / (m + 1). A quarter of the cost of
 // std::log, which was an eighth of a 16,384-rank window (docs/performance.md); the evidence it
 // feeds is compared with thresholds of order 0.01.
-double fast_log(double v) {
+// Without branches, for the vectorized pass below: the exponent becomes a double through the
+// bits of 2^52 + e (SSE2 has no packed int64-to-double conversion).
+inline double fast_log(double v) {
   std::uint64_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  int exponent = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+  std::uint64_t e_bits = 0x4330000000000000ull | ((bits >> 52) & 0x7ff);
+  double exponent;
+  std::memcpy(&exponent, &e_bits, sizeof exponent);
+  exponent -= 4503599627370496.0 + 1023.0;
   bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;  // m in [1, 2)
   double m;
   std::memcpy(&m, &bits, sizeof m);
-  if (m > 1.4142135623730951) {
-    m *= 0.5;
-    ++exponent;
-  }
+  const bool high = m > 1.4142135623730951;
+  m = high ? m * 0.5 : m;
+  exponent = high ? exponent + 1.0 : exponent;
   const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
-  // 2 (s + s^3/3 + s^5/5 + s^7/7 + s^9/9): |s| <= 0.1716, so the next term is < 2e-9.
   const double series =
       2.0 * s * (1.0 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9)))));
   return series + exponent * 0.6931471805599453;
 }
 
-double log_ratio(double ms, double ref) {
-  const double v = (std::max(ms, 0.0) + kEpsilonMs) / (std::max(ref, 0.0) + kEpsilonMs);
-  return std::isfinite(v) ? fast_log(v) : std::log(v);
+// Each rank's log-ratio to the median, x = ln((t + e) / (median + e)), and its excess in ms, for
+// one stage: one vectorized pass (times are finite here: the window leaves out the others).
+void log_ratio_pass(std::size_t n, const double* __restrict ms, double median,
+                    float* __restrict x, float* __restrict excess) {
+  const double log_ref = fast_log(std::max(median, 0.0) + kEpsilonMs);
+  for (std::size_t j = 0; j < n; ++j) {
+    const double t = ms[j];
+    x[j] = static_cast<float>(fast_log(std::max(t, 0.0) + kEpsilonMs) - log_ref);
+    excess[j] = static_cast<float>(t - median);
+  }
+}
+
+// std::clamp for the vectorized pass (it returns a reference, which keeps GCC from
+// if-converting the loop).
+inline float clamp_f(float v, float lo, float hi) { return std::min(std::max(v, lo), hi); }
+
+
+// The parameters of one (cohort, stage)'s pass in a window.
+struct SeqPass {
+  float weight[5], mid[5];       // per shift: LLR = weight (x - mid)
+  float ceiling_open, ceiling_held;  // most evidence a window may add; held: waiting or tiny
+  float hold_below, absolute;    // excess (ms) at or under which the window is held
+  float step_limit;              // 3 sigma: the most a window moves the level
+};
+
+// One window of one (cohort, stage) over its slots [0, n): the noise level and the five CUSUMs. Branch-free over contiguous arrays (restrict: nothing aliases),
+// so the compiler vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop.
+void seq_pass(std::size_t n, const SeqPass& p, const float* __restrict x,
+              const float* __restrict ex, int* __restrict seen, float* __restrict level,
+              float* __restrict last, float* __restrict evidence,
+              float* __restrict before, float* __restrict c0, float* __restrict c1,
+              float* __restrict c2, float* __restrict c3, float* __restrict c4) {
+  const SeqPass q = p;  // locals: no reload through the reference in the loop
+  for (std::size_t j = 0; j < n; ++j) {
+    const float xj = x[j];
+    const int seen_before = seen[j];
+    seen[j] = seen_before + 1;
+    // The level follows the rank, a pause moving it by 3 sigma at most.
+    const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
+    level[j] = seen_before > 0 ? level[j] + static_cast<float>(kLevelAlpha) * dev : xj;
+    last[j] = xj;
+    const bool held = (ex[j] <= q.hold_below) | (ex[j] < q.absolute);
+    const float ceiling = held ? q.ceiling_held : q.ceiling_open;
+    const float v0 = std::max(0.0f, c0[j] + std::min(ceiling, q.weight[0] * (xj - q.mid[0])));
+    const float v1 = std::max(0.0f, c1[j] + std::min(ceiling, q.weight[1] * (xj - q.mid[1])));
+    const float v2 = std::max(0.0f, c2[j] + std::min(ceiling, q.weight[2] * (xj - q.mid[2])));
+    const float v3 = std::max(0.0f, c3[j] + std::min(ceiling, q.weight[3] * (xj - q.mid[3])));
+    const float v4 = std::max(0.0f, c4[j] + std::min(ceiling, q.weight[4] * (xj - q.mid[4])));
+    c0[j] = v0;
+    c1[j] = v1;
+    c2[j] = v2;
+    c3[j] = v3;
+    c4[j] = v4;
+    const float most = std::max(std::max(std::max(v0, v1), std::max(v2, v3)), v4);
+    before[j] = evidence[j];
+    evidence[j] = most;
+  }
 }
 
 }  // namespace
+
+void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
+  const std::size_t n = ranks.size();
+  if (n <= slot_rank.size() && std::equal(ranks.begin(), ranks.end(), slot_rank.begin())) return;
+  // For each new slot, the old slot it takes (-1: a rank not seen before): the window's ranks
+  // in order, then the ranks that are not in this window, parked.
+  const std::size_t old_slots = slot_rank.size();
+  std::vector<int> from;
+  from.reserve(n + old_slots);
+  std::vector<char> taken(old_slots, 0);
+  std::vector<int> new_rank;
+  new_rank.reserve(n + old_slots);
+  for (int rank : ranks) {
+    int old = slot(rank);
+    if (old >= 0 && taken[static_cast<std::size_t>(old)]) old = -1;  // the rank twice: a new slot
+    if (old >= 0) taken[static_cast<std::size_t>(old)] = 1;
+    from.push_back(old);
+    new_rank.push_back(rank);
+  }
+  for (std::size_t s = 0; s < old_slots; ++s)
+    if (!taken[s]) {
+      from.push_back(static_cast<int>(s));
+      new_rank.push_back(slot_rank[s]);
+    }
+  auto permute = [&](auto& values, auto fresh) {
+    std::remove_reference_t<decltype(values)> out(from.size(), fresh);
+    for (std::size_t s = 0; s < from.size(); ++s)
+      if (from[s] >= 0) out[s] = values[static_cast<std::size_t>(from[s])];
+    values.swap(out);
+  };
+  for (auto& c : cusum) permute(c, 0.0f);
+  permute(evidence, 0.0f);
+  permute(level, 0.0f);
+  permute(last, 0.0f);
+  permute(seen, 0);
+  permute(named_bit, std::uint8_t{0});
+  permute(cold, SeqState{});
+  slot_rank.swap(new_rank);
+  // Ranks index slot_of_rank: ranks beyond kMaxTrackedRank keep a slot but are not found by rank.
+  for (int& v : slot_of_rank) v = -1;
+  for (std::size_t s = 0; s < slot_rank.size(); ++s) {
+    const int rank = slot_rank[s];
+    if (rank < 0 || rank >= kMaxTrackedRank) continue;
+    const std::size_t r = static_cast<std::size_t>(rank);
+    if (r >= slot_of_rank.size()) slot_of_rank.resize(r + 1, -1);
+    if (slot_of_rank[r] < 0) slot_of_rank[r] = static_cast<int>(s);
+  }
+}
 
 void Detector::observe_sequential(const Window& window, Report& report) {
   const double log_slow = std::log(options_.relative_threshold);
@@ -1112,7 +1219,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     if (factor > options_.relative_threshold * 1.05) shifts[num_shifts++] = std::log(factor);
   const double cap = std::log(1.0 / options_.pause_rate);
   const bool use_absolute = std::isfinite(options_.absolute_ms_threshold);
-  auto in_range = [](int rank) { return rank >= 0 && rank < kMaxTrackedRank; };
 
   // Pairs watched: (rank, stage) of the stages that are not communication.
   double pairs = 0.0;
@@ -1134,16 +1240,18 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   };
 
   // Log-ratios of every (stage, rank) of the window, stage after stage.
-  std::vector<double>& xs = seq_x_;
+  std::vector<float>& xs = seq_x_;
+  std::vector<float>& excess = seq_excess_;
   std::vector<std::size_t>& offsets = seq_offsets_;
   offsets.assign(report.stages.size() + 1, 0);
   for (std::size_t i = 0; i < report.stages.size(); ++i)
     offsets[i + 1] = offsets[i] + report.stages[i].rank_ms.size();
   xs.resize(offsets.back());
+  excess.resize(offsets.back());
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
-    for (std::size_t j = 0; j < f.rank_ms.size(); ++j)
-      xs[offsets[i] + j] = log_ratio(f.rank_ms[j], f.median_ms);
+    log_ratio_pass(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, xs.data() + offsets[i],
+                   excess.data() + offsets[i]);
   }
 
   // A stage holds a wait for a late rank when a rank that is relative_threshold slower than the
@@ -1208,17 +1316,18 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   }
 
   std::vector<double>& scratch = seq_scratch_;
+  std::vector<float>& before = seq_before_;
   seq_named_.clear();
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
     SeqTrack& track = seq_tracks_[track_key(f.cohort, f.stage)];
-    const double* x = xs.data() + offsets[i];
+    track.arrange(f.rank_ids);  // slot j is f.rank_ids[j]
+    const float* x = xs.data() + offsets[i];
+    const float* ex = excess.data() + offsets[i];
     const std::size_t n = f.rank_ids.size();
-    for (int rank : f.rank_ids)
-      if (in_range(rank)) track.grow(static_cast<std::size_t>(rank) + 1);
 
     // The evidence uses the noise estimated up to the previous window; this window's deviations
-    // update it afterwards (one pass over the ranks).
+    // update it afterwards.
     const double sigma = sigma_of(track);
     const bool comparable = f.kind != StageKind::communication && n >= 2;
     // Shifts not looked for get weight 0: their CUSUM stays at 0 (the loop has a fixed length).
@@ -1234,69 +1343,67 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         std::max(options_.pause_rate, (track.pauses + kPausePrior * options_.pause_rate) /
                                           (track.pause_chances + kPausePrior));
     const float fcap = static_cast<float>(std::min(cap, std::log(1.0 / pause_share)));
-    int jumps = 0, jump_base = 0;
     const float fthreshold = static_cast<float>(threshold);
-    const double hold_below = wait_ms[i] > 0.0 ? 1.5 * wait_ms[i] : -1.0;
-    const double absolute = std::max(kMinExcessMs, use_absolute ? options_.absolute_ms_threshold
-                                                                 : 0.0);
+    // Waiting (explained by the wait this stage holds) or below the absolute rule: evidence may
+    // not rise. Communication, or nothing to compare with: it only falls.
+    const float hold_below = wait_ms[i] > 0.0 ? static_cast<float>(1.5 * wait_ms[i]) : -1.0f;
+    const float absolute = static_cast<float>(
+        std::max(kMinExcessMs, use_absolute ? options_.absolute_ms_threshold : 0.0));
     const float step_limit = static_cast<float>(3.0 * sigma);
+    const float flog_slow = static_cast<float>(log_slow);
+    const float flog_pause = static_cast<float>(kLogPause);
+
+    int* seen = track.seen.data();
+    float* level = track.level.data();
+    float* last = track.last.data();
+    float* evidence = track.evidence.data();
+
     // Noise: the median over ranks of each rank's deviation from its own level (its persistent
     // offset taken out), so one slow or paused rank does not move it; over 1,024 ranks at most
     // (every n/1,024-th), which estimates a median as well at a fraction of the cost.
     const std::size_t stride = n > 2048 ? n / 1024 : 1;
-    std::size_t next_sample = 0;
     scratch.clear();
-
-    for (std::size_t j = 0; j < n; ++j) {
-      const int rank = f.rank_ids[j];
-      if (!in_range(rank)) continue;
-      const std::size_t r = static_cast<std::size_t>(rank);
-      ++track.seen[r];
-      const float xj = static_cast<float>(x[j]);
-      // The level follows the rank, a pause moving it by 3 sigma at most.
-      std::uint8_t& bits = track.bits[r];
-      if (!(bits & 1u)) {
-        track.level[r] = xj;
-        bits |= 1u;
-      } else {
-        // A pause: 1.5x the median straight after a window at most relative_threshold. (A
-        // straggler's onset counts once; its later windows do not.)
-        if (track.last[r] < static_cast<float>(log_slow)) {
-          ++jump_base;
-          if (xj >= static_cast<float>(kLogPause)) ++jumps;
-        }
-        const float dev = xj - track.level[r];
-        if (j >= next_sample) {
-          scratch.push_back(std::fabs(static_cast<double>(dev)));
-          next_sample = j + stride;
-        }
-        track.level[r] += static_cast<float>(kLevelAlpha) * std::clamp(dev, -step_limit, step_limit);
-      }
-      track.last[r] = xj;
-      const double excess_ms = f.rank_ms[j] - f.median_ms;
-      // Waiting (explained by the wait this stage holds) or below the absolute rule: evidence
-      // may only fall.
-      const bool hold = excess_ms <= hold_below || excess_ms < absolute;
-      float* c = track.cusum.data() + r * kShifts;
-      const float before = track.evidence[r];
-      float most = 0.0f;
-      // Communication, or nothing to compare with: the evidence only falls. Held (waiting, or
-      // under the absolute rule): it may not rise.
-      const float ceiling = !comparable ? -fcap : hold ? 0.0f : fcap;
-      for (int k = 0; k < kShifts; ++k) {
-        const float llr = comparable ? std::min(ceiling, weight[k] * (xj - mid[k])) : -fcap;
-        c[k] = std::max(0.0f, c[k] + llr);
-        most = std::max(most, c[k]);
-      }
-      track.evidence[r] = most;
-      if (before == 0.0f && most > 0.0f) track.cold[r].rise_step = window.step;
-      if (!(bits & 2u) && most >= fthreshold) bits |= 2u;
-      if ((bits & 2u) && most == 0.0f) bits &= static_cast<std::uint8_t>(~2u);
-      if ((bits & 2u) && comparable) seq_named_.emplace_back(i, j);
-    }
+    for (std::size_t j = 0; j < n; j += stride)
+      if (seen[j] > 0) scratch.push_back(std::fabs(static_cast<double>(x[j] - level[j])));
+    // Pauses: 1.5x the median straight after a window at most relative_threshold (a straggler's
+    // onset counts once; its later windows do not).
     if (comparable) {
+      int jumps = 0, jump_base = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const bool base = seen[j] > 0 && last[j] < flog_slow;
+        jump_base += base;
+        jumps += base && x[j] >= flog_pause;
+      }
       track.pauses += jumps;
       track.pause_chances += jump_base;
+    }
+
+    // The test, one pass over the slots.
+    SeqPass pass;
+    for (int k = 0; k < kShifts; ++k) {
+      pass.weight[k] = weight[k];
+      pass.mid[k] = mid[k];
+    }
+    pass.ceiling_open = comparable ? fcap : -fcap;
+    pass.ceiling_held = comparable ? 0.0f : -fcap;
+    pass.hold_below = hold_below;
+    pass.absolute = absolute;
+    pass.step_limit = step_limit;
+    before.resize(n);
+    float* before_p = before.data();
+    static_assert(kShifts == 5, "seq_pass updates five CUSUMs");
+    seq_pass(n, pass, x, ex, seen, level, last, evidence, before_p,
+             track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
+             track.cusum[3].data(), track.cusum[4].data());
+    // Names: set at the threshold, kept until the evidence is back at 0 (rare work, per slot).
+    std::uint8_t* named = track.named_bit.data();
+    for (std::size_t j = 0; j < n; ++j) {
+      const bool rose = before_p[j] == 0.0f && evidence[j] > 0.0f;
+      if (!(rose || named[j]) && evidence[j] < fthreshold) continue;
+      if (rose) track.cold[j].rise_step = window.step;
+      if (evidence[j] >= fthreshold) named[j] = 1;
+      if (evidence[j] == 0.0f) named[j] = 0;
+      if (named[j] && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
       const double window_sigma = std::max(
@@ -1307,8 +1414,9 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       ++track.scale_windows;
     }
     for (int rank : f.flagged_ranks) {
-      if (!in_range(rank)) continue;
-      SeqState& st = track.cold[static_cast<std::size_t>(rank)];
+      const int slot = track.slot(rank);
+      if (slot < 0) continue;
+      SeqState& st = track.cold[static_cast<std::size_t>(slot)];
       ++st.flagged;
       if (st.first_flagged_step < 0) st.first_flagged_step = window.step;
     }
@@ -1322,22 +1430,22 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   SeqTrack* last_track = nullptr;
   struct Handle {
     SeqTrack* track = nullptr;
-    std::size_t rank = 0;
+    std::size_t slot = 0;
     explicit operator bool() const { return track != nullptr; }
-    SeqState* operator->() const { return &track->cold[rank]; }
-    bool named() const { return track->named(rank); }
-    double evidence() const { return static_cast<double>(track->evidence[rank]); }
+    SeqState* operator->() const { return &track->cold[slot]; }
+    bool named() const { return track->named_bit[slot] != 0; }
+    double evidence() const { return static_cast<double>(track->evidence[slot]); }
   };
   auto state_of = [&](const std::string& cohort, const std::string& stage, int rank) -> Handle {
-    if (!in_range(rank)) return {};
     if (!last_cohort || *last_cohort != cohort || *last_stage != stage) {
       auto it = seq_tracks_.find(track_key(cohort, stage));
       last_track = it == seq_tracks_.end() ? nullptr : &it->second;
       last_cohort = &cohort;
       last_stage = &stage;
     }
-    if (!last_track || static_cast<std::size_t>(rank) >= last_track->cold.size()) return {};
-    return {last_track, static_cast<std::size_t>(rank)};
+    const int slot = last_track ? last_track->slot(rank) : -1;
+    if (slot < 0) return {};
+    return {last_track, static_cast<std::size_t>(slot)};
   };
   const bool any_wait = std::any_of(wait_ms.begin(), wait_ms.end(), [](double w) { return w > 0; });
   auto is_wait_bearing = [&](const RankFinding& f) {
@@ -1433,7 +1541,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   for (std::size_t i = 0; i < confirmed_.size(); ++i) {
     auto it = seq_tracks_.find(confirmed_at_[i].key);
     if (it == seq_tracks_.end()) continue;
-    confirmed_[i].windows_seen = it->second.seen[static_cast<std::size_t>(confirmed_at_[i].rank)];
+    const int slot = it->second.slot(confirmed_at_[i].rank);
+    if (slot >= 0) confirmed_[i].windows_seen = it->second.seen[static_cast<std::size_t>(slot)];
   }
 }
 
