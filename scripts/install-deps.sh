@@ -14,7 +14,7 @@ packages=(
   pybind11-dev python3-dev python3-venv
   libopenmpi-dev openmpi-bin
   chromium
-  clang python3-hypothesis
+  clang libclang-rt-14-dev python3-hypothesis
 )
 missing=()
 for p in "${packages[@]}"; do
