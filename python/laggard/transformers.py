@@ -16,9 +16,14 @@ Stages:
               for that step is known at on_step_end), nor for an epoch's first update.
   forward     the model's forward (laggard.torch.instrument on the Trainer's model; every
               micro-batch of a gradient-accumulation cycle adds to the step's stage).
-  backward    from the backward call on the loss to the end of its autograd work; under DDP
-              this includes the gradient all-reduce, since the callback sees the model inside
-              the Trainer's DDP wrapper, not the wrapper.
+  backward    from the backward call on the loss to the end of its autograd work: the rank's
+              own compute.
+  communication  under DDP, the rank's wait for the gradient all-reduce after its backward
+              (laggard.torch on the Trainer's DistributedDataParallel wrapper, its
+              model_wrapped: callbacks are given the model inside it, so at on_train_begin the
+              callback takes model_wrapped from the Trainer that calls it, found on the call
+              stack; where it is not a DDP wrapper of that model, the model alone is
+              instrumented and the wait counts in backward).
   optimizer   from on_pre_optimizer_step to on_optimizer_step (the optimizer's step); gradient
               clipping comes before it, the lr scheduler after it (untimed).
 
@@ -77,7 +82,8 @@ class LaggardCallback(_Callback):
             try:
                 import laggard.torch
 
-                self.instrumentation = laggard.torch.instrument(self.analyzer, model=model)
+                self.instrumentation = laggard.torch.instrument(
+                    self.analyzer, model=_ddp_wrapper(model) or model)
             except Exception as e:
                 self._failed("transformers instrument", e)
 
@@ -195,3 +201,31 @@ class LaggardCallback(_Callback):
             self.reports_logged += 1
         except Exception as e:
             self._failed("transformers on_log", e)
+
+
+def _ddp_wrapper(model):
+    """The DistributedDataParallel around `model` that the Trainer trains, or None.
+
+    Callbacks are given Trainer.model, not Trainer.model_wrapped (the outermost wrapper, set
+    before on_train_begin); laggard.torch needs the wrapper to tell the rank's backward from its
+    wait for the all-reduce. The Trainer calls on_train_begin from one of its own methods, so
+    the Trainer is the `self` of a frame up the call stack (a few frames: the callback handler's
+    two). Costs one walk of the stack, once per train()."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    trainer_type = getattr(sys.modules.get("transformers.trainer"), "Trainer", None)
+    if torch is None or trainer_type is None or not (
+            torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, trainer_type):
+            wrapped = getattr(owner, "model_wrapped", None)
+            if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) and \
+                    getattr(wrapped, "module", None) is model:
+                return wrapped
+            return None
+        frame = frame.f_back
+    return None

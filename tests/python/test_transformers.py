@@ -1,7 +1,8 @@
 """laggard.transformers.LaggardCallback in a real Hugging Face Trainer run: a tiny GPT-2 built
 from a config trains on the CPU, alone and as 3 DDP ranks over gloo (real processes, with the
 environment torchrun gives). The straggler/* metrics join the Trainer's log; with 3 ranks, the
-rank made slow in its forward is named, and a healthy run names nobody.
+rank made slow in its forward, or in its backward, is named in that stage, and a healthy run
+names nobody.
 """
 
 import json
@@ -39,7 +40,7 @@ def _child(rank, world, port, cfg):
         os._exit(code or 0)
 
 
-def train(tmp_path, world, slow_rank=-1, slow_ms=0.0):
+def train(tmp_path, world, slow_rank=-1, slow_ms=0.0, slow="forward"):
     import transformers  # noqa: F401 — imported once here, inherited by every forked rank
     from transformers import Trainer  # noqa: F401
 
@@ -47,7 +48,7 @@ def train(tmp_path, world, slow_rank=-1, slow_ms=0.0):
 
     cfg = {"out": str(tmp_path), "log_dir": str(tmp_path / "laggard"), "steps": STEPS,
            "interval": INTERVAL, "logging_steps": 5, "slow_rank": slow_rank,
-           "slow_ms": slow_ms}
+           "slow_ms": slow_ms, "slow": slow}
     ctx = multiprocessing.get_context("fork")
     port = free_port()
     procs = [ctx.Process(target=_child, args=(r, world, port, cfg)) for r in range(world)]
@@ -81,6 +82,8 @@ def check_common(tmp_path, results, world):
     assert all(r["counters"]["report_errors"] == 0 for r in results), results
     _, stages, windows = offline(tmp_path / "laggard", world)
     assert {"dataloader", "forward", "backward", "optimizer"} <= stages, stages
+    # under DDP the backward's all-reduce wait is its own stage (the Trainer's DDP wrapper found)
+    assert ("communication" in stages) == (world > 1), stages
     assert windows == STEPS // INTERVAL
     # the metrics joined the Trainer's own log (state.log_history), beside its loss
     logged = [h for h in results[0]["log_history"] if "straggler/ranks" in h]
@@ -107,6 +110,14 @@ def test_transformers_trainer_ddp_names_the_rank_with_the_slow_forward(tmp_path)
     assert offline(tmp_path / "laggard", 3)[0] == {(2, "forward")}
     assert logged[-1]["straggler/forward/top_rank"] == 2.0
     assert results[0]["latest_metrics"]["straggler/confirmed"] == "2:forward"
+
+
+@pytest.mark.multiproc
+def test_transformers_trainer_ddp_names_the_rank_with_the_slow_backward(tmp_path):
+    # the others wait for it in the all-reduce: their wait is communication, not backward
+    train(tmp_path, 3, slow_rank=1, slow_ms=25.0, slow="backward")
+    assert confirmed_live(tmp_path / "laggard") == {(1, "backward")}
+    assert offline(tmp_path / "laggard", 3)[0] == {(1, "backward")}
 
 
 @pytest.mark.multiproc

@@ -6,7 +6,8 @@ then trains under DDP over gloo.
 
 As in real_run_worker.py, the model's forward and backward and the optimizer's step each carry a
 stand-in of milliseconds (a sleep), so that stage times are a real job's rather than the
-scheduler noise of a busy 2-core machine; cfg["slow_rank"] gets cfg["slow_ms"] more in its forward.
+scheduler noise of a busy 2-core machine; cfg["slow_rank"] gets cfg["slow_ms"] more in its
+cfg["slow"] stage ("forward" or "backward").
 
 run(rank, world, cfg) writes OUT/result-<rank>.json.
 """
@@ -29,7 +30,8 @@ def run(rank, world, cfg):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rng = random.Random(100 + rank)
-    extra = cfg["slow_ms"] if rank == cfg["slow_rank"] else 0.0
+    slow = cfg.get("slow", "forward") if rank == cfg["slow_rank"] else "none"
+    extra = cfg["slow_ms"]
 
     def stand_in(stage, more=0.0):
         time.sleep((STAND_IN_MS[stage] + more) * (1.0 + rng.uniform(-0.02, 0.02)) / 1000.0)
@@ -41,24 +43,25 @@ def run(rank, world, cfg):
 
         @staticmethod
         def backward(ctx, grad):
-            stand_in("backward")
+            stand_in("backward", extra if slow == "backward" else 0.0)
             return grad
 
     class TinyGPT2(GPT2LMHeadModel):
         def forward(self, input_ids=None, labels=None, **kwargs):
-            stand_in("forward", extra)
+            stand_in("forward", extra if slow == "forward" else 0.0)
             out = super().forward(input_ids=input_ids, labels=labels, **kwargs)
             out["loss"] = StandIn.apply(out["loss"])
             return out
 
-    config = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+    # small enough that its real compute is little beside the stand-ins: 3 ranks share 2 cores
+    config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2,
                         bos_token_id=0, eos_token_id=0)
     model = TinyGPT2(config)
 
     class Tokens(torch.utils.data.Dataset):
         def __init__(self, n):
             gen = torch.Generator().manual_seed(1)
-            self.ids = torch.randint(0, config.vocab_size, (n, 16), generator=gen)
+            self.ids = torch.randint(0, config.vocab_size, (n, 8), generator=gen)
 
         def __len__(self):
             return len(self.ids)
@@ -71,15 +74,16 @@ def run(rank, world, cfg):
                              logging_steps=cfg["logging_steps"], report_to="none",
                              save_strategy="no", use_cpu=True, disable_tqdm=True,
                              dataloader_num_workers=0, learning_rate=1e-3,
+                             max_grad_norm=0.0,  # no clipping: less untimed CPU work per step
                              ddp_backend="gloo" if world > 1 else None,
                              ddp_find_unused_parameters=False)
-    class AdamW(torch.optim.AdamW):
+    class SGD(torch.optim.SGD):
         def step(self, closure=None):
             loss = super().step(closure)
             stand_in("optimizer")
             return loss
 
-    optimizer = AdamW(model.parameters(), lr=1e-3)
+    optimizer = SGD(model.parameters(), lr=1e-3)
     callback = LaggardCallback(interval=cfg["interval"], log_dir=cfg["log_dir"],
                                close_timeout_s=30.0)
     class SeenLogs(TrainerCallback):
