@@ -146,6 +146,9 @@ struct AnalyzerCounters {
   std::uint64_t incomplete_windows = 0; ///< ... of which some ranks were missing
   std::uint64_t reports = 0;
   std::uint64_t errors = 0;  ///< failures counted on this rank (straggler/report_errors, local)
+  /// In a process forked from this one after the Analyzer started: its begin_step calls, none
+  /// of them recorded (the child has a copy of the Analyzer without its threads).
+  std::uint64_t forked_steps_dropped = 0;
   bool side_channel_healthy = false;
 };
 
@@ -160,6 +163,11 @@ struct AnalyzerCounters {
 /// end_step: the sample is built and copied into a preallocated ring slot (no allocation after
 /// the first sampled steps, no lock, no system call): about a microsecond for 8 stages
 /// (docs/performance.md).
+///
+/// fork(): the child's copy records nothing. Its begin_step counts the step
+/// (forked_steps_dropped) and warns once (counted in errors); close() and the destructor return
+/// at once and touch nothing the parent's threads own (the copy's memory is left to the child's
+/// exit or exec). Create a new Analyzer in the child to record there.
 ///
 /// Every rank's Analyzer must be constructed at the same point of the program when the "mpi"
 /// transport is used (duplicating the communicator is collective), and closed before
@@ -247,6 +255,8 @@ class LAGGARD_API Analyzer {
  private:
   struct Impl;
   void end_sampled_step() noexcept;
+  void register_for_fork() noexcept;
+  void forked_step() noexcept;
 
   std::unique_ptr<Impl> impl_;
   Recorder* recorder_ = nullptr;  ///< owned by impl_; null when disabled or closed

@@ -5,6 +5,7 @@
 // second ring (its drops are counted as analysis_dropped), not the first.
 #include "laggard/analyzer.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "laggard/cuda.hpp"
 #include "laggard/jsonl.hpp"
@@ -453,6 +455,19 @@ void Background::finish() noexcept {
   report_log.close();
 }
 
+// Every started Analyzer of the process, for the fork handlers: a child gets copies of them
+// without their threads (and maybe with mutexes those threads held), and must mark them all
+// before anything in it runs. Never destroyed: an Analyzer may outlive static destruction.
+struct ForkRegistry {
+  std::mutex mu;
+  std::vector<Analyzer*> live;
+};
+
+ForkRegistry& fork_registry() {
+  static ForkRegistry* r = new ForkRegistry;
+  return *r;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -465,6 +480,11 @@ struct Analyzer::Impl {
   std::thread thread;      // the side channel, analysis and sinks
   std::string backend_name;
   bool closed = false;
+  // Set in a forked child only (the fork handler): the copy records nothing.
+  bool forked = false;
+  pid_t pid = ::getpid();  // the process that started the Analyzer
+  std::uint64_t forked_steps = 0;
+  std::uint64_t fork_errors = 0;
 };
 
 Analyzer::Analyzer(AnalyzerOptions options) {
@@ -563,6 +583,7 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     impl->bg = std::move(bg);
     recorder_ = impl->recorder.get();
     impl_ = std::move(impl);
+    register_for_fork();
   } catch (const std::invalid_argument&) {
     throw;
   } catch (...) {
@@ -573,8 +594,64 @@ Analyzer::Analyzer(AnalyzerOptions options) {
   }
 }
 
+void Analyzer::register_for_fork() noexcept {
+  static std::once_flag once;
+  try {
+    std::call_once(once, [] {
+      // The registry's lock is held across fork(), so that the child's copy of the list is
+      // whole; in the child every Analyzer copied is marked before the child runs on.
+      ::pthread_atfork([] { fork_registry().mu.lock(); }, [] { fork_registry().mu.unlock(); },
+                       [] {
+                         ForkRegistry& r = fork_registry();
+                         for (Analyzer* a : r.live) {
+                           a->impl_->forked = true;
+                           a->recorder_ = nullptr;
+                           a->sampled_ = false;
+                         }
+                         r.mu.unlock();
+                       });
+    });
+    std::lock_guard<std::mutex> lock(fork_registry().mu);
+    fork_registry().live.push_back(this);
+  } catch (...) {
+    log_message(LogLevel::warning, "laggard Analyzer: could not register for fork(): a child "
+                                   "forked from this process may wait for threads it lacks");
+  }
+}
+
+void Analyzer::forked_step() noexcept {
+  if (impl_->forked_steps++ != 0) return;
+  ++impl_->fork_errors;
+  // Straight to the log handler: the copy's error counter may hold a lock a parent's thread
+  // took before the fork.
+  log_message(LogLevel::warning,
+              "rank " + std::to_string(impl_->bg->rank) + ": fork: this process (pid " +
+                  std::to_string(::getpid()) + ") was forked from pid " +
+                  std::to_string(impl_->pid) +
+                  " after its Analyzer started: the Analyzer records nothing here (its steps "
+                  "are counted in forked_steps_dropped); create a new Analyzer in the child");
+}
+
 Analyzer::~Analyzer() {
-  if (impl_) close(impl_->options.close_timeout_s);
+  if (!impl_) return;
+  if (impl_->forked) {
+    // The copy's threads do not exist here and its mutexes may be held: destroying it could
+    // wait forever (or terminate, for a thread object still joinable). Left to the exit.
+    {
+      std::lock_guard<std::mutex> lock(fork_registry().mu);
+      auto& live = fork_registry().live;
+      live.erase(std::remove(live.begin(), live.end(), this), live.end());
+    }
+    (void)impl_.release();
+    return;
+  }
+  close(impl_->options.close_timeout_s);
+  try {
+    std::lock_guard<std::mutex> lock(fork_registry().mu);
+    auto& live = fork_registry().live;
+    live.erase(std::remove(live.begin(), live.end(), this), live.end());
+  } catch (...) {
+  }
 }
 
 Analyzer::StageId Analyzer::stage(std::string_view name) noexcept {
@@ -597,7 +674,10 @@ Analyzer::StageId Analyzer::stage(std::string_view name, StageKind kind) noexcep
 }
 
 void Analyzer::begin_step(std::int64_t step) noexcept {
-  if (recorder_ == nullptr) return;
+  if (recorder_ == nullptr) {
+    if (LAGGARD_UNLIKELY(impl_ != nullptr && impl_->forked)) forked_step();
+    return;
+  }
   recorder_->begin_step(step);
   sampled_ = recorder_->sampled();
 }
@@ -613,7 +693,7 @@ void Analyzer::set_stream(void* cu_stream) noexcept {
 }
 
 Metrics Analyzer::latest_metrics() const noexcept {
-  if (!impl_) return {};
+  if (!impl_ || impl_->forked) return {};  // (forked: its lock may be held)
   try {
     std::lock_guard<std::mutex> lock(impl_->bg->latest_mu);
     return impl_->bg->latest_metrics;
@@ -623,7 +703,7 @@ Metrics Analyzer::latest_metrics() const noexcept {
 }
 
 std::optional<Report> Analyzer::latest_report() const noexcept {
-  if (!impl_) return std::nullopt;
+  if (!impl_ || impl_->forked) return std::nullopt;
   try {
     std::lock_guard<std::mutex> lock(impl_->bg->latest_mu);
     return impl_->bg->latest_report;
@@ -634,7 +714,7 @@ std::optional<Report> Analyzer::latest_report() const noexcept {
 
 RunSummary Analyzer::summary() const noexcept {
   try {
-    if (impl_) {
+    if (impl_ && !impl_->forked) {
       std::lock_guard<std::mutex> lock(impl_->bg->analysis_mu);
       if (impl_->bg->analysis) return impl_->bg->analysis->summary();
     }
@@ -667,13 +747,14 @@ AnalyzerCounters Analyzer::counters() const noexcept {
   c.windows = get(b.windows);
   c.incomplete_windows = get(b.incomplete);
   c.reports = get(b.reports);
-  c.errors = b.errors.total();
+  c.errors = b.errors.total() + impl_->fork_errors;
+  c.forked_steps_dropped = impl_->forked_steps;
   c.side_channel_healthy = b.channel_healthy.load(std::memory_order_relaxed);
   return c;
 }
 
 void Analyzer::add_sink(MetricsSink sink) noexcept {
-  if (!impl_ || !sink) return;
+  if (!impl_ || impl_->forked || !sink) return;
   try {
     std::lock_guard<std::mutex> lock(impl_->bg->sinks_mu);
     impl_->bg->sinks.push_back(std::move(sink));
@@ -703,6 +784,7 @@ void Analyzer::close() noexcept {
 void Analyzer::close(double timeout_s) noexcept {
   if (!impl_ || impl_->closed) return;
   impl_->closed = true;
+  if (impl_->forked) return;  // a copy without threads: nothing to wait for, nothing to lock
   Background& b = *impl_->bg;
   try {
     if (!(timeout_s >= 0.0) || !std::isfinite(timeout_s)) timeout_s = impl_->options.close_timeout_s;

@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -507,6 +510,64 @@ TEST(Analyzer, CloseIsIdempotentAndLaterCallsDoNothing) {
   an.add_sink([](std::int64_t, const Metrics&) {});
   EXPECT_EQ(an.counters().sampled_steps, 2u);
   EXPECT_EQ(an.stage("forward"), -1);
+}
+
+// A process forked from one with a running Analyzer (a data-loader worker, a checkpoint writer)
+// gets a copy of it without its threads, maybe with mutexes those threads held. The child
+// records nothing, counts its steps, warns once, and its close() and destructor return at once
+// without touching what the threads own; the parent's rank log holds the parent's samples only.
+TEST(Analyzer, AForkedChildRecordsNothingCountsItsStepsAndReturnsAtOnce) {
+  CapturedLog log;
+  TempDir dir;
+  auto o = enabled_options();
+  o.log_dir = dir.path().string();
+  o.close_timeout_s = 20.0;  // a child waiting for the parent's threads would take this long
+  auto an = std::make_unique<Analyzer>(o);
+  for (int step = 0; step < 3; ++step) simulated_step(*an, 0, step, -1, 0.0);
+  const auto before = an->counters();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // gtest assertions do not reach the parent: the exit code says what went wrong.
+    const auto start = std::chrono::steady_clock::now();
+    int code = 0;
+    for (int step = 3; step < 10; ++step) simulated_step(*an, 0, step, -1, 0.0);
+    const auto c = an->counters();
+    if (an->enabled() || an->sampled()) code = 10;
+    if (c.forked_steps_dropped != 7) code = 11;
+    if (c.errors != before.errors + 1) code = 12;  // one fork warning, counted
+    if (c.samples_emitted != before.samples_emitted) code = 13;
+    an->close();
+    an.reset();
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) code = 14;
+    if (log.count("was forked from pid") != 1) code = 15;
+    std::_Exit(code);
+  }
+  for (int step = 3; step < 6; ++step) simulated_step(*an, 0, step, -1, 0.0);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 600 && done == 0; ++i) {  // up to 60 s
+    done = ::waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "the forked child did not finish within 60 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the exit codes in the child's branch";
+  an->close();
+  EXPECT_EQ(an->counters().forked_steps_dropped, 0u);
+  EXPECT_EQ(an->counters().errors, 0u);
+  const auto lines = read_lines(dir.path() / "rank-0.jsonl");
+  ASSERT_EQ(lines.size(), 6u);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    StepSample s;
+    std::string error;
+    ASSERT_TRUE(SampleParser().parse(lines[i], s, error)) << error;
+    EXPECT_EQ(s.step, static_cast<std::int64_t>(i));
+  }
 }
 
 TEST(Analyzer, IntervalZeroRecordsNothing) {
