@@ -4,7 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace laggard {
 namespace {
@@ -114,6 +119,35 @@ TEST(RunReport, SelfContainedEscapedAndComplete) {
   EXPECT_NE(html.find("class=\"heatmap\""), std::string::npos);
   EXPECT_NE(html.find("job slower since step 100"), std::string::npos);
   EXPECT_NE(html.find("data-ready"), std::string::npos);
+}
+
+// Steps near 2^63: the chart's x of a point (the middle of its steps) is taken in doubles; the
+// sum of two such steps in an int64 overflowed (undefined behaviour) and drew the line back
+// across the chart, with a "-0" tick.
+TEST(RunReport, StepsNearTheLargestStepStayInOrderOnTheChart) {
+  RunAnalysis analysis;
+  RunReportData data;
+  const std::int64_t top = std::numeric_limits<std::int64_t>::max();
+  for (int i = 0; i < 30; ++i) {  // steps 0 to 140, then the 15 largest multiples of 10 below 2^63
+    const std::int64_t step = i < 15 ? 10 * i : top - 7 - 10 * (29 - i);
+    const Window w = window(step, {60, 60, 60, 60}, "node-1");
+    data.add(w, analysis.add(w));
+  }
+  const std::string html = render_run_report(analysis.summary(), data, {"run", {}, {}});
+  std::size_t at = html.find("points=\"");
+  ASSERT_NE(at, std::string::npos);
+  int lines = 0;
+  for (; at != std::string::npos; at = html.find("points=\"", at + 1)) {
+    const std::size_t begin = at + 8, end = html.find('"', begin);
+    std::istringstream in(html.substr(begin, end - begin));
+    std::vector<double> xs;
+    for (std::string pair; in >> pair;) xs.push_back(std::stod(pair.substr(0, pair.find(','))));
+    ASSERT_GE(xs.size(), 2u);
+    EXPECT_TRUE(std::is_sorted(xs.begin(), xs.end())) << html.substr(begin, end - begin);
+    ++lines;
+  }
+  EXPECT_GE(lines, 1);
+  EXPECT_EQ(html.find(">-0<"), std::string::npos);
 }
 
 TEST(CompareReport, HighlightsTheOrigin) {
