@@ -31,7 +31,9 @@ std::string format(const char* fmt, double a) {
   return buf;
 }
 
-std::string ratio_text(double r) { return format("%.3f", r); }
+std::string ratio_text(double r) {
+  return std::isfinite(r) ? format("%.3f", r) : std::string("n/a");  // never "nan" or "inf"
+}
 
 std::string p_text(double p) {
   if (!(p >= 0.0)) return "n/a";
@@ -608,6 +610,13 @@ StageComparison summarize(const std::string& cohort, const std::string& stage, S
 // Finishes a tested series (p_adjusted set): the interval and the verdict.
 void finish(StageComparison& c, const Sides& v, const CompareOptions& o, std::uint64_t seed) {
   const double level = 1.0 - o.alpha;
+  if (!std::isfinite(c.baseline_ms) || !std::isfinite(c.current_ms)) {
+    // Times near the largest double (1e308): a median of two overflows, and there is no ratio.
+    c.verdict = Verdict::unknown;
+    c.ratio = kNaN;
+    c.reason = "a median is beyond the range of a double (times near 1.8e308 ms): no ratio";
+    return;
+  }
   if (!(c.baseline_ms > 0.0)) {
     if (c.current_ms > 0.0) {
       c.verdict = Verdict::unknown;
