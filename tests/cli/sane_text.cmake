@@ -1,7 +1,8 @@
 # Runs one `laggard` command and checks that its text output is sane for a terminal whatever the
-# input holds: no control characters but newlines (ESC, BEL, ...), no "inf"/"nan", no number of
-# 20 or more digits in a row.
+# input holds: no control characters but newlines (ESC, BEL, the C1 CSI, ...), no "inf"/"nan",
+# no number of 20 or more digits in a row.
 #   -DCMD=<binary> -DARGS=<arguments joined by '|'> -DWORKDIR=<cwd> -DEXPECT_RC=<n>
+#   [-DSTDOUT_MATCH=<regex>] [-DSTDERR_MATCH=<regex>]
 string(REPLACE "|" ";" ARGS "${ARGS}")
 execute_process(COMMAND ${CMD} ${ARGS}
   WORKING_DIRECTORY ${WORKDIR}
@@ -11,9 +12,10 @@ if(NOT rc EQUAL EXPECT_RC)
 endif()
 string(ASCII 27 esc)
 string(ASCII 7 bel)
+string(ASCII 194 155 csi)  # U+009B in UTF-8: the C1 control CSI, ESC [ in one character
 foreach(stream out err)
   set(text "${${stream}}")
-  foreach(bad "${esc}" "${bel}")
+  foreach(bad "${esc}" "${bel}" "${csi}")
     string(FIND "${text}" "${bad}" at)
     if(NOT at EQUAL -1)
       message(FATAL_ERROR "std${stream} holds a raw control character at ${at}:\n${text}")
@@ -28,4 +30,7 @@ foreach(stream out err)
 endforeach()
 if(DEFINED STDOUT_MATCH AND NOT out MATCHES "${STDOUT_MATCH}")
   message(FATAL_ERROR "stdout does not match '${STDOUT_MATCH}':\n${out}")
+endif()
+if(DEFINED STDERR_MATCH AND NOT err MATCHES "${STDERR_MATCH}")
+  message(FATAL_ERROR "stderr does not match '${STDERR_MATCH}':\n${err}")
 endif()

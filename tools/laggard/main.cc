@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "laggard/jsonl.hpp"
 #include "laggard/version.hpp"
+#include "output.hpp"
 
 int main(int argc, char** argv) {
   using namespace laggard::cli;
@@ -40,13 +41,14 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("report")) return run_report(report);
     if (app.got_subcommand("demo")) return run_demo(demo);
   } catch (const UsageError& e) {
-    std::cerr << "laggard: " << e.what << "\n";
+    // printable: a message may name a file of the run directory (a misnamed rank file, say)
+    std::cerr << "laggard: " << printable(e.what) << "\n";
     return kExitUsage;
   } catch (const laggard::InputError& e) {
-    std::cerr << "laggard: " << e.what() << "\n";
+    std::cerr << "laggard: " << printable(e.what()) << "\n";
     return kExitUsage;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "laggard: " << e.what() << "\n";
+    std::cerr << "laggard: " << printable(e.what()) << "\n";
     return kExitUsage;
   }
   return kExitUsage;

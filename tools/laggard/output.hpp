@@ -23,7 +23,9 @@ inline constexpr auto kJsonReplace = Json::error_handler_t::replace;
 /// 1e12 or more is written in 4 significant digits ("1.798e+308"), a non-finite one as "n/a".
 std::string fixed(double value, int digits);
 /// `text` (a host, stage or cohort name from the input) safe for a terminal: control characters
-/// (ESC, BEL, NUL, ..., DEL) become \xHH, so that no input can move the cursor, recolour or beep.
+/// (ESC, BEL, NUL, ..., DEL) and bytes that are not UTF-8 become \xHH, the C1 controls
+/// (U+0080-U+009F: CSI is ESC [ in one character) \u00HH, so that no input can move the cursor,
+/// recolour or beep. Other UTF-8 is kept as it is.
 std::string printable(std::string_view text);
 /// "0,1,2"
 std::string join_ints(const std::vector<int>& values, const char* sep = ",");
