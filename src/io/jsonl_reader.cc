@@ -300,7 +300,16 @@ struct StageFields {
 class SampleLineParser {
  public:
   /// Parses a line whose buffer has at least SIMDJSON_PADDING readable bytes past its end.
-  bool parse(simdjson::padded_string_view json, StepSample& out, std::string& error);
+  bool parse(simdjson::padded_string_view json, StepSample& out, std::string& error) {
+    const bool ok = parse_line(json, out, error);
+    // The parser keeps an index of the longest line it has seen (about 7 bytes per byte); a
+    // run's readers are open side by side, so after a line of over a megabyte it is let go.
+    if (LAGGARD_UNLIKELY(parser_.capacity() > kKeptParserCapacity)) {
+      const auto code = parser_.allocate(kShrunkParserCapacity);
+      (void)code;  // out of memory: the next parse allocates again, or says so
+    }
+    return ok;
+  }
 
   /// Parses any line: copies it into a padded scratch buffer first (reused between calls).
   bool parse_copy(std::string_view line, StepSample& out, std::string& error) {
@@ -311,11 +320,17 @@ class SampleLineParser {
     if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING)
       scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING);
     if (!line.empty()) std::memcpy(scratch_.data(), line.data(), line.size());
-    return parse(simdjson::padded_string_view(scratch_.data(), line.size(), scratch_.size()), out,
-                 error);
+    const bool ok = parse(
+        simdjson::padded_string_view(scratch_.data(), line.size(), scratch_.size()), out, error);
+    if (LAGGARD_UNLIKELY(scratch_.size() > kKeptParserCapacity)) std::string().swap(scratch_);
+    return ok;
   }
 
  private:
+  static constexpr std::size_t kKeptParserCapacity = 1 << 20;
+  static constexpr std::size_t kShrunkParserCapacity = 4096;
+
+  bool parse_line(simdjson::padded_string_view json, StepSample& out, std::string& error);
   // Both return false for a problem: broken JSON sets json_error_, a bad value sets field_error_.
   bool parse_stages(od::value& value, StepSample& out);
   bool parse_stage(od::value& value, std::size_t index, StageTime& stage);
@@ -328,8 +343,8 @@ class SampleLineParser {
   std::string field_error_;
 };
 
-bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
-                             std::string& error) {
+bool SampleLineParser::parse_line(simdjson::padded_string_view json, StepSample& out,
+                                  std::string& error) {
   std::size_t first = 0;
   while (first < json.size() && is_json_space(json[first])) ++first;
   if (first == json.size()) {
@@ -660,6 +675,7 @@ struct SampleFileReader::Impl {
   // inside it can be parsed in place. [begin, end) is data not yet consumed.
   std::unique_ptr<char[]> buffer;
   std::size_t capacity = 0;
+  std::size_t usual_capacity = 0;  // what the buffer goes back to after a long line
   std::size_t begin = 0, end = 0;
   bool eof = false;
   bool at_start = true;  // a UTF-8 byte order mark, if any, is still to be skipped
@@ -713,6 +729,18 @@ struct SampleFileReader::Impl {
     }
   }
 
+  // After a line longer than the usual buffer, once it is read: back to the usual size. A run's
+  // readers are open side by side, and each would otherwise keep what its longest line needed.
+  void release_long_line() {
+    const std::size_t tail = end - begin;
+    if (capacity <= usual_capacity || skipping || tail > usual_capacity) return;
+    std::unique_ptr<char[]> old = std::move(buffer);
+    allocate(usual_capacity);
+    if (tail != 0) std::memcpy(buffer.get(), old.get() + begin, tail);
+    begin = 0;
+    end = tail;
+  }
+
   void record(std::size_t line, bool truncated) {
     ++malformed;
     if (errors.size() < kMaxKeptErrors)
@@ -745,6 +773,7 @@ SampleFileReader::SampleFileReader(std::string path, std::size_t chunk_bytes)
     capacity =
         std::min<std::uint64_t>(capacity, std::max<std::uint64_t>(st.st_size + 1, kMinBuffer));
   impl_->allocate(static_cast<std::size_t>(capacity));
+  impl_->usual_capacity = impl_->capacity;
 }
 
 SampleFileReader::~SampleFileReader() = default;
@@ -752,6 +781,7 @@ SampleFileReader::~SampleFileReader() = default;
 bool SampleFileReader::next(StepSample& out) {
   Impl& s = *impl_;
   for (;;) {
+    if (LAGGARD_UNLIKELY(s.capacity > s.usual_capacity)) s.release_long_line();
     char* data = s.buffer.get();
     const char* line = data + s.begin;
     const std::size_t available = s.end - s.begin;
@@ -819,8 +849,10 @@ bool SampleFileReader::next(StepSample& out) {
     const std::size_t room =
         s.capacity + simdjson::SIMDJSON_PADDING - static_cast<std::size_t>(line - data);
     if (LAGGARD_LIKELY(
-            s.parser.parse(simdjson::padded_string_view(line, length, room), out, s.error)))
+            s.parser.parse(simdjson::padded_string_view(line, length, room), out, s.error))) {
+      if (LAGGARD_UNLIKELY(s.capacity > s.usual_capacity)) s.release_long_line();
       return true;
+    }
     s.record(s.lines, /*truncated=*/newline == nullptr);
   }
 }
