@@ -15,6 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   chromium
   clang libclang-rt-14-dev python3-hypothesis
+  prometheus-node-exporter
 )
 missing=()
 for p in "${packages[@]}"; do

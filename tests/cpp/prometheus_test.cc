@@ -2,10 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -133,9 +141,9 @@ TEST(PrometheusTextfile, SetupMisuseThrowsNamingThePath) {
 
 // The sink in a live Analyzer: 3 thread ranks, rank 2's forward slow; the file node-exporter
 // would read names it, and a sink that cannot write is counted, not raised.
-TEST(PrometheusTextfile, AnalyzerWritesTheConfirmedStraggler) {
-  testing::TempDir dir("laggard-prom");
-  const std::string path = dir.path() + "/laggard.prom";
+// Three thread ranks, rank 2 slow in forward; the analysis rank writes `path` (and tries a
+// directory that does not exist). Returns the analysis rank's counters.
+AnalyzerCounters run_with_textfile_sink(const std::string& path, const std::string& missing) {
   constexpr int kRanks = 3;
   constexpr int kSteps = 24;
   std::vector<std::unique_ptr<Analyzer>> ranks(kRanks);
@@ -144,12 +152,12 @@ TEST(PrometheusTextfile, AnalyzerWritesTheConfirmedStraggler) {
     o.enabled = true;
     o.interval = 1;
     o.rank = {r, kRanks, 0, "node-" + std::to_string(r), "dp"};
-    o.channel = "prometheus-textfile";
+    o.channel = "prometheus-textfile-" + path;
     o.poll_interval_s = 0.001;
     o.close_timeout_s = 5.0;
     o.max_pending_windows = 64;
     o.sinks.push_back(prometheus_textfile_sink(path, o.rank));
-    o.sinks.push_back(prometheus_textfile_sink(dir.path() + "/missing/x.prom", o.rank));
+    if (!missing.empty()) o.sinks.push_back(prometheus_textfile_sink(missing, o.rank));
     ranks[r] = std::make_unique<Analyzer>(o);
   }
   std::vector<std::thread> threads;
@@ -168,6 +176,13 @@ TEST(PrometheusTextfile, AnalyzerWritesTheConfirmedStraggler) {
     });
   }
   for (auto& t : threads) t.join();
+  return ranks[0]->counters();
+}
+
+TEST(PrometheusTextfile, AnalyzerWritesTheConfirmedStraggler) {
+  testing::TempDir dir("laggard-prom");
+  const std::string path = dir.path() + "/laggard.prom";
+  const auto c = run_with_textfile_sink(path, dir.path() + "/missing/x.prom");
   const std::string text = slurp(path);
   EXPECT_NE(text.find("laggard_confirmed_straggler{rank=\"2\",stage=\"forward\"} 1\n"),
             std::string::npos)
@@ -178,10 +193,104 @@ TEST(PrometheusTextfile, AnalyzerWritesTheConfirmedStraggler) {
       << text;
   EXPECT_NE(text.find("laggard_stage_top_rank{stage=\"forward\"} 2\n"), std::string::npos)
       << text;
-  const auto c = ranks[0]->counters();
   EXPECT_GE(c.reports, 1u);
   EXPECT_EQ(c.errors, c.reports) << c.windows;  // the sink into the missing directory
   EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"laggard.prom"});
+}
+
+// node-exporter: Debian's prometheus-node-exporter, or LAGGARD_NODE_EXPORTER; "" when missing.
+std::string node_exporter() {
+  if (const char* env = std::getenv("LAGGARD_NODE_EXPORTER")) return env;
+  for (const char* p : {"/usr/bin/prometheus-node-exporter", "/usr/local/bin/node_exporter"})
+    if (::access(p, X_OK) == 0) return p;
+  return "";
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok ? ntohs(a.sin_port) : -1;
+}
+
+// The body of GET http://127.0.0.1:port/path (HTTP/1.0: the server closes when done), or "".
+std::string http_get(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+        static_cast<ssize_t>(request.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) response.append(buf, n);
+    }
+  }
+  ::close(fd);
+  const std::size_t body = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || response.find(" 200 ") == std::string::npos ||
+      body == std::string::npos)
+    return "";
+  return response.substr(body + 4);
+}
+
+// The textfile as Prometheus gets it: node-exporter's textfile collector reads the directory
+// and serves it, scraped here over HTTP on localhost.
+TEST(PrometheusTextfile, NodeExporterServesItOverHttp) {
+  const std::string exporter = node_exporter();
+  if (exporter.empty())
+    GTEST_SKIP() << "node-exporter not installed (Debian: prometheus-node-exporter, which "
+                    "scripts/install-deps.sh installs)";
+  testing::TempDir dir("laggard-prom-http");
+  const std::string textfiles = dir.path() + "/textfile";
+  fs::create_directories(textfiles);
+  run_with_textfile_sink(textfiles + "/laggard.prom", "");
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string log = dir.path() + "/node-exporter.log";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string listen = "--web.listen-address=127.0.0.1:" + std::to_string(port);
+    const std::string dir_flag = "--collector.textfile.directory=" + textfiles;
+    std::FILE* out = std::freopen(log.c_str(), "w", stdout);
+    if (out != nullptr) ::dup2(::fileno(stdout), 2);
+    ::execl(exporter.c_str(), exporter.c_str(), "--collector.disable-defaults",
+            "--collector.textfile", dir_flag.c_str(), listen.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  std::string body;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (body.empty() && std::chrono::steady_clock::now() < deadline) {
+    body = http_get(port, "/metrics");
+    if (body.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_FALSE(body.empty()) << "no answer from node-exporter on port " << port << ":\n"
+                             << slurp(log);
+  // node-exporter parsed the file (a bad one is a scrape error) and serves its samples, labels
+  // sorted by name.
+  EXPECT_NE(body.find("node_textfile_scrape_error 0\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("laggard_confirmed_straggler{rank=\"2\",stage=\"forward\"} 1\n"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find("laggard_stage_top_rank{stage=\"forward\"} 2\n"), std::string::npos)
+      << body;
+  EXPECT_NE(body.find("laggard_stage_local_ms{host=\"node-0\",rank=\"0\",stage=\"forward\"} 10\n"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find("laggard_report_step 23\n"), std::string::npos) << body;
 }
 
 }  // namespace
