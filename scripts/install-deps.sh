@@ -15,7 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   chromium
   clang libclang-rt-14-dev python3-hypothesis
-  prometheus-node-exporter
+  prometheus-node-exporter  # the tests start their own; with systemd, Debian also starts one on :9100
 )
 missing=()
 for p in "${packages[@]}"; do
