@@ -4,34 +4,54 @@
 # (fuzz/corpus/<target>/, read only; new inputs go to the build directory). Exit status 1 when a
 # target finds a crash, a leak, a hang or a broken property: its input is saved as
 # BUILD/artifacts/<target>-crash-..., and the end of its log is printed.
+# python_api_fuzzer (fuzz/python/api_fuzzer.py) is the Python API under atheris, with the
+# project venv's Python and the _core module scripts/build.sh builds into python/laggard.
 #
 #   bash scripts/fuzz.sh [SECONDS]
 #   FUZZ_BUILD_DIR=DIR (default: build-fuzz in the repository)   FUZZ_JOBS=N (build jobs, 2)
 #   FUZZ_TARGETS="sample_line_fuzzer ..." (default: all)
 #
-# Needs clang and its runtime libraries (Debian 12: clang libclang-rt-14-dev).
+# Needs clang and its runtime libraries (Debian 12: clang libclang-rt-14-dev), and atheris in
+# .venv (python/requirements-test.txt) for the Python target.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-20}
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
-targets=${FUZZ_TARGETS:-sample_line_fuzzer rank_file_fuzzer run_dir_fuzzer compare_vectors_fuzzer}
+all="sample_line_fuzzer rank_file_fuzzer run_dir_fuzzer compare_vectors_fuzzer python_api_fuzzer"
+targets=${FUZZ_TARGETS:-$all}
+native=${targets//python_api_fuzzer/}
+py=$root/.venv/bin/python
 
-if ! command -v clang++ >/dev/null; then
+if [ -n "${native// /}" ] && ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: clang++ not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2
   exit 2
 fi
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 
-cmake -S "$root" -B "$build" "${generator[@]}" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
-  -DLAGGARD_BUILD_FUZZERS=ON -DLAGGARD_BUILD_TESTS=OFF -DLAGGARD_BUILD_BENCH=OFF \
-  -DLAGGARD_BUILD_PYTHON=OFF -DLAGGARD_WITH_MPI=OFF -DLAGGARD_INSTALL=OFF >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log" >&2; exit 2; }
-# shellcheck disable=SC2086  # targets is a list
-cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target $targets
+if [ -n "${native// /}" ]; then
+  mkdir -p "$build"
+  cmake -S "$root" -B "$build" "${generator[@]}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+    -DLAGGARD_BUILD_FUZZERS=ON -DLAGGARD_BUILD_TESTS=OFF -DLAGGARD_BUILD_BENCH=OFF \
+    -DLAGGARD_BUILD_PYTHON=OFF -DLAGGARD_WITH_MPI=OFF -DLAGGARD_INSTALL=OFF \
+    >"$build/configure.log" 2>&1 || { cat "$build/configure.log" >&2; exit 2; }
+  # shellcheck disable=SC2086  # native is a list
+  cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target $native
+fi
+case " $targets " in
+  *" python_api_fuzzer "*)
+    if ! "$py" -c "import atheris" 2>/dev/null; then
+      echo "fuzz.sh: python_api_fuzzer needs atheris in $py (bash scripts/install-deps.sh)" >&2
+      exit 2
+    fi
+    if ! compgen -G "$root/python/laggard/_core*.so" >/dev/null; then
+      echo "fuzz.sh: python_api_fuzzer needs laggard._core (bash scripts/build.sh)" >&2
+      exit 2
+    fi ;;
+esac
 
 mkdir -p "$build/artifacts"
 failed=()
@@ -40,7 +60,12 @@ for t in $targets; do
   mkdir -p "$corpus"
   log="$build/$t.log"
   echo "fuzz.sh: $t for ${seconds} s"
-  if "$build/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  if [ "$t" = python_api_fuzzer ]; then
+    run=(env PYTHONPATH="$root/python" OMP_NUM_THREADS=1 "$py" "$root/fuzz/python/api_fuzzer.py")
+  else
+    run=("$build/fuzz/$t")
+  fi
+  if "${run[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
       -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 \
       "$corpus" "$root/fuzz/corpus/$t" >"$log" 2>&1; then
     grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/  /" || true
