@@ -97,6 +97,12 @@ def run(rank, world, cfg):
     seen = SeenLogs()
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(cfg["steps"] * 4 * world),
                       optimizers=(optimizer, None), callbacks=[callback, seen])
+    # One untimed forward and backward of the model first: the first call's one-time costs vary
+    # by tens of milliseconds between ranks on a busy machine (30 to 150 ms for a 25 ms forward),
+    # which is start-up, not the stage times the test is about.
+    warm = Tokens(1)[0]["input_ids"][None]
+    model(input_ids=warm, labels=warm)["loss"].backward()
+    model.zero_grad(set_to_none=True)
     trainer.train()
     an = callback.last_analyzer
     result = {"rank": rank, "world": args.world_size, "process_index": args.process_index,
