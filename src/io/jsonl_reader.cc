@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "laggard/detail/sample_parser.hpp"
 #include "laggard/jsonl.hpp"
 
 namespace laggard {
@@ -299,23 +300,30 @@ struct StageFields {
 // The line parser behind SampleParser and SampleFileReader. Not thread-safe.
 class SampleLineParser {
  public:
-  /// Parses a line whose buffer has at least SIMDJSON_PADDING readable bytes past its end.
-  bool parse(simdjson::padded_string_view json, StepSample& out, std::string& error);
+  /// Parses a line whose buffer has at least SIMDJSON_PADDING readable bytes past its end: a
+  /// plain line (as laggard writes them) on the fast path, any other with simdjson.
+  bool parse(simdjson::padded_string_view json, StepSample& out, std::string& error) {
+    if (LAGGARD_LIKELY(detail::parse_sample_fast(json, out))) return true;
+    return parse_general(json, out, error);
+  }
 
-  /// Parses any line: copies it into a padded scratch buffer first (reused between calls).
-  bool parse_copy(std::string_view line, StepSample& out, std::string& error) {
+  /// Parses any line (`fast`: trying the fast path first). The general parser needs padding:
+  /// the line is copied into a padded scratch buffer for it (reused between calls).
+  bool parse_copy(std::string_view line, StepSample& out, std::string& error, bool fast = true) {
     if (line.size() > kMaxLineBytes) {
       error = line_too_long(line.size());
       return false;
     }
+    if (fast && detail::parse_sample_fast(line, out)) return true;
     if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING)
       scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING);
     if (!line.empty()) std::memcpy(scratch_.data(), line.data(), line.size());
-    return parse(simdjson::padded_string_view(scratch_.data(), line.size(), scratch_.size()), out,
-                 error);
+    return parse_general(
+        simdjson::padded_string_view(scratch_.data(), line.size(), scratch_.size()), out, error);
   }
 
  private:
+  bool parse_general(simdjson::padded_string_view json, StepSample& out, std::string& error);
   // Both return false for a problem: broken JSON sets json_error_, a bad value sets field_error_.
   bool parse_stages(od::value& value, StepSample& out);
   bool parse_stage(od::value& value, std::size_t index, StageTime& stage);
@@ -328,8 +336,8 @@ class SampleLineParser {
   std::string field_error_;
 };
 
-bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
-                             std::string& error) {
+bool SampleLineParser::parse_general(simdjson::padded_string_view json, StepSample& out,
+                                     std::string& error) {
   std::size_t first = 0;
   while (first < json.size() && is_json_space(json[first])) ++first;
   if (first == json.size()) {
@@ -635,6 +643,14 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The two halves of the parser, for tests (laggard/detail/sample_parser.hpp)
+
+bool detail::parse_sample_general(std::string_view line, StepSample& out, std::string& error) {
+  SampleLineParser parser;
+  return parser.parse_copy(line, out, error, /*fast=*/false);
+}
 
 // ---------------------------------------------------------------------------------------------
 // SampleParser
