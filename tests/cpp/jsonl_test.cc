@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "laggard/detail/sample_parser.hpp"
+
 #include "temp_dir.hpp"
 #include <sys/resource.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,138 @@ void expect_same(const StepSample& a, const StepSample& b) {
     EXPECT_EQ(a.stages[i].ms, b.stages[i].ms) << "stage " << i;
     EXPECT_EQ(a.stages[i].calls, b.stages[i].calls) << "stage " << i;
   }
+}
+
+// ---- the parser's fast path against the general parser ---------------------------------------
+
+// The fast path may give a line up (the general parser then takes it), but a line it takes must
+// be one the general parser accepts, with the same sample. Returns whether the fast path took it.
+bool fast_path_agrees(const std::string& line) {
+  StepSample fast, general;
+  fast.stages = {{"stale", StageKind::data, 1.0, 7}};  // reused buffers must not leak through
+  fast.host = "stale";
+  const bool taken = detail::parse_sample_fast(line, fast);
+  std::string error;
+  const bool accepted = detail::parse_sample_general(line, general, error);
+  if (!taken) return false;
+  EXPECT_TRUE(accepted) << "the fast path took a line the general parser refuses (" << error
+                        << "): " << line;
+  if (accepted) {
+    SCOPED_TRACE(line);
+    expect_same(fast, general);
+  }
+  return true;
+}
+
+// A sample as append_sample_json writes it, without the newline: work recorded, stages of every
+// kind, doubles that take every digit of their shortest form, a tiny and a huge one.
+StepSample many_stage_sample() {
+  StepSample s = example_sample();
+  s.work = 4096.0 * 8;
+  s.stages.push_back({"dataloader", StageKind::data, 0.1 + 0.2, 1});
+  s.stages.push_back({"optimizer", StageKind::compute, 84.895939956786037, 2});
+  s.stages.push_back({"logging", StageKind::other, 1e-300, 0});
+  s.stages.push_back({"a_rather_long_stage_name_beyond_sixteen", StageKind::compute, 1e300, 1});
+  return s;
+}
+
+std::string written_line(const StepSample& s) {
+  std::string line = to_json(s);
+  line.pop_back();
+  return line;
+}
+
+std::string line_without_newline() {
+  std::string line = kExampleLine;
+  line.pop_back();
+  return line;
+}
+
+TEST(SampleFastPath, TakesWhatLaggardWritesAndOtherPlainLayouts) {
+  const std::vector<std::string> taken = {
+      line_without_newline(),
+      written_line(many_stage_sample()),
+      // Fields in another order, whitespace, unknown fields, work as a number or null, kind and
+      // calls left out, no host or cohort, no stages.
+      R"({"rank":1,"stages":[{"ms":2.5,"name":"forward"}],"world_size":2,"step":7,)"
+      R"("step_ms":3,"schema":"laggard.sample/1"})",
+      R"( { "schema" : "laggard.sample/1" , "rank" : 0 , "world_size" : 1 , "step" : 0 ,)"
+      R"( "step_ms" : 1.5e1 , "stages" : [ { "name" : "data" , "ms" : 0 } ] } )"
+      "\r",
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":0,"step_ms":1,)"
+      R"("work":null,"extra":{"a":[1,-2.5e-3,true,false,null,"x",{}],"b":[]},)"
+      R"("stages":[{"name":"allreduce","ms":1,"note":"n","calls":0}]})",
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":0,"step_ms":1,)"
+      R"("work":32768,"stages":[]})",
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":9223372036854775,)"
+      R"("step_ms":0.0,"stages":[{"name":"x","kind":"other","ms":4.9e-324,)"
+      R"("calls":4294967295}]})",
+  };
+  for (const auto& line : taken) EXPECT_TRUE(fast_path_agrees(line)) << line;
+}
+
+TEST(SampleFastPath, GivesUpWhatOnlyTheGeneralParserShouldDecide) {
+  const std::string head =
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":2,"step":5,"step_ms":)";
+  const std::vector<std::string> given_up = {
+      // Numbers outside JSON's grammar or a double's range, or where an integer belongs.
+      head + R"(1.,"stages":[]})", head + R"(1.e5,"stages":[]})", head + R"(.5,"stages":[]})",
+      head + R"(01,"stages":[]})", head + R"(-0,"stages":[]})", head + R"(-1,"stages":[]})",
+      head + R"(1e400,"stages":[]})", head + R"(+1,"stages":[]})",
+      head + R"(Infinity,"stages":[]})", head + R"(NaN,"stages":[]})",
+      head + R"(1,"stages":[{"name":"f","ms":1,"calls":1.0}]})",
+      head + R"(1,"stages":[{"name":"f","ms":1,"calls":4294967296}]})",
+      head + R"(1,"stages":[{"name":"f","ms":1,"calls":-1}]})",
+      head + R"(1,"x":123456789012345678901,"stages":[]})",
+      // Escapes, non-ASCII and control characters in strings (valid or not: not the fast path's).
+      head + R"(1,"host":"n\u0061de","stages":[]})", head + "1,\"host\":\"h\xC3\xA9\",\"stages\":[]}",
+      head + "1,\"host\":\"h\x01\",\"stages\":[]}", head + "1,\"host\":\"h\xFF\",\"stages\":[]}",
+      // Wrong or repeated fields, bad values.
+      head + R"(1,"stages":[],"rank":1})", head + R"(1,"stages":[{"name":"f","name":"g","ms":1}]})",
+      head + R"(1,"stages":[{"name":"f","kind":"gpu","ms":1}]})",
+      head + R"(1,"stages":[{"name":"f"}]})", head + R"(1,"stages":[{"ms":1}]})",
+      head + R"(1,"stages":{}})", head + R"(1,"stages":[1]})", head + R"(1})",
+      R"({"schema":"laggard.sample/2","rank":0,"world_size":1,"step":0,"step_ms":1,"stages":[]})",
+      R"({"schema":"laggard.sample/1","rank":2,"world_size":2,"step":0,"step_ms":1,"stages":[]})",
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":0,"step":0,"step_ms":1,"stages":[]})",
+      // Broken JSON: trailing content, a missing brace, bad literals, a dangling comma.
+      head + R"(1,"stages":[]}x)", head + R"(1,"stages":[]} {})", head + R"(1,"stages":[])",
+      head + R"(1,"work":nul,"stages":[]})", head + R"(1,"x":tru,"stages":[]})",
+      head + R"(1,"stages":[],})", head + R"(1,"stages":[,]})", "", "{}", "[]", "{",
+      // Deeper nesting than the fast path follows.
+      head + "1,\"x\":" + std::string(40, '[') + std::string(40, ']') + ",\"stages\":[]}",
+  };
+  for (const auto& line : given_up) EXPECT_FALSE(fast_path_agrees(line)) << line;
+}
+
+TEST(SampleFastPath, AgreesWithTheGeneralParserOnMutatedLines) {
+  // Random edits of a plain line with the characters that matter to JSON: whatever the fast path
+  // takes, the general parser takes the same way.
+  const std::string base = line_without_newline();
+  const std::string alphabet = "{}[]:,\"\\ 0123456789.eE+-aenrstul\x01\xC3\xA9";
+  std::mt19937_64 rng(11);
+  int taken = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string line = base;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = rng() % (line.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          line.insert(at, 1, c);
+          break;
+        case 1:
+          if (at < line.size()) line.erase(at, 1);
+          break;
+        default:
+          if (at < line.size()) line[at] = c;
+      }
+    }
+    taken += fast_path_agrees(line) ? 1 : 0;
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(taken, 1000);  // many edits keep the line valid (a digit for a digit, a space)
 }
 
 // ---- writer ------------------------------------------------------------------------------------
