@@ -6,6 +6,7 @@
 #include "laggard/compare.hpp"
 #include "laggard/cuda.hpp"
 #include "laggard/detector.hpp"
+#include "laggard/detector_settings.hpp"
 #include "laggard/export.hpp"
 #include "laggard/html_report.hpp"
 #include "laggard/jsonl.hpp"

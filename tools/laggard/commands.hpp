@@ -21,13 +21,13 @@ struct UsageError {
   std::string what;
 };
 
-/// Detector flags shared by analyze and report: a preset, then the flags given on top of it.
+/// Detector flags shared by analyze and report (one per row of laggard/detector_settings.hpp's
+/// table): a preset, then the flags given on top of it.
 struct DetectorArgs {
-  std::string ref = to_string(DetectorOptions{}.ref);
-  std::string method = to_string(DetectorOptions{}.method);
   std::string preset;  ///< "", "default", "recommended" (the same) or "rfc"
-  DetectorOptions detector;
-  std::vector<CLI::Option*> options;  ///< the flags, to tell given from default
+  DetectorOptions detector;          ///< numbers given are parsed into their members
+  std::vector<std::string> choices;  ///< per setting: a choice's name as given (others unused)
+  std::vector<CLI::Option*> options;  ///< per setting: its flag, to tell given from default
   /// The options to run with; throws std::invalid_argument for invalid ones.
   DetectorOptions resolve(std::size_t world_size) const;
 };
