@@ -27,8 +27,8 @@ struct LAGGARD_API DetectorSetting {
   };
   std::string_view name;  ///< "relative_threshold"
   Type type = Type::number;
-  std::string_view help;                  ///< one line, as --help prints it
-  std::vector<std::string_view> choices;  ///< Type::choice: the names it takes
+  std::string_view help;                      ///< one line, as --help prints it
+  std::vector<std::string_view> choices;      ///< Type::choice: the names it takes
   double DetectorOptions::*number = nullptr;  ///< Type::number: the member
   int DetectorOptions::*integer = nullptr;    ///< Type::integer: the member
   /// Type::choice: the name of the value `options` holds, and setting it by name (throws
@@ -69,9 +69,9 @@ LAGGARD_API void set_detector_setting(DetectorOptions& options, std::string_view
 /// preset's value. The one rule of `laggard analyze --preset P --FLAG V`, of Python's
 /// `--straggler-preset P --straggler-FLAG V` and of `_core.detector_options(P, n, FLAG=V)`.
 /// Throws std::invalid_argument naming what is wrong. Thread-safe.
-LAGGARD_API DetectorOptions resolve_detector_options(
-    std::string_view preset, int world_size,
-    const std::vector<std::pair<std::string, DetectorSettingValue>>& given);
+LAGGARD_API DetectorOptions
+resolve_detector_options(std::string_view preset, int world_size,
+                         const std::vector<std::pair<std::string, DetectorSettingValue>>& given);
 
 /// The settings as the Markdown table docs/detection.md shows (setting, flags, type, default,
 /// the rfc preset's value, help); tests/cpp/detector_settings_test.cc fails when the doc's copy

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "detector_settings.hpp"
 #include "laggard/laggard.hpp"
 #include "live/line_file.hpp"
 #include "live/report_json.hpp"
@@ -1431,4 +1432,6 @@ PYBIND11_MODULE(_core, m) {
       "should_log_cuda_fallback",
       [](const std::string& reason) { return should_log_cuda_fallback(reason); },
       "True the first time this reason is seen in the process.", "reason"_a);
+
+  python::bind_detector_settings(m);
 }

@@ -170,7 +170,8 @@ void set_detector_setting(DetectorOptions& options, std::string_view name,
 DetectorOptions resolve_detector_options(
     std::string_view preset, int world_size,
     const std::vector<std::pair<std::string, DetectorSettingValue>>& given) {
-  DetectorOptions o = preset.empty() ? DetectorOptions{} : DetectorOptions::preset(preset, world_size);
+  DetectorOptions o =
+      preset.empty() ? DetectorOptions{} : DetectorOptions::preset(preset, world_size);
   for (const auto& [name, value] : given) set_detector_setting(o, name, value);
   o.validate();
   return o;

@@ -228,7 +228,8 @@ class Worker {
     std::exception_ptr failure;
   };
 
-  explicit Worker(std::vector<Source> sources) : merge_(std::move(sources)), items_(kQueueWindows) {}
+  explicit Worker(std::vector<Source> sources)
+      : merge_(std::move(sources)), items_(kQueueWindows) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -240,7 +241,9 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  void launch() { thread_ = std::thread([this] { run(); }); }
+  void launch() {
+    thread_ = std::thread([this] { run(); });
+  }
 
   // The oldest queued item, waiting for one; valid until pop().
   Item& front() {
@@ -411,7 +414,7 @@ RunReader::RunReader(const std::string& run_dir, RunReaderOptions options)
   if (!fs::is_directory(status)) throw InputError(run_dir + " is not a directory");
 
   std::vector<std::pair<std::uint64_t, std::string>> found;  // (rank number, path)
-  std::vector<std::string> misnamed;  // rank-*.jsonl whose * is not a number
+  std::vector<std::string> misnamed;                         // rank-*.jsonl whose * is not a number
   fs::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -432,9 +435,9 @@ RunReader::RunReader(const std::string& run_dir, RunReaderOptions options)
                        (it->is_symlink(type_ec) ? " (a symbolic link)" : ""));
     if (!fs::is_regular_file(st)) {
       const char* what = st.type() == fs::file_type::not_found ? "a dangling symbolic link"
-                         : fs::is_directory(st)   ? "a directory"
-                         : fs::is_fifo(st)      ? "a FIFO"
-                         : fs::is_socket(st)    ? "a socket"
+                         : fs::is_directory(st)                ? "a directory"
+                         : fs::is_fifo(st)                     ? "a FIFO"
+                         : fs::is_socket(st)                   ? "a socket"
                          : fs::is_block_file(st) || fs::is_character_file(st) ? "a device"
                                                                               : "not a file";
       throw InputError("cannot read " + it->path().string() + ": it is " + what +

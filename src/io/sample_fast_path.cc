@@ -6,8 +6,6 @@
 // are plain (ASCII, no escapes, no whitespace, a handful of known fields), so one forward pass
 // that checks each byte as it goes takes the line in a third of that. It decides nothing about
 // doubtful input: whatever it does not recognise is handed back, whole, to the general parser.
-#include "laggard/detail/sample_parser.hpp"
-
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include <string>
 #include <system_error>
 
+#include "laggard/detail/sample_parser.hpp"
 #include "laggard/export.hpp"
 #include "laggard/jsonl.hpp"
 
@@ -396,7 +395,6 @@ bool canonical_sample(Scanner& s, StepSample& out) {
 }
 
 // ---- any order, any extra fields --------------------------------------------------------------
-
 
 bool parse_stage(Scanner& s, StageTime& stage) {
   if (!s.consume('{')) return false;

@@ -14,20 +14,20 @@ namespace laggard::detail {
 /// make_cuda_backend fills one from libcuda.so.1; tests pass a fake driver to
 /// make_cuda_backend_with. There is deliberately no synchronizing entry point here.
 struct CudaDriverApi {
-  int (*init)(unsigned flags) = nullptr;                              ///< cuInit
-  int (*device_get_count)(int* count) = nullptr;                      ///< cuDeviceGetCount
-  int (*device_get)(int* device, int ordinal) = nullptr;              ///< cuDeviceGet
-  int (*ctx_get_current)(void** ctx) = nullptr;                       ///< cuCtxGetCurrent
-  int (*ctx_set_current)(void* ctx) = nullptr;                        ///< cuCtxSetCurrent
-  int (*ctx_get_device)(int* device) = nullptr;                       ///< cuCtxGetDevice
-  int (*primary_ctx_retain)(void** ctx, int device) = nullptr;        ///< cuDevicePrimaryCtxRetain
-  int (*event_create)(void** event, unsigned flags) = nullptr;        ///< cuEventCreate
-  int (*event_record)(void* event, void* stream) = nullptr;           ///< cuEventRecord
-  int (*event_query)(void* event) = nullptr;                          ///< cuEventQuery
+  int (*init)(unsigned flags) = nullptr;                        ///< cuInit
+  int (*device_get_count)(int* count) = nullptr;                ///< cuDeviceGetCount
+  int (*device_get)(int* device, int ordinal) = nullptr;        ///< cuDeviceGet
+  int (*ctx_get_current)(void** ctx) = nullptr;                 ///< cuCtxGetCurrent
+  int (*ctx_set_current)(void* ctx) = nullptr;                  ///< cuCtxSetCurrent
+  int (*ctx_get_device)(int* device) = nullptr;                 ///< cuCtxGetDevice
+  int (*primary_ctx_retain)(void** ctx, int device) = nullptr;  ///< cuDevicePrimaryCtxRetain
+  int (*event_create)(void** event, unsigned flags) = nullptr;  ///< cuEventCreate
+  int (*event_record)(void* event, void* stream) = nullptr;     ///< cuEventRecord
+  int (*event_query)(void* event) = nullptr;                    ///< cuEventQuery
   int (*event_elapsed_time)(float* ms, void* start, void* end) = nullptr;  ///< ..._v2 if present
-  int (*event_destroy)(void* event) = nullptr;                        ///< cuEventDestroy_v2
-  int (*get_error_string)(int error, const char** text) = nullptr;    ///< cuGetErrorString
-  int (*get_error_name)(int error, const char** text) = nullptr;      ///< cuGetErrorName (optional)
+  int (*event_destroy)(void* event) = nullptr;                             ///< cuEventDestroy_v2
+  int (*get_error_string)(int error, const char** text) = nullptr;         ///< cuGetErrorString
+  int (*get_error_name)(int error, const char** text) = nullptr;  ///< cuGetErrorName (optional)
 };
 
 /// make_cuda_backend over a given driver table (which must outlive nothing: it is copied).
