@@ -79,6 +79,8 @@ class LAGGARD_API SampleFileReader {
   std::uint64_t bytes() const noexcept;        ///< bytes consumed so far
   /// The first malformed lines (at most 20 kept; `malformed()` counts them all).
   const std::vector<LineError>& errors() const noexcept;
+  /// Asks the CPU to fetch the start of the next line into its caches (no effect on results).
+  void prefetch() const noexcept;
 
  private:
   struct Impl;

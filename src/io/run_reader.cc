@@ -165,6 +165,7 @@ class FileMerge {
       std::swap(samples[count], sources_[i].head);
       ++count;
       advance(i, tally);  // its next head has a larger step, so it stays in the heap for later
+      if (i + 1 < sources_.size()) sources_[i + 1].reader->prefetch();
     }
     shrink(samples, spare, count);
     return true;
