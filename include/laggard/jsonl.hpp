@@ -105,16 +105,18 @@ struct RunStats {
 
 /// How a RunReader reads.
 struct RunReaderOptions {
-  /// Threads that read and parse the files: 0 picks (1 on one CPU, else one per usable CPU, at
-  /// most 8); 1 reads in the caller's thread, in next(); more run that many worker threads, each
-  /// parsing a range of the files ahead of next(), which then only merges. The windows, the
-  /// statistics and the errors kept are the same whatever the number.
-  unsigned threads = 0;
+  static constexpr unsigned kAuto = ~0u;
+  /// Worker threads that read and parse the files ahead of next(), each a range of them, while
+  /// next() only merges their windows: 0 reads in the caller's thread, in next(). kAuto picks:
+  /// none on one CPU, else one per CPU besides the caller's (at most 8): on two CPUs, one thread
+  /// parses while the caller analyses. The windows, the statistics and the errors kept are the
+  /// same whatever the number.
+  unsigned workers = kAuto;
 };
 
 /// Reads RUN_DIR/rank-*.jsonl and yields one Window per step, in step order, merging the files
-/// as they stream (memory bounded by ranks, not steps: with worker threads, at most 32 windows
-/// are read ahead). Each file must be in ascending step order, as laggard writes it. Cost: the
+/// as they stream (memory bounded by ranks, not steps: with workers, at most 32 windows are read
+/// ahead). Each file must be in ascending step order, as laggard writes it. Cost: the
 /// parse, about 0.3 µs per sample line of 8 stages on one core. Not thread-safe (its workers
 /// are its own business: one thread calls next()).
 class LAGGARD_API RunReader {
@@ -136,8 +138,8 @@ class LAGGARD_API RunReader {
   std::uint64_t bytes_read() const noexcept;
   std::uint64_t bytes_total() const noexcept;
   const std::vector<std::string>& files() const noexcept;
-  /// Threads that read: 1 (the caller's, in next()) or the number of workers.
-  unsigned threads() const noexcept;
+  /// Worker threads reading (0: the caller's thread reads, in next()).
+  unsigned workers() const noexcept;
 
  private:
   struct Impl;

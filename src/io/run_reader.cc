@@ -341,7 +341,7 @@ struct RunReader::Impl {
   int world_size_rank = 0;  // the rank of that sample
   bool started = false;
   bool ended = false;
-  unsigned threads = 1;
+  unsigned workers_count = 0;
   // One of the two: the merge itself, or the workers doing it (in file order).
   std::unique_ptr<FileMerge> merge;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -475,20 +475,19 @@ RunReader::RunReader(const std::string& run_dir, RunReaderOptions options)
   }
   s.stats.files = s.files.size();
 
-  unsigned workers = options.threads;
-  if (workers == 0) {
+  unsigned workers = options.workers;
+  if (workers == RunReaderOptions::kAuto) {
     // One CPU: no thread (a worker would only take turns with the caller). More: the caller
-    // analyses while the workers parse; one worker per CPU, the caller's thread among them
-    // waiting whenever it runs ahead (measured best on 2 CPUs: docs/performance.md).
+    // analyses while the workers parse, one per other CPU (docs/performance.md).
     const unsigned cpus = usable_cpus();
-    workers = cpus == 1 ? 1 : std::min(cpus, kMaxWorkers);
+    workers = std::min(cpus - 1, kMaxWorkers);
   }
   workers = static_cast<unsigned>(std::min<std::size_t>(workers, sources.size()));
-  if (workers <= 1) {
+  if (workers == 0) {
     s.merge = std::make_unique<FileMerge>(std::move(sources));
     return;
   }
-  s.threads = workers;
+  s.workers_count = workers;
   // Contiguous ranges of files, as even as can be: concatenated in worker order, the workers'
   // partial windows are in file order, as one merge of all files gives them.
   s.workers.reserve(workers);
@@ -570,6 +569,6 @@ const RunStats& RunReader::stats() const noexcept { return impl_->stats; }
 std::uint64_t RunReader::bytes_read() const noexcept { return impl_->stats.bytes; }
 std::uint64_t RunReader::bytes_total() const noexcept { return impl_->bytes_total; }
 const std::vector<std::string>& RunReader::files() const noexcept { return impl_->files; }
-unsigned RunReader::threads() const noexcept { return impl_->threads; }
+unsigned RunReader::workers() const noexcept { return impl_->workers_count; }
 
 }  // namespace laggard

@@ -250,7 +250,7 @@ std::string everything(RunReader& reader) {
   return out;
 }
 
-TEST(RunReader, YieldsTheSameWhateverTheNumberOfThreads) {
+TEST(RunReader, YieldsTheSameWhateverTheNumberOfWorkers) {
   // A run with everything a merge meets: files of different lengths and step sets, an empty
   // one, malformed lines in several files (more than the 20 kept: which ones are kept depends on
   // the order they are met in), duplicates within and across files, steps going backwards, a
@@ -274,20 +274,20 @@ TEST(RunReader, YieldsTheSameWhateverTheNumberOfThreads) {
   }
   dir.file("rank-11.jsonl", "");
 
-  RunReader one(dir.path(), RunReaderOptions{1});
-  EXPECT_EQ(one.threads(), 1u);
+  RunReader one(dir.path(), RunReaderOptions{0});
+  EXPECT_EQ(one.workers(), 0u);
   const std::string expected = everything(one);
   ASSERT_GT(one.stats().malformed, 20u);
   ASSERT_GT(one.stats().duplicates, 0u);
   ASSERT_GT(one.stats().out_of_order, 0u);
   ASSERT_GT(one.stats().world_size_conflicts, 0u);
-  for (unsigned threads : {2u, 3u, 5u, 12u, 64u}) {
-    RunReader reader(dir.path(), RunReaderOptions{threads});
-    EXPECT_EQ(reader.threads(), std::min(threads, 12u));
-    EXPECT_EQ(everything(reader), expected) << threads << " threads";
+  for (unsigned workers : {1u, 2u, 3u, 5u, 12u, 64u}) {
+    RunReader reader(dir.path(), RunReaderOptions{workers});
+    EXPECT_EQ(reader.workers(), std::min(workers, 12u));
+    EXPECT_EQ(everything(reader), expected) << workers << " workers";
   }
   RunReader chosen(dir.path());
-  EXPECT_EQ(everything(chosen), expected) << "threads chosen: " << chosen.threads();
+  EXPECT_EQ(everything(chosen), expected) << "workers chosen: " << chosen.workers();
 }
 
 TEST(RunReader, StopsItsWorkersWhenDestroyedEarly) {
@@ -301,6 +301,7 @@ TEST(RunReader, StopsItsWorkersWhenDestroyedEarly) {
     RunReader reader(dir.path(), RunReaderOptions{3});
     Window w;
     for (int i = 0; i < round; ++i) ASSERT_TRUE(reader.next(w));
+    EXPECT_EQ(reader.workers(), 3u);
   }  // each reader's workers, blocked on a full queue or not started, are stopped and joined
 }
 
@@ -311,13 +312,13 @@ TEST(RunReader, ReportsAReadErrorAsTheSingleThreadedReaderDoes) {
   // A regular file whose read() fails (EIO at offset 0): the failure is met while reading, in
   // a worker when there are workers, and must reach the caller of next() all the same.
   fs::create_symlink("/proc/self/mem", dir.path() + "/rank-2.jsonl");
-  for (unsigned threads : {1u, 2u, 3u}) {
-    RunReader reader(dir.path(), RunReaderOptions{threads});
+  for (unsigned workers : {0u, 1u, 2u}) {
+    RunReader reader(dir.path(), RunReaderOptions{workers});
     Window w;
     try {
       while (reader.next(w)) {
       }
-      FAIL() << "no error with " << threads << " threads";
+      FAIL() << "no error with " << workers << " workers";
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("cannot read " + dir.path() + "/rank-2.jsonl"),
                 std::string::npos)
