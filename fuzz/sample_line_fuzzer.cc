@@ -37,10 +37,10 @@ void check_same(const laggard::StepSample& a, const laggard::StepSample& b,
   }
   for (auto field : {&laggard::StepSample::values, &laggard::StepSample::resources}) {
     const auto &x = a.*field, &y = b.*field;
-    if (x.size() != y.size()) fail("the number of values changed in the round trip");
+    if (x.size() != y.size()) fail("the number of values changed " + in);
     for (std::size_t i = 0; i < x.size(); ++i)
       if (x[i].name != y[i].name || !same_double(x[i].value, y[i].value))
-        fail("value " + std::to_string(i) + " changed in the round trip");
+        fail("value " + std::to_string(i) + " changed " + in);
   }
 }
 

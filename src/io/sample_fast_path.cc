@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "laggard/detail/sample_parser.hpp"
 #include "laggard/export.hpp"
@@ -103,6 +104,8 @@ enum Field : unsigned {
   kStepMs,
   kWork,
   kStages,
+  kValues,
+  kResources,
   kName,
   kKind,
   kMs,
@@ -126,9 +129,12 @@ Field sample_field(std::string_view key) {
       return is(key, "schema")   ? kSchema
              : is(key, "cohort") ? kCohort
              : is(key, "stages") ? kStages
+             : is(key, "values") ? kValues
                                  : kUnknown;
     case 7:
       return is(key, "step_ms") ? kStepMs : kUnknown;
+    case 9:
+      return is(key, "resources") ? kResources : kUnknown;
     case 10:
       return is(key, "world_size") ? kWorldSize : kUnknown;
     default:
@@ -206,20 +212,24 @@ class Scanner {
     return true;
   }
 
-  // A non-negative JSON number as the nearest double. std::from_chars finds its end and rounds
-  // correctly, as simdjson does, so both give the same double; what it accepts beyond JSON's
-  // grammar (a sign, a leading '.', leading zeros, "1." or "1.e5", inf, nan) is refused after.
-  bool duration(double& out) {
+  // A non-negative JSON number (a time, a count of work).
+  bool duration(double& out) { return number(out, /*negative_ok=*/false); }
+
+  // A recorded value or resource reading: any JSON number, or one of the strings the writer
+  // uses for what JSON has no number for ("NaN", "Infinity", "-Infinity").
+  bool named_value(double& out) {
     skip_space();
-    const char* begin = p_;
-    if (p_ == end_ || !is_digit(*p_)) return false;
-    const auto result = std::from_chars(begin, end_, out);
-    if (result.ec != std::errc()) return false;  // out of range
-    p_ = result.ptr;
-    if (*begin == '0' && p_ - begin > 1 && is_digit(begin[1])) return false;
-    if (!is_digit(p_[-1])) return false;  // "1." (no exponent: it would end in a digit)
-    const void* dot = std::memchr(begin, '.', static_cast<std::size_t>(p_ - begin));
-    return dot == nullptr || is_digit(static_cast<const char*>(dot)[1]);  // not "1.e5"
+    if (p_ == end_ || *p_ != '"') return number(out, /*negative_ok=*/true);
+    if (take("\"NaN\"")) {
+      out = std::numeric_limits<double>::quiet_NaN();
+    } else if (take("\"Infinity\"")) {
+      out = std::numeric_limits<double>::infinity();
+    } else if (take("\"-Infinity\"")) {
+      out = -std::numeric_limits<double>::infinity();
+    } else {
+      return false;
+    }
+    return true;
   }
 
   bool literal(std::string_view word) {
@@ -327,6 +337,24 @@ class Scanner {
   }
 
  private:
+  // A JSON number as the nearest double. std::from_chars finds its end and rounds correctly, as
+  // simdjson does, so both give the same double; what it accepts beyond JSON's grammar (a '+',
+  // a leading '.', leading zeros, "1." or "1.e5", inf, nan) is refused after. Out of range: not
+  // here either.
+  bool number(double& out, bool negative_ok) {
+    skip_space();
+    const char* begin = p_;
+    const char* digits = negative_ok && p_ < end_ && *p_ == '-' ? p_ + 1 : p_;
+    if (digits == end_ || !is_digit(*digits)) return false;
+    const auto result = std::from_chars(begin, end_, out);
+    if (result.ec != std::errc()) return false;
+    p_ = result.ptr;
+    if (*digits == '0' && p_ - digits > 1 && is_digit(digits[1])) return false;
+    if (!is_digit(p_[-1])) return false;  // "1." (with an exponent it would end in a digit)
+    const void* dot = std::memchr(digits, '.', static_cast<std::size_t>(p_ - digits));
+    return dot == nullptr || is_digit(static_cast<const char*>(dot)[1]);  // not "1.e5"
+  }
+
   bool all_plain(const char* p, std::size_t n) const {
 #if defined(__SSE2__)
     if (n <= 16 && end_ - p >= 16) {
@@ -368,6 +396,31 @@ class Scanner {
 };
 
 constexpr unsigned bit(Field f) { return 1u << f; }
+
+// `{"name":value,...}` into `out`, reusing its entries. A name given twice is the general
+// parser's to refuse.
+bool named_values(Scanner& s, std::vector<NamedValue>& out) {
+  if (!s.consume('{')) return false;
+  std::size_t count = 0;
+  if (s.next_is('}')) {
+    s.consume('}');
+  } else {
+    do {
+      std::string_view name;
+      double value;
+      if (!s.key(name) || !s.named_value(value)) return false;
+      for (std::size_t i = 0; i < count; ++i)
+        if (out[i].name == name) return false;
+      if (count == out.size()) out.emplace_back();
+      NamedValue& slot = out[count++];
+      if (slot.name != name) slot.name.assign(name.data(), name.size());
+      slot.value = value;
+    } while (s.consume(','));
+    if (!s.consume('}')) return false;
+  }
+  out.resize(count);
+  return true;
+}
 
 // ---- the layout laggard writes (append_sample_json) -------------------------------------------
 
@@ -428,8 +481,19 @@ bool canonical_sample(Scanner& s, StepSample& out) {
     } while (s.take(","));
     if (!s.take("]")) return false;
   }
-  if (!s.take("}") || !s.at_end()) return false;
   out.stages.resize(count);
+  // Then the optional values and resources, in that order.
+  if (s.take(",\"values\":")) {
+    if (!named_values(s, out.values)) return false;
+  } else {
+    out.values.clear();
+  }
+  if (s.take(",\"resources\":")) {
+    if (!named_values(s, out.resources)) return false;
+  } else {
+    out.resources.clear();
+  }
+  if (!s.take("}") || !s.at_end()) return false;
   out.rank = static_cast<int>(rank);
   out.world_size = static_cast<int>(world_size);
   out.step = static_cast<std::int64_t>(step);
@@ -565,6 +629,12 @@ bool any_sample(Scanner& s, StepSample& out) {
       case kStages:
         ok = parse_stages(s, out);
         break;
+      case kValues:
+        ok = named_values(s, out.values);
+        break;
+      case kResources:
+        ok = named_values(s, out.resources);
+        break;
       default:
         ok = s.skip_value(1);
     }
@@ -581,6 +651,8 @@ bool any_sample(Scanner& s, StepSample& out) {
   out.work = work;
   assign(out.host, (seen & bit(kHost)) != 0, host);
   assign(out.cohort, (seen & bit(kCohort)) != 0, cohort);
+  if (!(seen & bit(kValues))) out.values.clear();
+  if (!(seen & bit(kResources))) out.resources.clear();
   return true;
 }
 
