@@ -71,7 +71,13 @@ def detector_kwargs(args):
 
 
 def analyzer_kwargs(args):
-    """Analyzer keyword arguments from parsed flags (missing flags take their defaults)."""
+    """Analyzer keyword arguments from parsed flags (missing flags take their defaults).
+
+    A detector flag given wins over --straggler-preset, as in `laggard analyze`: with both, the
+    settings are resolved here (laggard._core.detector_options, the C++ rule) and passed one by
+    one, since the Analyzer lets a preset replace every setting. (The presets do not depend on
+    the world size, so resolving before the Analyzer knows it gives the same options.)
+    """
     get = lambda name, default: getattr(args, name, default)  # noqa: E731
     kwargs = dict(
         enabled=bool(get("straggler_analysis", False)),
@@ -80,5 +86,13 @@ def analyzer_kwargs(args):
         module_stages=bool(get("straggler_enable_module_stages", False)),
         preset=get("straggler_preset", None),
     )
-    kwargs.update(detector_kwargs(args))
+    given = detector_kwargs(args)
+    if kwargs["preset"] is not None and any(v is not None for v in given.values()):
+        from . import _core
+
+        options = _core.detector_options(kwargs["preset"], 1, **given)
+        given = {s["name"]: getattr(options, s["name"]) for s in _settings()}
+        given = {k: (v.name if hasattr(v, "name") else v) for k, v in given.items()}
+        kwargs["preset"] = None
+    kwargs.update(given)
     return kwargs

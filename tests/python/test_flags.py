@@ -201,3 +201,18 @@ def test_the_analyzer_takes_a_preset_or_settings_as_the_program_does():
             assert _options_of(an.detector_options) == expected
         finally:
             an.close()
+
+
+def test_the_analyzer_from_flags_lets_a_flag_win_over_the_preset():
+    from laggard import _core
+
+    args = parser().parse_args(["--straggler-analysis", "--straggler-interval", "1",
+                                "--straggler-preset", "rfc", "--straggler-confirm-k", "3",
+                                "--straggler-confirm-n", "5", "--straggler-ref", "median"])
+    an = laggard.Analyzer.from_args(args, timing="host")
+    try:
+        assert _options_of(an.detector_options) == _options_of(
+            _core.detector_options("rfc", 4, confirm_k=3, confirm_n=5, ref="median"))
+        assert _options_of(an.detector_options)["method"] == "threshold"
+    finally:
+        an.close()
