@@ -725,7 +725,7 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
 // The two halves of the parser, for tests (laggard/detail/sample_parser.hpp)
 
 bool detail::parse_sample_general(std::string_view line, StepSample& out, std::string& error) {
-  SampleLineParser parser;
+  thread_local SampleLineParser parser;  // one per thread: simdjson's buffers are reused
   return parser.parse_copy(line, out, error, /*fast=*/false);
 }
 

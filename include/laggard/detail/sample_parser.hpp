@@ -21,7 +21,7 @@ namespace laggard::detail {
 LAGGARD_API bool parse_sample_fast(std::string_view line, StepSample& out);
 
 /// The general parser alone (simdjson On-Demand): every line, with the reason for a refusal.
-/// Makes a parser per call (slow: for tests). Thread-safe.
+/// Thread-safe (a parser per thread).
 LAGGARD_API bool parse_sample_general(std::string_view line, StepSample& out, std::string& error);
 
 }  // namespace laggard::detail
