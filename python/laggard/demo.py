@@ -85,8 +85,8 @@ def parse_args(argv=None):
                    help="settings by name, under any setting given; rfc: the RFC's rule exactly "
                         "(mean, 1.2x, 5 ms, 2 of 3)")
     for st in settings:
-        g.add_argument(st["flag"], type={"number": float, "integer": int, "choice": str}[st["type"]],
-                       default=None, choices=tuple(st["choices"]) or None,
+        kind = {"number": float, "integer": int, "choice": str}[st["type"]]
+        g.add_argument(st["flag"], type=kind, default=None, choices=tuple(st["choices"]) or None,
                        help="%s (default %s)" % (st["help"], st["default"]))
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="step counter on stderr: auto = only when stderr is a terminal")

@@ -187,7 +187,8 @@ TEST(SampleFastPath, GivesUpWhatOnlyTheGeneralParserShouldDecide) {
       head + R"(1,"stages":[{"name":"f","ms":1,"calls":-1}]})",
       head + R"(1,"x":123456789012345678901,"stages":[]})",
       // Escapes, non-ASCII and control characters in strings (valid or not: not the fast path's).
-      head + R"(1,"host":"n\u0061de","stages":[]})", head + "1,\"host\":\"h\xC3\xA9\",\"stages\":[]}",
+      head + R"(1,"host":"n\u0061de","stages":[]})",
+      head + "1,\"host\":\"h\xC3\xA9\",\"stages\":[]}",
       head + "1,\"host\":\"h\x01\",\"stages\":[]}", head + "1,\"host\":\"h\xFF\",\"stages\":[]}",
       // Wrong or repeated fields, bad values.
       head + R"(1,"stages":[],"rank":1})", head + R"(1,"stages":[{"name":"f","name":"g","ms":1}]})",
