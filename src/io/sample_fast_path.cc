@@ -4,8 +4,9 @@
 // it and a call into the library per line), then walks the fields through that index: about
 // 0.7 µs for a line of 8 stages, most of `laggard analyze`'s reading. The lines laggard writes
 // are plain (ASCII, no escapes, no whitespace, a handful of known fields), so one forward pass
-// that checks each byte as it goes takes the line in a third of that. It decides nothing about
-// doubtful input: whatever it does not recognise is handed back, whole, to the general parser.
+// that checks each byte as it goes takes the line in under half of that (docs/performance.md).
+// It decides nothing about doubtful input: whatever it does not recognise is handed back, whole,
+// to the general parser.
 #include <charconv>
 #include <cstdint>
 #include <cstring>
