@@ -539,6 +539,11 @@ class TraceBuilder {
     ++stats_.events;
     std::string_view ph;
     if (!string_body(e.ph, ph) || ph != "X") return;  // complete events only
+    std::string_view cat_body;
+    if (!e.cat.empty() && !string_body(e.cat, cat_body)) {
+      malformed(line, "'cat' is not a string");
+      return;
+    }
     const Category cat = category_of(e.cat);
     if (cat == Category::other) return;
     std::string_view raw_name;
@@ -548,7 +553,8 @@ class TraceBuilder {
       return;
     }
     // The host-side ops that are neither annotations nor autograd nor modules: most of a trace.
-    if (cat == Category::cpu_op && !starts_with(raw_name, "autograd::engine::evaluate_function"))
+    if (cat == Category::cpu_op && !starts_with(raw_name, "autograd::engine::evaluate_function") &&
+        !starts_with(raw_name, "ProfilerStep#"))
       return;
     if (cat == Category::python && !starts_with(raw_name, "nn.Module: ")) return;
     if (cat == Category::runtime && !is_launch_call(raw_name)) return;
