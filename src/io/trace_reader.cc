@@ -285,7 +285,7 @@ class ByteSource {
       if (z_.avail_in == 0) {
         in_len_ = read_raw(in_.data(), in_.size());
         if (in_len_ == 0) {
-          if (!stream_end_) error_ = "the gzip stream ends early (a cut file?)";
+          if (!stream_end_) error_ = "the gzip stream ends early";
           done_ = true;
           break;
         }
@@ -1333,14 +1333,15 @@ class TraceScanner {
       top_level();
     } else {
       throw InputError(path_ + ": not a profiler trace: expected a JSON object holding "
-                               "traceEvents" + (src_.error().empty() ? "" : " (" + src_.error() + ")"));
+                               "traceEvents" +
+                       (src_.error().empty() ? "" : " (" + src_.error() + ")"));
     }
     if (!saw_events_)
       throw InputError(path_ + ": not a profiler trace: no traceEvents" +
                        (truncated_ ? " before the file ends" : ""));
     b_.stats().truncated = truncated_;
     b_.stats().json_bytes = json_bytes_;
-    if (!src_.error().empty()) b_.error(line_at(pos_), src_.error());
+    if (!src_.error().empty() && !truncated_) b_.error(line_at(pos_), src_.error());
   }
 
  private:
@@ -1513,7 +1514,8 @@ class TraceScanner {
 
   void cut(const std::string& what) {
     truncated_ = true;
-    b_.error(line_at(std::min(pos_, len_)), what + (src_.error().empty() ? "" : " (" + src_.error() + ")"));
+    b_.error(line_at(std::min(pos_, len_)),
+             what + (src_.error().empty() ? "" : ": " + src_.error()));
   }
 
   // The elements of traceEvents, from just after its '['. False when the text ended first.

@@ -231,8 +231,8 @@ Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& sta
   Json errors = Json::array();
   for (const auto& e : stats.errors)
     errors.push_back({{"file", e.file}, {"line", e.line}, {"what", e.what}});
-  j["input"] = {{"format", to_string(format)},
-                {"files", stats.files},         {"malformed", stats.malformed},
+  (void)format;
+  j["input"] = {{"files", stats.files},         {"malformed", stats.malformed},
                 {"duplicates", stats.duplicates}, {"out_of_order", stats.out_of_order},
                 {"bytes", stats.bytes},         {"errors", errors}};
   return j;
@@ -269,7 +269,9 @@ int run_analyze(const AnalyzeArgs& args) {
   else
     print_text(args, sum, stats, opt, reader->format());
   if (stats.malformed > 0 && !args.quiet)
-    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in "
+    std::cerr << "laggard: skipped " << stats.malformed
+              << (reader->format() == RunFormat::profiler_traces ? " malformed event(s) in "
+                                                                 : " malformed line(s) in ")
               << args.run_dir << "\n";
   return kExitOk;
 }

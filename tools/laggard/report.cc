@@ -48,7 +48,10 @@ int run_report(const ReportArgs& args) {
                                     : std::string("none"))
             << "\n";
   if (stats.malformed > 0 && !args.quiet)
-    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in " << args.run_dir
+    std::cerr << "laggard: skipped " << stats.malformed
+              << (reader->format() == RunFormat::profiler_traces ? " malformed event(s) in "
+                                                                 : " malformed line(s) in ")
+              << args.run_dir
               << "\n";
   return kExitOk;
 }
