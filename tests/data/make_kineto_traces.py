@@ -17,7 +17,8 @@ runs), each from --fault-from-step on.
 Format variants: --variant kineto (PyTorch 2.x: cat kernel/gpu_memcpy/cuda_runtime, ts in us as
 numbers with 3 decimals, pretty-printed), legacy (PyTorch 1.x names: Kernel/Memcpy/Runtime,
 async_gpu flows, integer ts, no gpu_user_annotation), strings (ts, dur, pid and tid as strings,
-one event per line); --no-distributed-info (rank from the file name only); --gzip.
+one event per line); --no-distributed-info (rank from the file name only); --gzip;
+--nccl-kernel legacy (ncclKernel_* names of NCCL before 2.19).
 
   python3 tests/data/make_kineto_traces.py OUT_DIR [--ranks 4] [--steps 12] [--ranks-per-host 8]
 """
@@ -65,7 +66,10 @@ KERNELS = {
         "float*, float*)",
     ],
 }
-NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+NCCL_KERNELS = {
+    "dev": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",  # >= 2.19
+    "legacy": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+}
 CPU_OPS = {"forward": ["aten::linear", "aten::gelu", "aten::layer_norm"],
            "optimizer": ["aten::_fused_adamw_"]}
 BACKWARD_OPS = ["MmBackward0", "GeluBackward0", "SumBackward0"]
@@ -165,7 +169,8 @@ class Rank:
             self.span("cpu_op", ops[i % len(ops)], tid, op_start, self.t - op_start)
 
 
-def simulate(args):
+def simulate(args, after_step):
+    """Runs the job; after_step(ranks) takes (and clears) each step's events."""
     rng = random.Random(args.seed)
     ranks = [Rank(r, args, random.Random(args.seed * 1000 + r)) for r in range(args.ranks)]
     first = args.first_step
@@ -206,7 +211,7 @@ def simulate(args):
                 a0 = r.t
                 # The all-reduce cannot start before the bucket's gradients are computed.
                 r.pending = r.launch(
-                    r.autograd, "nccl", NCCL_KERNEL, 0.0, stream=20, earliest=r.gpu, step=i,
+                    r.autograd, "nccl", NCCL_KERNELS[args.nccl_kernel], 0.0, stream=20, earliest=r.gpu, step=i,
                     nccl_args={"Collective name": "allreduce", "In msg nelems": 6637568 - bucket,
                                "Out msg nelems": 6637568 - bucket, "Group size": args.ranks,
                                "dtype": "Float", "In split size": "[]", "Out split size": "[]",
@@ -240,6 +245,7 @@ def simulate(args):
             r.span("user_annotation", "ProfilerStep#%d" % step, r.main, starts[r.rank],
                    r.t - starts[r.rank])
             r.t += 40.0  # prof.step()
+        after_step(ranks)
     return ranks
 
 
@@ -277,54 +283,95 @@ def event_text(e, variant):
     return text + "\n  }"
 
 
-def write_rank(r, args, out_dir):
-    variant = args.variant
-    legacy = variant == "legacy"
-    events = sorted(r.host_events, key=lambda e: (e["ts"], -e["dur"]))
-    if legacy:
+class Writer:
+    """Streams one rank's trace in Kineto's layout: every host event, then the device records
+    (the main thread's launches, then the autograd thread's), then the device-side annotations
+    and metadata. The parts go to temporary files as the steps are simulated, so that memory
+    does not grow with the trace."""
+
+    def __init__(self, r, args, out_dir):
+        self.r, self.args, self.out_dir = r, args, out_dir
+        self.parts = [open(os.path.join(out_dir, ".rank-%d.%s" % (r.rank, n)), "w+")
+                      for n in ("host", "main", "autograd")]
+        self.first = [True, True, True]
+
+    def put(self, i, events):
+        v = self.args.variant
         for e in events:
-            if e["cat"] == "cpu_op":
-                e["cat"] = "Operator"
-    # Kineto's device section: the main thread's launches, then the autograd thread's.
-    gpu = [g for tid, g in r.gpu_events if tid == r.main] + \
-          [g for tid, g in r.gpu_events if tid != r.main]
-    for group in gpu:
-        events.extend(group)
-    if not legacy:
-        for name, s, e in r.gpu_annotations:
-            events.append({"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0,
-                           "tid": 7, "ts": s, "dur": e - s, "args": {"External id": 0}})
-    events.append({"name": "process_name", "ph": "M", "ts": r.clock, "pid": r.pid, "tid": 0,
-                   "args": {"name": "python"}})
-    events.append({"name": "thread_name", "ph": "M", "ts": r.clock, "pid": r.pid,
-                   "tid": r.autograd, "args": {"name": "thread %d (pt_autograd_0)" % r.autograd}})
-    head = ['"schemaVersion": 1',
-            '"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", '
-            '"totalGlobalMem": 85045315584, "computeMajor": 9, "computeMinor": 0, '
-            '"numSms": 132}]']
-    if not args.no_distributed_info:
-        head.append('"distributedInfo": ' + json.dumps(
-            {"backend": "nccl", "rank": r.rank, "world_size": args.ranks, "pg_count": 1,
-             "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
-                            "backend_config": "cuda:nccl", "pg_size": args.ranks,
-                            "ranks": list(range(args.ranks))}],
-             "nccl_version": "2.21.5"}))
-    head.append('"host_name": "%s"' % r.host)
-    sep = ",\n" if variant != "strings" else ",\n"
-    body = sep.join(event_text(e, variant) for e in events)
-    text = ("{\n  " + ",\n  ".join(head) + ',\n  "traceEvents": [\n' + body +
-            '\n  ],\n  "traceName": "rank-%d.json", "displayTimeUnit": "ms", '
-            '"baseTimeNanoseconds": 1700000000000000000\n}\n' % r.rank)
-    name = "rank-%d.json" % r.rank
-    path = os.path.join(out_dir, name)
-    if args.gzip:
-        # mtime 0: the same bytes every time.
-        with open(path + ".gz", "wb") as raw:
-            with gzip.GzipFile(filename=name, mode="wb", fileobj=raw, mtime=0) as f:
-                f.write(text.encode())
-    else:
-        with open(path, "w") as f:
-            f.write(text)
+            if not self.first[i]:
+                self.parts[i].write(",\n")
+            self.first[i] = False
+            self.parts[i].write(event_text(e, v))
+
+    def step(self):
+        r = self.r
+        events = sorted(r.host_events, key=lambda e: (e["ts"], -e["dur"]))
+        if self.args.variant == "legacy":
+            for e in events:
+                if e["cat"] == "cpu_op":
+                    e["cat"] = "Operator"
+        self.put(0, events)
+        for tid, group in r.gpu_events:
+            self.put(1 if tid == r.main else 2, group)
+        r.host_events, r.gpu_events = [], []
+
+    def close(self):
+        r, args = self.r, self.args
+        variant = args.variant
+        tail = []
+        if variant != "legacy":
+            for name, s, e in r.gpu_annotations:
+                tail.append({"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0,
+                             "tid": 7, "ts": s, "dur": e - s, "args": {"External id": 0}})
+        tail.append({"name": "process_name", "ph": "M", "ts": r.clock, "pid": r.pid, "tid": 0,
+                     "args": {"name": "python"}})
+        tail.append({"name": "thread_name", "ph": "M", "ts": r.clock, "pid": r.pid,
+                     "tid": r.autograd,
+                     "args": {"name": "thread %d (pt_autograd_0)" % r.autograd}})
+        head = ['"schemaVersion": 1',
+                '"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", '
+                '"totalGlobalMem": 85045315584, "computeMajor": 9, "computeMinor": 0, '
+                '"numSms": 132}]']
+        if not args.no_distributed_info:
+            head.append('"distributedInfo": ' + json.dumps(
+                {"backend": "nccl", "rank": r.rank, "world_size": args.ranks, "pg_count": 1,
+                 "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
+                                "backend_config": "cuda:nccl", "pg_size": args.ranks,
+                                "ranks": list(range(args.ranks))}],
+                 "nccl_version": "2.21.5"}))
+        head.append('"host_name": "%s"' % r.host)
+        name = "rank-%d.json" % r.rank
+        path = os.path.join(self.out_dir, name)
+        if args.gzip:
+            raw = open(path + ".gz", "wb")
+            # mtime 0: the same bytes every time.
+            out = gzip.GzipFile(filename=name, mode="wb", fileobj=raw, mtime=0)
+            write = lambda text: out.write(text.encode())  # noqa: E731
+        else:
+            raw = out = open(path, "w")
+            write = out.write
+        write("{\n  " + ",\n  ".join(head) + ',\n  "traceEvents": [\n')
+        wrote = False
+        for f in self.parts:
+            f.flush()
+            f.seek(0)
+            chunk = f.read(1 << 20)
+            if chunk and wrote:
+                write(",\n")
+            while chunk:
+                write(chunk)
+                wrote = True
+                chunk = f.read(1 << 20)
+            f.close()
+            os.unlink(f.name)
+        for e in tail:
+            write((",\n" if wrote else "") + event_text(e, variant))
+            wrote = True
+        write('\n  ],\n  "traceName": "rank-%d.json", "displayTimeUnit": "ms", '
+              '"baseTimeNanoseconds": 1700000000000000000\n}\n' % r.rank)
+        out.close()
+        if raw is not out:
+            raw.close()
 
 
 def main():
@@ -346,10 +393,21 @@ def main():
     p.add_argument("--variant", default="kineto", choices=["kineto", "legacy", "strings"])
     p.add_argument("--no-distributed-info", action="store_true")
     p.add_argument("--gzip", action="store_true")
+    p.add_argument("--nccl-kernel", default="dev", choices=sorted(NCCL_KERNELS),
+                   help="NCCL's kernel names: dev (ncclDevKernel_*, NCCL >= 2.19) or legacy")
     args = p.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    for r in simulate(args):
-        write_rank(r, args, args.out_dir)
+    writers = {}
+
+    def after_step(ranks):
+        for r in ranks:
+            if r.rank not in writers:
+                writers[r.rank] = Writer(r, args, args.out_dir)
+            writers[r.rank].step()
+
+    simulate(args, after_step)
+    for w in writers.values():
+        w.close()
 
 
 if __name__ == "__main__":
