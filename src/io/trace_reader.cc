@@ -518,6 +518,14 @@ std::string host_from_name(const std::string& file) {
   return worker.substr(0, us);
 }
 
+// The line an event starts on, counted only when a message needs it.
+struct LineRef {
+  std::size_t (*count)(void*, std::size_t) = nullptr;
+  void* scanner = nullptr;
+  std::size_t offset = 0;
+  std::size_t operator()() const { return count ? count(scanner, offset) : 0; }
+};
+
 class TraceBuilder {
  public:
   explicit TraceBuilder(std::string path) { stats_.path = std::move(path); }
@@ -534,14 +542,14 @@ class TraceBuilder {
     error(line, std::move(what));
   }
 
-  // One event. `line` is the line its object starts on (for messages).
-  void add(const RawEvent& e, std::size_t line) {
+  // One event; `line` tells the line its object starts on (for messages).
+  void add(const RawEvent& e, const LineRef& line) {
     ++stats_.events;
     std::string_view ph;
     if (!string_body(e.ph, ph) || ph != "X") return;  // complete events only
     std::string_view cat_body;
     if (!e.cat.empty() && !string_body(e.cat, cat_body)) {
-      malformed(line, "'cat' is not a string");
+      malformed(line(), "'cat' is not a string");
       return;
     }
     const Category cat = category_of(e.cat);
@@ -549,7 +557,7 @@ class TraceBuilder {
     std::string_view raw_name;
     if (!string_body(e.name, raw_name)) {
       if (cat == Category::cpu_op || cat == Category::python) return;
-      malformed(line, "event without a string 'name'");
+      malformed(line(), "event without a string 'name'");
       return;
     }
     // The host-side ops that are neither annotations nor autograd nor modules: most of a trace.
@@ -561,11 +569,11 @@ class TraceBuilder {
 
     std::int64_t ts = 0, dur = 0;
     if (e.ts.empty() || !parse_us(e.ts, ts)) {
-      malformed(line, e.ts.empty() ? "event without 'ts'" : "'ts' is not a number");
+      malformed(line(), e.ts.empty() ? "event without 'ts'" : "'ts' is not a number");
       return;
     }
     if (e.dur.empty() || !parse_us(e.dur, dur) || dur < 0) {
-      malformed(line, e.dur.empty() ? "complete event (ph X) without 'dur'"
+      malformed(line(), e.dur.empty() ? "complete event (ph X) without 'dur'"
                                     : "'dur' is not a number >= 0");
       return;
     }
@@ -576,7 +584,7 @@ class TraceBuilder {
         if (starts_with(raw_name, "ProfilerStep#")) {
           std::int64_t n = 0;
           if (!parse_int(raw_name.substr(13), n)) {
-            malformed(line, "ProfilerStep annotation without a step number");
+            malformed(line(), "ProfilerStep annotation without a step number");
             return;
           }
           steps_.push_back({ts, end, n});
@@ -1281,33 +1289,40 @@ simdjson::error_code decode_event(od::object& obj, RawEvent& e) {
     if (auto err = field.key().get(raw_key)) return err;
     const std::string_view k = key_view(raw_key);
     od::value v = field.value();
-    if (k.size() == 2 && (k == "ph" || k == "ts")) {
-      (k[0] == 'p' ? e.ph : e.ts) = token_of(v);
-    } else if (k == "cat") {
-      e.cat = token_of(v);
-    } else if (k == "name") {
-      e.name = token_of(v);
-    } else if (k == "pid") {
-      e.pid = token_of(v);
-    } else if (k == "tid") {
-      e.tid = token_of(v);
-    } else if (k == "dur") {
-      e.dur = token_of(v);
-    } else if (k == "args" && wants_args(e.cat)) {
-      od::object args;
-      if (v.get_object().get(args)) continue;  // args that are not an object: none
-      e.args_seen = true;
-      for (auto a : args) {
-        od::raw_json_string ak;
-        if (auto err = a.key().get(ak)) return err;
-        const std::string_view n = key_view(ak);
-        od::value av = a.value();
-        if (n == "correlation") e.correlation = token_of(av);
-        else if (n == "Collective name") e.collective = token_of(av);
-        else if (n == "Process Group Name") e.group = token_of(av);
-        else if (n == "In msg nelems") e.in_nelems = token_of(av);
-        else if (n == "Out msg nelems") e.out_nelems = token_of(av);
-      }
+    // By length first: this runs for every field of every event.
+    switch (k.size()) {
+      case 2:
+        if (k == "ph") e.ph = token_of(v);
+        else if (k == "ts") e.ts = token_of(v);
+        break;
+      case 3:
+        if (k == "cat") e.cat = token_of(v);
+        else if (k == "pid") e.pid = token_of(v);
+        else if (k == "tid") e.tid = token_of(v);
+        else if (k == "dur") e.dur = token_of(v);
+        break;
+      case 4:
+        if (k == "name") {
+          e.name = token_of(v);
+        } else if (k == "args" && wants_args(e.cat)) {
+          od::object args;
+          if (v.get_object().get(args)) break;  // args that are not an object: none
+          e.args_seen = true;
+          for (auto a : args) {
+            od::raw_json_string ak;
+            if (auto err = a.key().get(ak)) return err;
+            const std::string_view n = key_view(ak);
+            od::value av = a.value();
+            if (n == "correlation") e.correlation = token_of(av);
+            else if (n == "Collective name") e.collective = token_of(av);
+            else if (n == "Process Group Name") e.group = token_of(av);
+            else if (n == "In msg nelems") e.in_nelems = token_of(av);
+            else if (n == "Out msg nelems") e.out_nelems = token_of(av);
+          }
+        }
+        break;
+      default:
+        break;
     }
   }
   return simdjson::SUCCESS;
@@ -1348,6 +1363,11 @@ class TraceScanner {
   struct Pending {
     std::size_t offset, length;
   };
+
+  LineRef line_ref(std::size_t offset) {
+    return {[](void* self, std::size_t at) { return static_cast<TraceScanner*>(self)->line_at(at); },
+            this, offset};
+  }
 
   // Lines are counted only as far as needed, each byte once.
   std::size_t line_at(std::size_t offset) {
@@ -1592,7 +1612,7 @@ class TraceScanner {
           ok = false;
           break;
         }
-        b_.add(e, line_at(batch_[i].offset));
+        b_.add(e, line_ref(batch_[i].offset));
         ++i;
       }
     }
@@ -1616,7 +1636,7 @@ class TraceScanner {
                    std::string("an event that is not valid JSON (") + simdjson::error_message(err) + ")");
       return;
     }
-    b_.add(e, line_at(p.offset));
+    b_.add(e, line_ref(p.offset));
   }
 
   const std::string& path_;
