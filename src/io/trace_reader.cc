@@ -9,34 +9,27 @@
 // records (host spans, launch calls, device activities: ~40 bytes each, only for the events used)
 // and the raw text is dropped. Kineto writes every host event of the whole trace before the
 // device events, and those in no step order, so a step is complete only at the end of the file:
-// the compact records are resolved into samples there (src/io/trace_reader.cc, TraceBuilder).
-#include <fcntl.h>
+// the compact records are resolved into samples there (TraceResolver). The directory reader is
+// src/io/trace_run_reader.cc; the file's bytes (plain or gzip) come from src/io/byte_source.cc.
 #include <simdjson.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "laggard/source.hpp"
+#include "io/byte_source.hpp"
+#include "io/trace_reader.hpp"
 #include "laggard/trace.hpp"
 
 namespace laggard {
@@ -44,11 +37,11 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace od = simdjson::ondemand;
+using detail::ByteSource;
 
 constexpr std::size_t kMaxKeptErrors = 20;
 constexpr std::size_t kMaxEventBytes = std::size_t{64} << 20;    // one event larger: skipped
 constexpr std::size_t kMaxCapturedBytes = std::size_t{16} << 20;  // distributedInfo and the like
-constexpr std::size_t kPeekBytes = std::size_t{64} << 10;
 
 std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 0xcbf29ce484222325ull) {
   for (unsigned char c : text) {
@@ -227,121 +220,6 @@ bool parse_int(std::string_view token, std::int64_t& v) {
   v = token[0] == '-' ? -x : x;
   return true;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Bytes of a file, plain or gzip (detected by its magic bytes, not its name).
-
-class ByteSource {
- public:
-  explicit ByteSource(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw InputError("cannot open " + path + ": " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) == 0) {
-      if (S_ISDIR(st.st_mode)) {
-        ::close(fd_);
-        throw InputError("cannot read " + path + ": it is a directory, not a regular file");
-      }
-      size_ = static_cast<std::uint64_t>(st.st_size);
-    }
-    in_.resize(std::size_t{1} << 18);
-    // The first bytes tell gzip (1f 8b) from plain text.
-    in_len_ = read_raw(in_.data(), in_.size());
-    if (in_len_ >= 2 && static_cast<unsigned char>(in_[0]) == 0x1f &&
-        static_cast<unsigned char>(in_[1]) == 0x8b) {
-      gzip_ = true;
-      std::memset(&z_, 0, sizeof z_);
-      if (inflateInit2(&z_, 15 + 32) != Z_OK) {
-        ::close(fd_);
-        throw InputError("cannot read " + path + ": zlib could not start");
-      }
-      z_.next_in = reinterpret_cast<Bytef*>(in_.data());
-      z_.avail_in = static_cast<uInt>(in_len_);
-    }
-  }
-  ~ByteSource() {
-    if (gzip_) inflateEnd(&z_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ByteSource(const ByteSource&) = delete;
-  ByteSource& operator=(const ByteSource&) = delete;
-
-  // Up to `cap` bytes of text into dst; 0 at the end. A broken gzip stream ends the text there
-  // and sets error().
-  std::size_t read(char* dst, std::size_t cap) {
-    if (!gzip_) {
-      if (in_pos_ < in_len_) {
-        const std::size_t n = std::min(cap, in_len_ - in_pos_);
-        std::memcpy(dst, in_.data() + in_pos_, n);
-        in_pos_ += n;
-        return n;
-      }
-      return read_raw(dst, cap);
-    }
-    if (done_) return 0;
-    z_.next_out = reinterpret_cast<Bytef*>(dst);
-    z_.avail_out = static_cast<uInt>(std::min<std::size_t>(cap, 1u << 30));
-    while (z_.avail_out > 0) {
-      if (z_.avail_in == 0) {
-        in_len_ = read_raw(in_.data(), in_.size());
-        if (in_len_ == 0) {
-          if (!stream_end_) error_ = "the gzip stream ends early";
-          done_ = true;
-          break;
-        }
-        z_.next_in = reinterpret_cast<Bytef*>(in_.data());
-        z_.avail_in = static_cast<uInt>(in_len_);
-      }
-      stream_end_ = false;
-      const int rc = inflate(&z_, Z_NO_FLUSH);
-      if (rc == Z_STREAM_END) {
-        stream_end_ = true;
-        // Concatenated gzip members are one file (gzip -c a b): go on with the next.
-        if (inflateReset(&z_) != Z_OK) {
-          done_ = true;
-          break;
-        }
-        continue;
-      }
-      if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        error_ = std::string("the gzip stream is broken (") + (z_.msg ? z_.msg : "zlib error") + ")";
-        done_ = true;
-        break;
-      }
-    }
-    return static_cast<std::size_t>(reinterpret_cast<char*>(z_.next_out) - dst);
-  }
-
-  std::uint64_t size() const noexcept { return size_; }
-  std::uint64_t consumed() const noexcept { return consumed_; }
-  const std::string& error() const noexcept { return error_; }
-
- private:
-  std::size_t read_raw(char* dst, std::size_t cap) {
-    for (;;) {
-      const ssize_t n = ::read(fd_, dst, cap);
-      if (n >= 0) {
-        consumed_ += static_cast<std::uint64_t>(n);
-        return static_cast<std::size_t>(n);
-      }
-      if (errno == EINTR) continue;
-      throw InputError("cannot read " + path_ + ": " + std::strerror(errno));
-    }
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  std::uint64_t size_ = 0;
-  std::uint64_t consumed_ = 0;
-  std::vector<char> in_;
-  std::size_t in_len_ = 0;
-  std::size_t in_pos_ = 0;
-  bool gzip_ = false;
-  bool done_ = false;
-  bool stream_end_ = false;
-  z_stream z_{};
-  std::string error_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // One event, as raw JSON tokens (views into the batch being parsed).
@@ -1653,8 +1531,12 @@ class TraceScanner {
   od::parser parser_;
 };
 
-RankTrace read_one(const std::string& path, const TraceOptions& options,
-                   const std::function<void(std::uint64_t)>& progress) {
+}  // namespace
+
+namespace detail {
+
+RankTrace read_trace_file(const std::string& path, const TraceOptions& options,
+                          const std::function<void(std::uint64_t)>& progress) {
   ByteSource source(path);
   TraceBuilder builder(path);
   builder.stats().bytes = source.size();
@@ -1662,206 +1544,10 @@ RankTrace read_one(const std::string& path, const TraceOptions& options,
   return builder.finish();
 }
 
-// Whether the first bytes of `path` look like a trace.
-bool looks_like_trace(const std::string& path) {
-  try {
-    ByteSource source(path);
-    std::string head(kPeekBytes, '\0');
-    std::size_t n = 0;
-    while (n < head.size()) {
-      const std::size_t got = source.read(head.data() + n, head.size() - n);
-      if (got == 0) break;
-      n += got;
-    }
-    head.resize(n);
-    const std::size_t first = head.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return false;
-    if (head[first] == '[') return head.find("\"ph\"") != std::string::npos;
-    if (head[first] != '{') return false;
-    for (const char* key : {"\"traceEvents\"", "\"schemaVersion\"", "\"distributedInfo\"",
-                            "\"deviceProperties\""})
-      if (head.find(key) != std::string::npos) return true;
-    return false;
-  } catch (const InputError&) {
-    return false;
-  }
-}
-
-}  // namespace
+}  // namespace detail
 
 RankTrace read_trace(const std::string& path, const TraceOptions& options) {
-  return read_one(path, options, nullptr);
+  return detail::read_trace_file(path, options, nullptr);
 }
-
-std::vector<std::string> find_trace_files(const std::string& dir) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(dir, ec);
-  if (status.type() == fs::file_type::none)
-    throw InputError("cannot access run directory " + dir + ": " + ec.message());
-  if (!fs::exists(status)) throw InputError("run directory " + dir + " does not exist");
-  if (!fs::is_directory(status)) throw InputError(dir + " is not a directory");
-  std::vector<std::string> out;
-  fs::directory_iterator it(dir, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!ends_with(name, ".json") && !ends_with(name, ".json.gz")) continue;
-    std::error_code type_ec;
-    if (!it->is_regular_file(type_ec)) continue;
-    // tensorboard_trace_handler's names are traces whatever their first bytes: a broken one is
-    // then reported, not passed over.
-    if (ends_with(name, ".pt.trace.json") || ends_with(name, ".pt.trace.json.gz") ||
-        looks_like_trace(it->path().string()))
-      out.push_back(it->path().string());
-  }
-  if (ec) throw InputError("cannot list run directory " + dir + ": " + ec.message());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// A directory of traces.
-
-struct TraceRunReader::Impl {
-  std::string dir;
-  TraceOptions options;
-  std::vector<std::string> files;
-  std::vector<std::uint64_t> sizes;
-  std::vector<RankTrace> ranks;
-  RunStats stats;
-  std::uint64_t total = 0;
-  std::atomic<std::uint64_t> done{0};
-  bool loaded = false;
-  // Windows: (step, rank index, sample index), sorted by step.
-  std::vector<std::int64_t> steps;
-  std::size_t next_step = 0;
-  std::vector<std::size_t> cursor;  // per rank: next sample
-};
-
-TraceRunReader::TraceRunReader(const std::string& dir, TraceOptions options)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& s = *impl_;
-  s.dir = dir;
-  s.options = std::move(options);
-  s.files = find_trace_files(dir);
-  if (s.files.empty())
-    throw InputError("no profiler traces in " + dir +
-                     " (looked for *.json and *.json.gz files holding traceEvents)");
-  for (const std::string& f : s.files) {
-    std::error_code ec;
-    const auto size = fs::file_size(f, ec);
-    s.sizes.push_back(ec ? 0 : static_cast<std::uint64_t>(size));
-    s.total += s.sizes.back();
-  }
-}
-
-TraceRunReader::~TraceRunReader() = default;
-
-void TraceRunReader::load() {
-  Impl& s = *impl_;
-  if (s.loaded) return;
-  s.loaded = true;
-  const std::size_t n = s.files.size();
-  std::vector<RankTrace> read(n);
-  std::vector<std::string> failures(n);
-  std::mutex progress_mutex;
-  std::atomic<std::size_t> next{0};
-  std::vector<std::uint64_t> file_done(n, 0);
-  const auto work = [&]() {
-    for (std::size_t i = next++; i < n; i = next++) {
-      std::uint64_t reported = 0;
-      const std::function<void(std::uint64_t)> progress = [&](std::uint64_t consumed) {
-        s.done += consumed - reported;
-        reported = consumed;
-        if (s.options.progress) {
-          std::lock_guard<std::mutex> lock(progress_mutex);
-          s.options.progress(s.done.load(), s.total);
-        }
-      };
-      try {
-        read[i] = read_one(s.files[i], s.options, progress);
-      } catch (const InputError& e) {
-        failures[i] = e.what();
-      } catch (const std::exception& e) {
-        failures[i] = s.files[i] + ": " + e.what();
-      }
-      s.done += s.sizes[i] > reported ? s.sizes[i] - reported : 0;
-    }
-  };
-  unsigned jobs = s.options.jobs > 0 ? static_cast<unsigned>(s.options.jobs)
-                                     : std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-  jobs = static_cast<unsigned>(std::min<std::size_t>(jobs, n));
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < jobs; ++t) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
-  for (const std::string& f : failures)
-    if (!f.empty()) throw InputError(f);
-
-  // Ranks: each once. Without a world size in distributedInfo, the number of traces.
-  std::map<int, std::size_t> by_rank;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto [it, fresh] = by_rank.emplace(read[i].info.rank, i);
-    if (!fresh)
-      throw InputError(s.files[it->second] + " and " + s.files[i] + " both hold rank " +
-                       std::to_string(read[i].info.rank) +
-                       (read[i].rank_from_file_name ? " (from the file name)" : "") +
-                       ": one trace per rank");
-  }
-  int world = 0, world_rank = 0;
-  for (const auto& [rank, i] : by_rank) {
-    RankTrace& r = read[i];
-    if (r.info.world_size <= 0) {
-      r.info.world_size = static_cast<int>(n);
-      for (StepSample& x : r.samples) x.world_size = r.info.world_size;
-    }
-    if (world == 0) {
-      world = r.info.world_size;
-      world_rank = rank;
-    } else if (r.info.world_size != world) {
-      if (s.stats.world_size_conflicts++ == 0)
-        s.stats.world_size_conflict = "traces disagree on world_size: rank " +
-                                      std::to_string(rank) + " says " +
-                                      std::to_string(r.info.world_size) + ", rank " +
-                                      std::to_string(world_rank) + " said " + std::to_string(world);
-    }
-    s.stats.files += 1;
-    s.stats.malformed += r.stats.malformed;
-    s.stats.bytes += r.stats.bytes;
-    for (const LineError& e : r.stats.errors)
-      if (s.stats.errors.size() < kMaxKeptErrors) s.stats.errors.push_back(e);
-    s.ranks.push_back(std::move(r));
-  }
-  std::vector<std::int64_t> steps;
-  for (const RankTrace& r : s.ranks)
-    for (const StepSample& x : r.samples) steps.push_back(x.step);
-  std::sort(steps.begin(), steps.end());
-  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-  s.steps = std::move(steps);
-  s.cursor.assign(s.ranks.size(), 0);
-}
-
-bool TraceRunReader::next(Window& out) {
-  load();
-  Impl& s = *impl_;
-  if (s.next_step >= s.steps.size()) return false;
-  const std::int64_t step = s.steps[s.next_step++];
-  out.step = step;
-  out.samples.clear();
-  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
-    const auto& samples = s.ranks[r].samples;
-    std::size_t& c = s.cursor[r];
-    while (c < samples.size() && samples[c].step < step) ++c;
-    if (c < samples.size() && samples[c].step == step) out.samples.push_back(samples[c++]);
-  }
-  s.stats.samples += out.samples.size();
-  ++s.stats.windows;
-  return true;
-}
-
-const RunStats& TraceRunReader::stats() const noexcept { return impl_->stats; }
-std::uint64_t TraceRunReader::bytes_read() const noexcept { return impl_->done.load(); }
-std::uint64_t TraceRunReader::bytes_total() const noexcept { return impl_->total; }
-const std::vector<std::string>& TraceRunReader::files() const noexcept { return impl_->files; }
-const std::vector<RankTrace>& TraceRunReader::ranks() const noexcept { return impl_->ranks; }
 
 }  // namespace laggard
