@@ -313,6 +313,21 @@ py::dict counters_dict(const RecorderCounters& c) {
                   "dropped_steps"_a = c.dropped_steps, "unbalanced"_a = c.unbalanced);
 }
 
+// StepSample.values / .resources as a dict {name: float} (insertion order = sample order).
+template <std::vector<NamedValue> StepSample::*Field>
+py::dict named_dict(const StepSample& s) {
+  py::dict out;
+  for (const NamedValue& v : s.*Field) out[py::str(v.name)] = v.value;
+  return out;
+}
+template <std::vector<NamedValue> StepSample::*Field>
+void set_named(StepSample& s, const py::dict& values) {
+  std::vector<NamedValue> list;
+  for (auto [name, value] : values)
+    list.push_back({py::cast<std::string>(name), py::cast<double>(value)});
+  s.*Field = std::move(list);
+}
+
 StepSample parse_line(SampleParser& parser, const std::string& line) {
   StepSample s;
   std::string error;
@@ -981,6 +996,11 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("step_ms", &StepSample::step_ms)
       .def_readwrite("work", &StepSample::work)
       .def_readwrite("stages", &StepSample::stages, "Stages in pipeline order (a copy on read).")
+      .def_property("values", &named_dict<&StepSample::values>, &set_named<&StepSample::values>,
+                    "Recorded values {name: float}, in recording order (a copy on read).")
+      .def_property("resources", &named_dict<&StepSample::resources>,
+                    &set_named<&StepSample::resources>,
+                    "Resource readings {name: float} (docs/formats.md; a copy on read).")
       .def("find",
            [](const StepSample& s, const std::string& name) -> std::optional<StageTime> {
              const StageTime* t = s.find(name);
