@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "laggard/detector_settings.hpp"
 #include "laggard/jsonl.hpp"
+#include "laggard/source.hpp"
 #include "laggard/summary.hpp"
 #include "output.hpp"
 
@@ -84,8 +85,10 @@ void write_file(const std::string& path, const std::string& text) {
 void add_analyze(CLI::App& app, AnalyzeArgs& args) {
   auto* cmd = app.add_subcommand(
       "analyze", "Find confirmed stragglers, waiting ranks and the likely bottleneck in a run "
-                 "directory of rank-*.jsonl sample logs");
-  cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
+                 "directory of rank-*.jsonl sample logs or of per-rank profiler traces");
+  cmd->add_option("RUN_DIR", args.run_dir,
+                  "Directory holding rank-*.jsonl (laggard.sample/1) or PyTorch profiler traces "
+                  "(*.json, *.json.gz)")
       ->required();
   add_detector_options(cmd, args.det);
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
@@ -105,7 +108,7 @@ std::string who(int rank, const std::string& host, const std::string& cohort) {
 }
 
 void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& stats,
-                const DetectorOptions& opt) {
+                const DetectorOptions& opt, RunFormat format) {
   std::cout << "laggard analyze " << args.run_dir << "\n";
   std::cout << "  " << sum.ranks << " ranks (world size " << sum.world_size << "), "
             << sum.windows << " sampled steps (" << sum.first_step << ".." << sum.last_step
@@ -154,16 +157,20 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
     std::cout << " (" << fixed(100.0 * sum.mean_whatif_saving_ms / sum.mean_step_ms, 1)
               << "% of the " << fixed(sum.mean_step_ms, 1) << " ms step)";
   std::cout << " saved if every rank ran each stage at the reference time\n";
-  std::cout << "Input: " << stats.files << " files, " << stats.malformed << " malformed lines, "
-            << stats.duplicates << " duplicates, " << stats.out_of_order
-            << " out-of-order lines skipped\n";
+  if (format == RunFormat::profiler_traces)
+    std::cout << "Input: " << stats.files << " profiler traces, " << stats.malformed
+              << " malformed events skipped\n";
+  else
+    std::cout << "Input: " << stats.files << " files, " << stats.malformed << " malformed lines, "
+              << stats.duplicates << " duplicates, " << stats.out_of_order
+              << " out-of-order lines skipped\n";
   for (const auto& e : stats.errors) std::cout << "  skipped " << printable(e.message()) << "\n";
   if (stats.malformed > stats.errors.size())
     std::cout << "  ... and " << (stats.malformed - stats.errors.size()) << " more\n";
 }
 
 Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& stats,
-             const DetectorOptions& opt) {
+             const DetectorOptions& opt, RunFormat format) {
   Json j;
   j["run_dir"] = args.run_dir;
   j["ranks"] = sum.ranks;
@@ -222,6 +229,7 @@ Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& sta
   Json errors = Json::array();
   for (const auto& e : stats.errors)
     errors.push_back({{"file", e.file}, {"line", e.line}, {"what", e.what}});
+  (void)format;
   j["input"] = {{"files", stats.files},         {"malformed", stats.malformed},
                 {"duplicates", stats.duplicates}, {"out_of_order", stats.out_of_order},
                 {"bytes", stats.bytes},         {"errors", errors}};
@@ -239,26 +247,29 @@ void require_samples(const std::string& run_dir, const RunSummary& sum, const Ru
 }
 
 int run_analyze(const AnalyzeArgs& args) {
-  RunReader reader(args.run_dir);
-  const DetectorOptions opt = args.det.resolve(reader.files().size());
-  RunAnalysis analysis(opt);
   Progress progress("reading " + args.run_dir, !args.quiet);
+  const auto reader = open_run(args.run_dir, progress_options(progress));
+  const DetectorOptions opt = args.det.resolve(reader->files().size());
+  RunAnalysis analysis(opt);
   Window window;
-  while (reader.next(window)) {
+  while (reader->next(window)) {
     analysis.add(window);
-    progress.update(reader.bytes_read(), reader.bytes_total());
+    progress.update(reader->bytes_read(), reader->bytes_total());
   }
   progress.finish();
-  const RunStats& stats = reader.stats();
+  const RunStats& stats = reader->stats();
   const RunSummary sum = analysis.summary();
   require_samples(args.run_dir, sum, stats);
   warn_input(args.run_dir, stats);
   if (args.json)
-    std::cout << to_json(args, sum, stats, opt).dump(2, ' ', false, kJsonReplace) << "\n";
+    std::cout << to_json(args, sum, stats, opt, reader->format()).dump(2, ' ', false, kJsonReplace)
+              << "\n";
   else
-    print_text(args, sum, stats, opt);
+    print_text(args, sum, stats, opt, reader->format());
   if (stats.malformed > 0 && !args.quiet)
-    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in "
+    std::cerr << "laggard: skipped " << stats.malformed
+              << (reader->format() == RunFormat::profiler_traces ? " malformed event(s) in "
+                                                                 : " malformed line(s) in ")
               << args.run_dir << "\n";
   return kExitOk;
 }
