@@ -7,6 +7,7 @@
 #include <set>
 
 #include "commands.hpp"
+#include "laggard/detail/statistics.hpp"
 #include "laggard/scale.hpp"
 #include "laggard/source.hpp"
 #include "output.hpp"
@@ -59,7 +60,7 @@ double median_work(const Window& w) {
   for (const StepSample& s : w.samples)
     if (std::isfinite(s.work) && s.work > 0) v.push_back(s.work);
   if (v.size() < w.samples.size() || v.empty()) return std::nan("");
-  return median_of(v);
+  return detail::median_of(v);
 }
 
 void scale_window(Window& w, double factor) {
