@@ -86,6 +86,9 @@ struct AnalyzerOptions {
   /// in errors): a transport written elsewhere, e.g. in Python over torch.distributed.
   TransportFactory transport_factory;
   int fan_out = 32;  ///< host leaders per leader in the gather tree (gather_tree)
+  /// summary() gives each straggler's onset up to this many ranks; beyond, only the step
+  /// time's (per-rank onsets then cost more than the detector: docs/scale.md).
+  int rank_onsets_max_ranks = 4096;
   int mpi_comm = -1;    ///< "mpi" only: MPI_Comm_c2f(application communicator); -1 = world
 
   Timing timing = Timing::host;

@@ -171,6 +171,8 @@ struct Background {
   StepSample sample;
   std::vector<StepSample> received;
   std::size_t received_used = 0;
+  std::vector<StepSample> spare;  // analysed windows' samples, their buffers reused by decoding
+  Window window;
   std::vector<wire::RankCounts> received_counts;
   std::map<int, std::uint64_t> remote_dropped;
   std::map<int, std::uint64_t> remote_errors;
@@ -287,6 +289,10 @@ void Background::tick(bool final) noexcept {
       gather->set_own_counts(dropped_here(), errors.total());
       received_used = 0;
       received_counts.clear();
+      if (!spare.empty()) {  // decode into the buffers of samples analysed already
+        received.clear();
+        received.swap(spare);
+      }
       gather->tick(Clock::now(), final, received, received_used, received_counts);
       if (analysing()) deliver();
       mirror_counts();
@@ -357,7 +363,6 @@ void Background::deliver() {
 }
 
 void Background::analyse(bool final) {
-  Window window;
   bool complete = false;
   while (assembler->next(window, complete, Clock::now(), final)) {
     windows.fetch_add(1, std::memory_order_relaxed);
@@ -367,6 +372,8 @@ void Background::analyse(bool final) {
       std::lock_guard<std::mutex> lock(analysis_mu);
       report = analysis->add(window);
     }
+    for (StepSample& s : window.samples) spare.push_back(std::move(s));
+    window.samples.clear();
     publish(window.step, std::move(report));
   }
 }
@@ -576,7 +583,11 @@ Analyzer::Analyzer(AnalyzerOptions options) {
       }
     }
     if (bg->analysis_on) {
-      bg->analysis.emplace(options.detector());
+      OnsetOptions onsets;
+      // Per-rank onsets cost more than the detector at many thousand ranks (docs/scale.md);
+      // `laggard analyze` of the rank logs still gives them.
+      onsets.per_rank = bg->world_size <= options.rank_onsets_max_ranks;
+      bg->analysis.emplace(options.detector(), onsets);
       bg->assembler.emplace(bg->world_size, seconds(options.window_timeout_s),
                             options.max_pending_windows);
     }
