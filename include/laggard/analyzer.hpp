@@ -81,7 +81,7 @@ struct AnalyzerOptions {
   /// share `channel`) or "mpi" (see laggard/mpi.hpp). See transport_names().
   std::string transport = "local";
   std::string channel;  ///< "local" only
-  int ranks_per_host = 0;  ///< "local" only: hosts of this many ranks in the gather tree
+  int ranks_per_host = 0;  ///< > 0: hosts of this many ranks in the gather tree (TransportSetup)
   /// When set, creates the side channel instead of the registry (`transport` then only names it
   /// in errors): a transport written elsewhere, e.g. in Python over torch.distributed.
   TransportFactory transport_factory;

@@ -54,7 +54,9 @@ struct TransportSetup {
   int fan_out = 32;       ///< children per host leader in the tree of leaders (gather_tree)
   /// "local": the in-process group; Analyzers with the same channel and world size form one.
   std::string channel;
-  /// "local": ranks [k*n, (k+1)*n) count as one host (0: each rank its own host).
+  /// When > 0, ranks [k*n, (k+1)*n) count as one host in the gather tree instead of what the
+  /// transport finds ("local": 0 = each rank its own host; "mpi": the ranks sharing a node).
+  /// For tests and for launchers that place ranks differently from what MPI reports.
   int ranks_per_host = 0;
   /// "mpi": the Fortran handle (MPI_Comm_c2f) of the application's communicator, which is
   /// duplicated and never used itself; -1 = MPI_COMM_WORLD. laggard/mpi.hpp sets it.

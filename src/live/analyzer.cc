@@ -271,8 +271,10 @@ void Background::write_ring() noexcept {
 
 void Background::mirror_counts() {
   if (!gather) return;
-  samples_sent.store(gather->own_acked(), std::memory_order_relaxed);
-  send_dropped.store(gather->own_dropped(), std::memory_order_relaxed);
+  if (!gather->root()) {  // the root's own samples go into its windows (drain_ring)
+    samples_sent.store(gather->own_acked(), std::memory_order_relaxed);
+    send_dropped.store(gather->own_dropped(), std::memory_order_relaxed);
+  }
   forwarded.store(gather->forwarded(), std::memory_order_relaxed);
   forward_dropped.store(gather->forward_dropped(), std::memory_order_relaxed);
   parent_down.store(gather->parent_down(), std::memory_order_relaxed);

@@ -199,6 +199,8 @@ class MpiTransport final : public Transport {
     std::vector<int> host_of(static_cast<std::size_t>(size_));
     rc = MPI_Allgather(&host, 1, MPI_INT, host_of.data(), 1, MPI_INT, s_->comm);
     if (rc != MPI_SUCCESS) give_up("MPI_Allgather (host groups) failed: " + mpi_error(rc));
+    if (setup.ranks_per_host > 0)  // told otherwise: hosts of that many consecutive ranks
+      for (int r = 0; r < size_; ++r) host_of[static_cast<std::size_t>(r)] = r / setup.ranks_per_host;
     links_ = gather_tree(rank_, size_, analysis_rank_, host_of, setup.fan_out);
     FinalizeHook& h = hook();
     std::lock_guard<std::mutex> lock(h.mu);

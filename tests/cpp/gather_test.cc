@@ -127,6 +127,8 @@ TEST(Gather, TwelveRanksInFourHostsDeliverEveryWindowCompleteAndInOrder) {
   EXPECT_EQ(root.incomplete_windows, 0u);
   EXPECT_EQ(root.samples_received, static_cast<std::uint64_t>(kSteps * (kWorld - 1)));
   EXPECT_EQ(root.late_samples, 0u);
+  EXPECT_EQ(root.samples_sent, static_cast<std::uint64_t>(kSteps));  // its own, into windows
+  EXPECT_EQ(root.gather_dropped, 0u);
   std::vector<std::int64_t> want;
   for (int s = 0; s < kSteps; ++s) want.push_back(s);
   EXPECT_EQ(steps, want);
