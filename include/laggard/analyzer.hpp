@@ -78,7 +78,8 @@ struct AnalyzerOptions {
   std::vector<std::shared_ptr<Sink>> sink_objects;  ///< sinks with a full report and close()
 
   /// The side channel, by name: "local" (one process; ranks that are threads of one process
-  /// share `channel`) or "mpi" (see laggard/mpi.hpp). See transport_names().
+  /// share `channel`) or "mpi" (see laggard/mpi.hpp). See transport_names(). "": none (the
+  /// rank log only; with several ranks, no live analysis).
   std::string transport = "local";
   std::string channel;  ///< "local" only
   int ranks_per_host = 0;  ///< > 0: hosts of this many ranks in the gather tree (TransportSetup)
@@ -140,6 +141,7 @@ struct AnalyzerCounters {
   std::uint64_t sampled_steps = 0;
   std::uint64_t samples_emitted = 0;    ///< samples the recorder finished
   std::uint64_t recorder_dropped = 0;   ///< steps, stages, intervals the recorder dropped
+  RecorderCounters recorder;            ///< the recorder's own counters, in detail
   std::uint64_t queue_dropped = 0;      ///< samples dropped: the log writer was behind (disk)
   std::uint64_t queue_pushed = 0;      ///< samples the log writer got (emitted - queue_dropped)
   std::uint64_t samples_logged = 0;     ///< lines written to rank-<r>.jsonl
@@ -167,6 +169,7 @@ struct AnalyzerCounters {
   std::uint64_t background_cpu_ns = 0;  ///< CPU time of laggard's two threads so far
   bool side_channel_healthy = false;
   bool parent_down = false;  ///< the parent in the gather tree is presumed down
+  bool side_channel_failed = false;  ///< the transport failed while the Analyzer ran
 };
 
 /// The live analysis of one rank. One per training thread.

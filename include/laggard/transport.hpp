@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "laggard/export.hpp"
@@ -87,6 +88,10 @@ class LAGGARD_API Transport {
   virtual void receive(std::vector<TransportMessage>& out) = 0;
   /// Completes what can be completed without waiting.
   virtual void progress() {}
+  /// Appends (peer, reason) for every link that broke since the last call (a peer that died or
+  /// closed). The gather decides what it means: a warning, or nothing for a peer that had said
+  /// its last word. Default: the transport reports nothing of the kind.
+  virtual void broken_links(std::vector<std::pair<int, std::string>>& out) { (void)out; }
   /// False once the transport as a whole failed (or fail() was called): it then sends and
   /// receives nothing. A broken link to one peer is a warning, not a failure.
   virtual bool healthy() const = 0;

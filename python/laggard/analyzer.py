@@ -10,10 +10,11 @@
 Costs on the training thread: disabled, every call is one attribute check. On a step that is
 not sampled, section() returns one shared no-op context manager without calling into C++.
 On a sampled step a section is two calls into the C++ recorder (host clock or CUDA event), and
-end_step hands the sample to a C++ queue; formatting, logging, the gather and the analysis
-happen on a background thread. Nothing here synchronizes the device or waits on a collective,
-and nothing raises into the training loop: failures become rate-limited warnings and the
-straggler/report_errors count.
+end_step copies the sample into the live engine's ring (laggard._core.Engine, the C++
+laggard::Analyzer): the rank log, the side channel, window assembly, the detector and the sinks
+run on the engine's two C++ threads (docs/design.md). Nothing here synchronizes the device or
+waits on a collective, and nothing raises into the training loop: failures become rate-limited
+warnings and the straggler/report_errors count.
 
 Thread-safety: begin_step/section/end_step/add belong to the training thread;
 latest_metrics/latest_report may be called from any thread.
@@ -28,7 +29,7 @@ import socket
 import sys
 import weakref
 
-from ._log import ErrorCounter, log_once
+from ._log import EngineErrors, ErrorCounter, log_once
 
 _REFS = ("mean", "median", "robust")
 
@@ -130,11 +131,18 @@ class Analyzer:
     preset: None (the defaults, with any setting given on top), "default"/"recommended" (the
       same) or "rfc" (the RFC's rule exactly: threshold, mean, 1.2x, 5 ms, 2 of 3); a preset
       replaces every detector setting.
-    queue_capacity: samples waiting for the background thread before new ones are dropped.
-    side_channel_timeout_s: timeout of the side-channel gloo group's collectives.
+    queue_capacity: samples waiting for the rank log (and again for the side channel) before
+      new ones are dropped.
+    side_channel_timeout_s: silence after which a rank presumes its parent in the gather tree
+      down, and the timeout of the gloo side channel's operations.
     close_timeout_s: how long close() waits for outstanding samples and reports.
-    rank, world_size: override what torch.distributed says (the side channel still needs
+    rank, world_size: override what torch.distributed says (the gloo side channel still needs
       torch.distributed initialized to span several ranks).
+    transport: the side channel. None: gloo over torch.distributed when it is initialized with
+      several ranks (laggard.transport.GlooTransport), else none; "local" (ranks that are
+      threads of this process, with `channel`), "mpi" when the engine was built with it, or an
+      object with GlooTransport's methods.
+    fan_out: host leaders per leader in the gather tree (docs/design.md).
     """
 
     def __init__(self, enabled=True, interval=10, relative_threshold=None,
@@ -143,7 +151,7 @@ class Analyzer:
                  timing="auto", confirm_k=None, confirm_n=None, mad_z=None, queue_capacity=256,
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
                  rank=None, world_size=None, preset=None, method=None,
-                 false_alarm_budget=None):
+                 false_alarm_budget=None, transport=None, channel="", fan_out=32):
         self._enabled = False
         self._sampled = False
         self._closed = False
@@ -160,8 +168,7 @@ class Analyzer:
         self._on_close = []  # instrument(): take its hooks and wrappers out (Instrumentation.remove)
         self._errors = ErrorCounter()
         self._recorder = None
-        self._channel = None
-        self._analysis = None
+        self._engine = None  # laggard._core.Engine: the live engine (also self._recorder)
         self._stream = None
         self.backend_name = None
         self.analysis_rank = int(analysis_rank)
@@ -266,70 +273,76 @@ class Analyzer:
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
 
         backend, device = self._choose_timing(timing, torch)
-        max_pending = 4
-        self._recorder = _core.Recorder(
-            interval=interval, rank=self.rank, world_size=self.world_size, local_rank=local_rank,
-            host=host if host is not None else socket.gethostname(), cohort=str(cohort),
-            max_pending_steps=max_pending, backend=backend, device=device)
-        self.backend_name = self._recorder.backend_name
+        if log_dir is not None:
+            log_dir = os.fspath(log_dir)
+            if isinstance(log_dir, bytes):
+                log_dir = os.fsdecode(log_dir)
+
+        # The side channel: gloo over torch.distributed when several ranks train (a group of
+        # laggard's own, lazily connected: a rank talks to its parent and children only).
+        side_channel = transport
+        if side_channel is None and self.world_size > 1:
+            if info is not None:
+                try:
+                    from .transport import GlooTransport
+
+                    side_channel = GlooTransport(self.rank, self.world_size, self.analysis_rank,
+                                                 float(side_channel_timeout_s),
+                                                 fan_out=int(fan_out))
+                except Exception as e:
+                    self._errors.report("side channel setup", e)
+                    side_channel = "none"
+            else:
+                log_once("nodist", logging.WARNING, "laggard: world_size %d but "
+                         "torch.distributed is not initialized: analysing this rank alone",
+                         self.world_size)
+                side_channel = "none"
+        if side_channel == "none":  # no side channel: the rank log only, no live analysis
+            side_channel = ""
+        try:
+            engine = _core.Engine(
+                interval=interval, rank=self.rank, world_size=self.world_size,
+                local_rank=local_rank, host=host if host is not None else socket.gethostname(),
+                cohort=str(cohort), timing=backend, cuda_device=device, max_pending_steps=4,
+                detector=options, log_dir=log_dir, analysis_rank=self.analysis_rank,
+                queue_capacity=queue_capacity, close_timeout_s=close_timeout_s,
+                side_channel_timeout_s=side_channel_timeout_s, transport=side_channel,
+                channel=str(channel), fan_out=int(fan_out),
+                # Python's turns cost the GIL: few, larger batches, looked for a few times a
+                # second (bench/overhead.py); C++ work alone needs no such care.
+                batch_period_s=0.25, poll_interval_s=0.05, transport_poll_s=0.1,
+                # A peer's 0.25 s batch can hold many windows (interval 1, fast steps): room for
+                # them, so that no window is released before this rank's own sample is in.
+                max_pending_windows=128)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise ValueError("laggard: the live engine could not start: %s" % e) from e
+        self._recorder = self._engine = engine
+        self._errors = EngineErrors(engine, self._errors)
+        self.backend_name = engine.backend_name
+        self.is_analysis_rank = self.rank == self.analysis_rank
         # The training thread's calls into the recorder: CPython builtins, not pybind11 methods
         # (after a training step has evicted the caches, a pybind11 call costs ~8 µs more;
         # bench/cold_calls.py).
-        self._rec_begin_step, self._rec_end_step, self._rec_set_stream = \
-            self._recorder.step_calls()
-        if backend == "cuda" and self._recorder.backend_reason:
+        self._rec_begin_step, self._rec_end_step, self._rec_set_stream = engine.step_calls()
+        if backend == "cuda" and self.backend_name == "host-clock":
             level = logging.WARNING if timing == "cuda" else logging.INFO
-            log_once("timing", level, "laggard: CUDA event timing unavailable (%s); using the "
-                     "host clock", self._recorder.backend_reason)
+            log_once("timing", level, "laggard: CUDA event timing unavailable; using the host "
+                     "clock")
         else:
-            log_once("timing", logging.INFO, "laggard: stage timing with %s",
-                     self._recorder.backend_name)
-        if self._recorder.backend_name != "host-clock":
+            log_once("timing", logging.INFO, "laggard: stage timing with %s", self.backend_name)
+        if self.backend_name != "host-clock":
             self._stream = lambda: torch.cuda.current_stream().cuda_stream
-        queue = _core.SampleQueue(int(queue_capacity))
-        self._recorder.attach_queue(queue)
-
-        # Side channel: a dedicated gloo group when several ranks train, else local.
-        from .transport import (GlooExchange, LocalExchange, SideChannel, new_gloo_group,
-                                rounds_per_gather)
-
-        exchange = LocalExchange()
-        if info is not None and self.world_size > 1:
-            try:
-                group = new_gloo_group(float(side_channel_timeout_s))
-                exchange = GlooExchange(group, self.rank, self.world_size, self.analysis_rank)
-            except Exception as e:
-                self._errors.report("side channel setup", e)
-                exchange = None
-        elif self.world_size > 1:
-            log_once("nodist", logging.WARNING, "laggard: world_size %d but torch.distributed "
-                     "is not initialized: analysing this rank alone", self.world_size)
-
-        log_path = None
-        report_log = None  # reports.jsonl, written by the live analysis (in C++)
-        if log_dir is not None:
-            log_dir = os.fspath(log_dir)
-            log_path = os.path.join(log_dir, "rank-%d.jsonl" % self.rank)
-            if self.is_analysis_rank:
-                report_log = os.path.join(log_dir, "reports.jsonl")
-        if self.is_analysis_rank and exchange is not None:
-            late_rounds = 2 if self.backend_name == "host-clock" else max_pending + 2
-            self._analysis = _live_analysis(options, exchange.world_size, self.rank, sink_list,
-                                            self._errors, report_log, late_rounds)
-        if exchange is None:  # no side channel: keep the rank log, analyse nothing
-            exchange = LocalExchange()
-        self._channel = SideChannel(queue, self.rank, exchange, self._analysis, log_path,
-                                    self._errors, rounds_per_gather(interval))
+        for sink in sink_list:
+            engine.add_sink(sink, _sink_name(sink))
         self._close_timeout_s = float(close_timeout_s)
         if self.backend_name == "host-clock":  # device backends poll in every begin_step
             self._skip_every = interval
-        self._channel.start()
         self._enabled = True
         ref_self = weakref.ref(self)
         self._atexit = lambda: _close_at_exit(ref_self)
         atexit.register(self._atexit)
-        # Dropped without close(): let the thread finish what was marked and exit.
-        self._finalizer = weakref.finalize(self, queue.close)
         self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref_self))
@@ -495,9 +508,9 @@ class Analyzer:
         """A copy of the latest report's straggler/* metrics on the analysis rank; {} on other
         ranks and before the first report."""
         try:
-            if self._analysis is None:
+            if self._engine is None or self._forked_steps is not None:
                 return {}
-            return self._analysis.latest_metrics()
+            return self._engine.latest_metrics()
         except Exception as e:
             self._errors.report("latest_metrics", e)
             return {}
@@ -506,13 +519,16 @@ class Analyzer:
         """The latest full report (dict: stages, stragglers, waiting, hints, metrics) on the
         analysis rank, else None."""
         try:
-            return None if self._analysis is None else self._analysis.latest_report()
+            if self._engine is None or self._forked_steps is not None:
+                return None
+            return self._engine.latest_report()
         except Exception as e:
             self._errors.report("latest_report", e)
             return None
 
     def counters(self):
-        """What was sampled, emitted and dropped, and how many failures were counted."""
+        """What was sampled, emitted, logged, sent and dropped, and how many failures were
+        counted (docs/failure-contract.md has the sums they obey)."""
         out = {"report_errors": 0}
         if self._forked_steps is not None:
             # A forked child: the parent's C++ objects may hold locks taken by threads that do
@@ -521,30 +537,8 @@ class Analyzer:
             out["report_errors"] = self._errors.total
             return out
         try:
-            if self._recorder is not None:
-                out.update(self._recorder.counters)
-                queue = self._recorder.queue
-                out["queue_dropped"] = int(queue.dropped)
-                out["queue_pushed"] = int(queue.pushed)
-                # The rank log (written by the queue's own thread) and the live analysis'
-                # share: pushed = rank_log_written + rank_log_lost (+ still queued), and
-                # pushed = sent to the gather + gather_dropped (+ still queued).
-                out["rank_log_written"] = int(queue.logged)
-                out["rank_log_lost"] = int(queue.log_lost)
-                out["gather_dropped"] = (self._channel.gather_dropped()
-                                         if self._channel is not None
-                                         else int(queue.gather_dropped))
-            if self._channel is not None:
-                out["rounds"] = self._channel.rounds
-                out["gather_sent"] = self._channel.sent
-                out["side_channel_broken"] = self._channel.broken
-                # laggard's background thread: its CPU time, and the part that held the GIL
-                # (which the training thread may have waited for)
-                out["background_cpu_ms"] = self._channel.cpu_ns / 1e6
-                out["background_gil_ms"] = max(
-                    0, self._channel.cpu_ns - self._channel.gil_free_cpu_ns) / 1e6
-            if self._analysis is not None:
-                out["reports"] = self._analysis.reports
+            if self._engine is not None:
+                out.update(self._engine.counters)
         except Exception as e:
             self._errors.report("counters", e)
         out["report_errors"] = self._errors.total
@@ -554,7 +548,7 @@ class Analyzer:
 
     def close(self, timeout_s=None):
         """Flushes outstanding samples and reports (bounded wait), then stops. Idempotent.
-        Every rank should call it: the last gather needs all of them."""
+        Every rank should call it: the analysis rank waits for the others' last samples."""
         if not self._enabled or self._closed:
             return
         self._closed = True
@@ -574,9 +568,539 @@ class Analyzer:
                 except Exception as e:
                     self._errors.report("close", e)
             self._on_close = []
-            self._drain_device(min(1.0, timeout_s / 4))
-            self._recorder.queue.mark_round()  # the final round carries late samples
-            self._channel.close(timeout_s)
+            self._engine.close(timeout_s)  # device timing drains first, within the bound
+        except Exception as e:
+            self._errors.report("close", e)
+        finally:
+            self._enabled = False
+            self._sampled = False
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+NOOP_SECTION = _NoopSection()
+
+
+def _torch_if_imported():
+    """torch when the program already imported it; laggard never imports torch itself here."""
+    return sys.modules.get("torch")
+
+
+class SettingTypeError(TypeError, ValueError):
+    """A constructor argument of the wrong type: a TypeError, and a ValueError as docs/python.md
+    promises for every bad setting."""
+
+
+def _int_setting(name, value, low=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SettingTypeError("%s must be an integer, got %r (%s)" %
+                               (name, value, type(value).__name__))
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError("%s must be >= %d, got %d" % (name, low, value))
+    return value
+
+
+def _seconds_setting(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SettingTypeError("%s must be a number of seconds, got %r (%s)" %
+                               (name, value, type(value).__name__))
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError("%s must be a finite number of seconds > 0, got %r" % (name, value))
+    return value
+
+
+def _env_rank():
+    """(rank, world_size) from the launcher's RANK and WORLD_SIZE (torchrun, Slurm wrappers), or
+    None when they are absent or unusable (then a warning says why)."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    try:
+        rank, world = int(rank), int(world)
+    except ValueError:
+        rank = world = -1
+    if not 0 <= rank < world:
+        log_once("envrank", logging.WARNING, "laggard: ignoring RANK=%r WORLD_SIZE=%r from the "
+                 "environment (not 0 <= RANK < WORLD_SIZE)", os.environ.get("RANK"),
+                 os.environ.get("WORLD_SIZE"))
+        return None
+    return rank, world
+
+
+def _dist_info(torch):
+    if torch is None:
+        return None
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    return None
+
+
+class Analyzer:
+    """Finds straggler ranks and stages while training. See the module doc and docs/python.md.
+
+    enabled, interval, relative_threshold, absolute_ms_threshold, ref, log_dir, sinks: as the
+    RFC flags (ref: "mean", "median" or "robust").
+    analysis_rank: the rank that analyses and calls the sinks (default 0).
+    module_stages / module_stage_patterns: attention/moe stages from module hooks (used by
+      laggard.torch.instrument).
+    timing: "auto" (CUDA events when torch has a GPU, else host clock), "host" or "cuda".
+    confirm_k / confirm_n: a finding is confirmed when slow in k of the last n windows.
+    Detector settings left None take the library's defaults, the detector the benchmark measured
+    best (docs/detection.md): method "sequential", ref "robust", relative_threshold 1.1, no
+    absolute rule, false_alarm_budget 0.01 (per 500 sampled windows).
+    method: "sequential" (evidence over windows against a false-alarm budget) or "threshold"
+      (the RFC's per-window rule with confirm_k of confirm_n persistence).
+    preset: None (the defaults, with any setting given on top), "default"/"recommended" (the
+      same) or "rfc" (the RFC's rule exactly: threshold, mean, 1.2x, 5 ms, 2 of 3); a preset
+      replaces every detector setting.
+    queue_capacity: samples waiting for the rank log (and again for the side channel) before
+      new ones are dropped.
+    side_channel_timeout_s: silence after which a rank presumes its parent in the gather tree
+      down, and the timeout of the gloo side channel's operations.
+    close_timeout_s: how long close() waits for outstanding samples and reports.
+    rank, world_size: override what torch.distributed says (the gloo side channel still needs
+      torch.distributed initialized to span several ranks).
+    transport: the side channel. None: gloo over torch.distributed when it is initialized with
+      several ranks (laggard.transport.GlooTransport), else none; "local" (ranks that are
+      threads of this process, with `channel`), "mpi" when the engine was built with it, or an
+      object with GlooTransport's methods.
+    fan_out: host leaders per leader in the gather tree (docs/design.md).
+    """
+
+    def __init__(self, enabled=True, interval=10, relative_threshold=None,
+                 absolute_ms_threshold=None, ref=None, log_dir=None, sinks=(), *,
+                 analysis_rank=0, module_stages=False, module_stage_patterns=None,
+                 timing="auto", confirm_k=None, confirm_n=None, mad_z=None, queue_capacity=256,
+                 side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
+                 rank=None, world_size=None, preset=None, method=None,
+                 false_alarm_budget=None, transport=None, channel="", fan_out=32):
+        self._enabled = False
+        self._sampled = False
+        self._closed = False
+        self._skip_every = None  # host clock: steps begin_step need not pass to the recorder
+        self._forked_steps = None  # in a child forked after the start: its steps (not recorded)
+        self.rank = 0
+        self.world_size = 1
+        self.step = None
+        self.module_stages = bool(module_stages)
+        self.module_stage_patterns = module_stage_patterns
+        self._sections = {}
+        self._on_sampled_step = []  # instrument(): attach hooks (a true result is a failure)
+        self._on_step_end = []  # instrument(): detach the sampled step's hooks
+        self._on_close = []  # instrument(): take its hooks and wrappers out (Instrumentation.remove)
+        self._errors = ErrorCounter()
+        self._recorder = None
+        self._engine = None  # laggard._core.Engine: the live engine (also self._recorder)
+        self._stream = None
+        self.backend_name = None
+        self.analysis_rank = int(analysis_rank)
+        self.is_analysis_rank = False
+        self.options = dict(enabled=bool(enabled), interval=interval,
+                            relative_threshold=relative_threshold,
+                            absolute_ms_threshold=absolute_ms_threshold, ref=ref,
+                            log_dir=log_dir, analysis_rank=analysis_rank,
+                            module_stages=bool(module_stages), timing=timing,
+                            confirm_k=confirm_k, confirm_n=confirm_n, preset=preset)
+        if not enabled:
+            return  # nothing created: no thread, no group, no file
+
+        interval = _int_setting("interval", interval)
+        if interval < 0:
+            raise ValueError("interval must be >= 0 (0 = never sample), got %d" % interval)
+        if ref is not None and ref not in _REFS:
+            raise ValueError("ref must be one of %s, got %r" % (", ".join(_REFS), ref))
+        if timing not in ("auto", "host", "cuda"):
+            raise ValueError("timing must be 'auto', 'host' or 'cuda', got %r" % (timing,))
+        queue_capacity = _int_setting("queue_capacity", queue_capacity, low=1)
+        side_channel_timeout_s = _seconds_setting("side_channel_timeout_s",
+                                                  side_channel_timeout_s)
+        close_timeout_s = _seconds_setting("close_timeout_s", close_timeout_s)
+        if host is not None and not isinstance(host, str):
+            raise SettingTypeError("host must be a string or None, got %r (%s)" %
+                                   (host, type(host).__name__))
+        if not isinstance(cohort, str):
+            raise SettingTypeError("cohort must be a string, got %r (%s)" %
+                                   (cohort, type(cohort).__name__))
+        analysis_rank = _int_setting("analysis_rank", analysis_rank)
+        if rank is not None:
+            rank = _int_setting("rank", rank, low=0)
+        if world_size is not None:
+            world_size = _int_setting("world_size", world_size, low=1)
+        if log_dir is not None and not isinstance(log_dir, (str, bytes, os.PathLike)):
+            raise SettingTypeError("log_dir must be a path or None, got %r (%s)" %
+                                   (log_dir, type(log_dir).__name__))
+        try:
+            from . import _core  # the extension is needed only when enabled
+        except ImportError as e:
+            raise ImportError("laggard._core is not built (configure with "
+                              "-DLAGGARD_BUILD_PYTHON=ON and build the _core target): %s" % e) \
+                from e
+        from .sinks import as_sink
+
+        def opt(value, kind):
+            return None if value is None else kind(value)
+
+        options = _core.DetectorOptions(
+            method=method, ref=ref, relative_threshold=opt(relative_threshold, float),
+            absolute_ms_threshold=opt(absolute_ms_threshold, float), mad_z=opt(mad_z, float),
+            confirm_k=opt(confirm_k, int), confirm_n=opt(confirm_n, int),
+            false_alarm_budget=opt(false_alarm_budget, float))
+        sink_list = [as_sink(s) for s in (sinks or ())]
+
+        torch = _torch_if_imported()
+        info = _dist_info(torch)
+        if info is not None:
+            self.rank, self.world_size = info
+        elif rank is None and world_size is None:
+            # Under a launcher, before init_process_group: every rank would otherwise call itself
+            # rank 0 of 1 and append to the same rank-0.jsonl. The launcher's RANK/WORLD_SIZE
+            # name the rank (its log is complete and `laggard analyze` reads all ranks); without
+            # torch.distributed there is no side channel, so no live cross-rank analysis.
+            env = _env_rank()
+            if env is not None:
+                self.rank, self.world_size = env
+                if self.world_size > 1:
+                    log_once("envrank-used", logging.WARNING,
+                             "laggard: torch.distributed is not initialized yet: using RANK=%d "
+                             "and WORLD_SIZE=%d from the environment; each rank writes its own "
+                             "log, but there is no live cross-rank analysis (create the Analyzer "
+                             "after init_process_group for that)", self.rank, self.world_size)
+        if rank is not None:
+            self.rank = int(rank)
+        if world_size is not None:
+            self.world_size = int(world_size)
+        self.analysis_rank = int(analysis_rank)
+        if preset is not None:
+            options = _core.DetectorOptions.preset(str(preset), int(self.world_size))
+        self.detector_options = options
+        self.options.update(method=options.method.name, ref=options.ref.name,
+                            relative_threshold=options.relative_threshold,
+                            absolute_ms_threshold=options.absolute_ms_threshold,
+                            confirm_k=options.confirm_k, confirm_n=options.confirm_n,
+                            false_alarm_budget=options.false_alarm_budget)
+        if not 0 <= self.analysis_rank < self.world_size:
+            raise ValueError("analysis_rank must be in [0, %d), got %d" %
+                             (self.world_size, self.analysis_rank))
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError("rank must be in [0, world_size=%d), got %d" %
+                             (self.world_size, self.rank))
+        self.is_analysis_rank = self.rank == self.analysis_rank
+        for sink in sink_list:  # a sink that reads full reports (laggard.sinks.PrometheusSink)
+            attach = getattr(sink, "attach", None)
+            if callable(attach):
+                try:
+                    attach(self)
+                except Exception as e:
+                    self._errors.report("sink attach", e)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+        backend, device = self._choose_timing(timing, torch)
+        if log_dir is not None:
+            log_dir = os.fspath(log_dir)
+            if isinstance(log_dir, bytes):
+                log_dir = os.fsdecode(log_dir)
+
+        # The side channel: gloo over torch.distributed when several ranks train (a group of
+        # laggard's own, lazily connected: a rank talks to its parent and children only).
+        side_channel = transport
+        if side_channel is None and self.world_size > 1:
+            if info is not None:
+                try:
+                    from .transport import GlooTransport
+
+                    side_channel = GlooTransport(self.rank, self.world_size, self.analysis_rank,
+                                                 float(side_channel_timeout_s),
+                                                 fan_out=int(fan_out))
+                except Exception as e:
+                    self._errors.report("side channel setup", e)
+                    side_channel = "none"
+            else:
+                log_once("nodist", logging.WARNING, "laggard: world_size %d but "
+                         "torch.distributed is not initialized: analysing this rank alone",
+                         self.world_size)
+                side_channel = "none"
+        if side_channel == "none":  # no side channel: the rank log only, no live analysis
+            side_channel = ""
+        try:
+            engine = _core.Engine(
+                interval=interval, rank=self.rank, world_size=self.world_size,
+                local_rank=local_rank, host=host if host is not None else socket.gethostname(),
+                cohort=str(cohort), timing=backend, cuda_device=device, max_pending_steps=4,
+                detector=options, log_dir=log_dir, analysis_rank=self.analysis_rank,
+                queue_capacity=queue_capacity, close_timeout_s=close_timeout_s,
+                side_channel_timeout_s=side_channel_timeout_s, transport=side_channel,
+                channel=str(channel), fan_out=int(fan_out),
+                # Python's turns cost the GIL: few, larger batches, looked for a few times a
+                # second (bench/overhead.py); C++ work alone needs no such care.
+                batch_period_s=0.25, poll_interval_s=0.05, transport_poll_s=0.1,
+                # A peer's 0.25 s batch can hold many windows (interval 1, fast steps): room for
+                # them, so that no window is released before this rank's own sample is in.
+                max_pending_windows=128)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise ValueError("laggard: the live engine could not start: %s" % e) from e
+        self._recorder = self._engine = engine
+        self._errors = EngineErrors(engine, self._errors)
+        self.backend_name = engine.backend_name
+        self.is_analysis_rank = self.rank == self.analysis_rank
+        # The training thread's calls into the recorder: CPython builtins, not pybind11 methods
+        # (after a training step has evicted the caches, a pybind11 call costs ~8 µs more;
+        # bench/cold_calls.py).
+        self._rec_begin_step, self._rec_end_step, self._rec_set_stream = engine.step_calls()
+        if backend == "cuda" and self.backend_name == "host-clock":
+            level = logging.WARNING if timing == "cuda" else logging.INFO
+            log_once("timing", level, "laggard: CUDA event timing unavailable; using the host "
+                     "clock")
+        else:
+            log_once("timing", logging.INFO, "laggard: stage timing with %s", self.backend_name)
+        if self.backend_name != "host-clock":
+            self._stream = lambda: torch.cuda.current_stream().cuda_stream
+        for sink in sink_list:
+            engine.add_sink(sink, _sink_name(sink))
+        self._close_timeout_s = float(close_timeout_s)
+        if self.backend_name == "host-clock":  # device backends poll in every begin_step
+            self._skip_every = interval
+        self._enabled = True
+        ref_self = weakref.ref(self)
+        self._atexit = lambda: _close_at_exit(ref_self)
+        atexit.register(self._atexit)
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref_self))
+
+    @classmethod
+    def from_args(cls, args, **overrides):
+        """An Analyzer configured by the --straggler-* flags (see laggard.add_arguments)."""
+        from .flags import analyzer_kwargs
+
+        kwargs = analyzer_kwargs(args)
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    @staticmethod
+    def _choose_timing(timing, torch):
+        if timing == "host":
+            return "host", -1
+        if torch is None:
+            if timing == "cuda":
+                log_once("timing-notorch", logging.WARNING,
+                         "laggard: timing='cuda' but torch is not imported; using the host clock")
+            return "host", -1
+        try:
+            if timing == "cuda" or torch.cuda.is_available():
+                if torch.cuda.is_available():
+                    return "cuda", int(torch.cuda.current_device())
+                return "cuda", -1  # the C++ backend says why it cannot
+        except Exception as e:
+            log_once("timing-error", logging.INFO, "laggard: CUDA check failed (%s); using the "
+                     "host clock", e)
+        return "host", -1
+
+    # -- the training loop -------------------------------------------------------------------
+
+    @property
+    def enabled(self):
+        return self._enabled
+
+    @property
+    def sampled(self):
+        """Whether the current step is sampled."""
+        return self._sampled
+
+    def begin_step(self, step):
+        """Starts step `step`; decides whether it is sampled (step % interval == 0)."""
+        if not self._enabled:
+            return
+        try:
+            self.step = step
+            every = self._skip_every
+            if every is not None and not self._sampled and (not every or step % every):
+                # Not sampled and nothing open: the recorder has nothing to do, and the call
+                # into the extension costs microseconds when training has just evicted the
+                # CPU caches (bench/overhead.py).
+                return
+            self._sampled = sampled = self._rec_begin_step(step)
+            if sampled and self._stream is not None:
+                self._rec_set_stream(self._stream())
+        except Exception as e:
+            self._sampled = False
+            if isinstance(step, numbers.Integral):
+                self._errors.report("begin_step", e)
+            else:  # "seven" % 10 would say "not all arguments converted during formatting"
+                self._errors.report("begin_step", TypeError(
+                    "begin_step(%r): the step must be an integer (got %s); this step is not "
+                    "sampled" % (step, type(step).__name__)))
+            return
+        if sampled and self._on_sampled_step:  # (empty where hooks stay attached)
+            self._call_hooks(self._on_sampled_step, "begin_step", "attached")
+
+    def _begin_step_in_forked_child(self, step):
+        self.step = step
+        self._forked_steps += 1
+        if self._forked_steps == 1:
+            self._errors.report("fork", RuntimeError(
+                "this process (pid %d) was forked from pid %d after its Analyzer started: the "
+                "Analyzer records nothing here (its steps are counted in "
+                "counters()['forked_steps_dropped']); create a new Analyzer in the child" %
+                (os.getpid(), self._pid)))
+
+    def section(self, name, kind=None):
+        """A context manager timing one entry of stage `name` in this step.
+
+        Not sampled (or disabled): one shared no-op object. `kind` ("compute",
+        "communication", "data", "other") counts at the first use of a name; by default it
+        follows the name (DESIGN.md)."""
+        if not self._sampled:
+            return NOOP_SECTION
+        try:
+            section = self._sections.get(name)
+        except TypeError:  # an unhashable name (a list): counted by _new_section, never raised
+            section = None
+        if section is None:
+            section = self._new_section(name, kind)
+        return section
+
+    def _new_section(self, name, kind):
+        try:
+            stage_id = self._recorder.stage(str(name), kind)
+            # A context manager written against the CPython API (_core.SectionScope): `with`
+            # calls Recorder::begin/end by stage id directly, without pybind11's dispatcher.
+            # One per name, reused every sampled step.
+            section = self._recorder.section(stage_id)
+            self._sections[name] = section
+            return section
+        except Exception as e:
+            self._errors.report("section", e)
+            return NOOP_SECTION
+
+    def stage_id(self, name, kind=None):
+        """The recorder's id of stage `name` (registered on first use), or -1."""
+        if not self._enabled:
+            return -1
+        try:
+            return self._recorder.stage(str(name), kind)
+        except Exception as e:
+            self._errors.report("stage", e)
+            return -1
+
+    def add(self, name, ms, calls=1, kind=None):
+        """Adds a duration measured elsewhere to stage `name` of this (sampled) step."""
+        if not self._sampled:
+            return
+        try:
+            ms = float(ms)
+            # Infinity would reach the log as a stage without a time, NaN and negatives would be
+            # dropped by the recorder without a word, and a huge value would overflow the stage's
+            # sum to infinity: each is refused here and counted (report_errors, kind "add").
+            if not 0.0 <= ms <= MAX_ADD_MS:
+                raise ValueError("laggard: add(%r, %r): ms must be a finite number in [0, %g]; "
+                                 "the value was not added" % (name, ms, MAX_ADD_MS))
+            self._recorder.add(self._recorder.stage(str(name), kind), ms, int(calls))
+        except Exception as e:
+            self._errors.report("add", e)
+
+    def end_step(self):
+        """Ends the step. A sampled step's sample goes to the background thread; its report
+        appears at a later step (see latest_metrics)."""
+        if not self._sampled:
+            return
+        try:
+            self._sampled = False
+            self._rec_end_step()
+        except Exception as e:
+            self._errors.report("end_step", e)
+        if self._on_step_end:
+            self._call_hooks(self._on_step_end, "end_step", "detached")
+
+    def _call_hooks(self, hooks, where, done):
+        """Calls instrument()'s attach (or detach) calls of a sampled step; a true result or an
+        exception is counted as an error of `where`, never raised."""
+        for hook in hooks:
+            try:
+                if hook():  # a true result: something could not be attached (detached)
+                    self._errors.report(where, RuntimeError(
+                        "laggard.torch: some hooks could not be %s" % done))
+            except Exception as e:
+                self._errors.report(where, e)
+
+    # -- results -----------------------------------------------------------------------------
+
+    def latest_metrics(self):
+        """A copy of the latest report's straggler/* metrics on the analysis rank; {} on other
+        ranks and before the first report."""
+        try:
+            if self._engine is None or self._forked_steps is not None:
+                return {}
+            return self._engine.latest_metrics()
+        except Exception as e:
+            self._errors.report("latest_metrics", e)
+            return {}
+
+    def latest_report(self):
+        """The latest full report (dict: stages, stragglers, waiting, hints, metrics) on the
+        analysis rank, else None."""
+        try:
+            if self._engine is None or self._forked_steps is not None:
+                return None
+            return self._engine.latest_report()
+        except Exception as e:
+            self._errors.report("latest_report", e)
+            return None
+
+    def counters(self):
+        """What was sampled, emitted, logged, sent and dropped, and how many failures were
+        counted (docs/failure-contract.md has the sums they obey)."""
+        out = {"report_errors": 0}
+        if self._forked_steps is not None:
+            # A forked child: the parent's C++ objects may hold locks taken by threads that do
+            # not exist here, so they are not touched.
+            out["forked_steps_dropped"] = self._forked_steps
+            out["report_errors"] = self._errors.total
+            return out
+        try:
+            if self._engine is not None:
+                out.update(self._engine.counters)
+        except Exception as e:
+            self._errors.report("counters", e)
+        out["report_errors"] = self._errors.total
+        return out
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def close(self, timeout_s=None):
+        """Flushes outstanding samples and reports (bounded wait), then stops. Idempotent.
+        Every rank should call it: the analysis rank waits for the others' last samples."""
+        if not self._enabled or self._closed:
+            return
+        self._closed = True
+        try:
+            try:
+                atexit.unregister(self._atexit)
+            except Exception:
+                pass
+            timeout_s = self._close_timeout_s if timeout_s is None else float(timeout_s)
+            if self._sampled:
+                self.end_step()
+            # Nothing is timed from here on: laggard.torch's hooks and wrappers come out (one of
+            # them, at interval 1, wraps torch.autograd.backward for the whole process).
+            for remove in self._on_close:
+                try:
+                    remove()
+                except Exception as e:
+                    self._errors.report("close", e)
+            self._on_close = []
+            self._engine.close(timeout_s)  # device timing drains first, within the bound
         except Exception as e:
             self._errors.report("close", e)
         finally:
@@ -606,10 +1130,9 @@ class Analyzer:
         return False
 
 
-def _live_analysis(options, world_size, rank, sinks, errors, report_log, late_rounds):
-    from .live import LiveAnalysis
-
-    return LiveAnalysis(options, world_size, rank, sinks, errors, report_log, late_rounds)
+def _sink_name(sink):
+    fn = getattr(sink, "fn", sink)
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def _after_fork_in_child(ref):
@@ -622,11 +1145,12 @@ def _after_fork_in_child(ref):
     an._enabled = False
     an._sampled = False
     an._forked_steps = 0
-    an._channel = an._analysis = None
     an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child
-    # The queue's lock may have been held by the parent's writer thread at the fork: the child
-    # never touches the queue, not even to close it when the Analyzer goes away.
-    an._finalizer.detach()
+    # The engine's locks may have been held by its threads at the fork: the child never touches
+    # it, not even to destroy it, and counts its own failures.
+    an._errors = ErrorCounter()
+    if an._engine is not None:
+        an._engine.forget()
 
 
 def _close_at_exit(ref):

@@ -144,6 +144,7 @@ struct Background {
       forwarded{0}, forward_dropped{0}, background_cpu_ns{0}, log_cpu_ns{0};
   std::atomic<bool> channel_healthy{false};
   std::atomic<bool> parent_down{false};
+  std::atomic<bool> transport_failed{false};
 
   void run() noexcept;
   void write_loop() noexcept;  // the log writer thread
@@ -162,6 +163,8 @@ struct Background {
   std::uint64_t dropped_here() const {
     return ring.dropped() + handoff.dropped() + (gather ? gather->own_dropped() + gather->forward_dropped() : 0);
   }
+
+  bool wanted = true;  // a side channel was asked for ("" and no factory: none, on purpose)
 
   // Background thread only.
   bool analysis_on = false;
@@ -299,8 +302,15 @@ void Background::tick(bool final) noexcept {
       if (analysing()) deliver();
       mirror_counts();
     }
-    if (transport) channel_healthy.store(transport->healthy(), std::memory_order_relaxed);
-    if (analysing() && world_size > 1 && (!transport || !transport->healthy())) {
+    if (transport) {
+      const bool healthy = transport->healthy();
+      channel_healthy.store(healthy, std::memory_order_relaxed);
+      if (!healthy && !transport_failed.exchange(true, std::memory_order_relaxed))
+        errors.report("side channel", std::string("the side channel (") + transport_name +
+                                          ") failed; this rank sends and receives nothing more "
+                                          "(the rank log still gets every sample)");
+    }
+    if (analysing() && world_size > 1 && wanted && (!transport || !transport->healthy())) {
       analysis_on = false;
       if (!reported_channel_down) {
         reported_channel_down = true;
@@ -478,8 +488,8 @@ void Background::finish() noexcept {
         tick(true);
       }
       if (!gather->settled())
-        errors.warn("close", "closed before the parent acknowledged every batch; the samples "
-                             "not acknowledged are counted as dropped");
+        errors.report("close", "closed before the parent acknowledged every batch; the samples "
+                               "not acknowledged are counted as dropped");
       gather->abandon();
       mirror_counts();
     }
@@ -550,7 +560,10 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     setup.warn = [b](std::string_view kind, std::string_view message) {
       b->errors.report(kind, message);
     };
-    try {
+    // An empty name with no factory: no side channel, on purpose (the rank log only).
+    const bool wanted = !options.transport.empty() || options.transport_factory;
+    bg->wanted = wanted;
+    if (wanted) try {
       bg->transport = options.transport_factory ? options.transport_factory(setup)
                                                 : make_transport(options.transport, setup);
       if (!bg->transport) throw std::runtime_error("the transport factory returned nothing");
@@ -569,7 +582,9 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     bg->world_size = options.rank.world_size;
     bg->errors.set_prefix("rank " + std::to_string(bg->rank) + ": ");
     bg->analysis_rank = bg->rank == options.analysis_rank;
-    bg->analysis_on = bg->analysis_rank && (bg->world_size == 1 || bg->transport != nullptr);
+    // With no side channel on purpose, the analysis rank analyses its own samples alone.
+    bg->analysis_on =
+        bg->analysis_rank && (bg->world_size == 1 || bg->transport != nullptr || !wanted);
     if (bg->transport && bg->world_size > 1) {
       Gather::Options go;
       go.max_unacked_samples = options.max_unacked_samples;
@@ -592,6 +607,9 @@ Analyzer::Analyzer(AnalyzerOptions options) {
       bg->analysis.emplace(options.detector(), onsets);
       bg->assembler.emplace(bg->world_size, seconds(options.window_timeout_s),
                             options.max_pending_windows);
+      if (!wanted)  // nobody else will send: windows do not wait for the others
+        for (int r = 0; r < bg->world_size; ++r)
+          if (r != bg->rank) bg->assembler->finished(r);
     }
     if (options.log_dir) {
       const std::filesystem::path dir(*options.log_dir);
@@ -633,7 +651,7 @@ Analyzer::Analyzer(AnalyzerOptions options) {
       impl->log_thread.join();
       throw;
     }
-    log_message(LogLevel::info,
+    log_message(LogLevel::debug,
                 "rank " + std::to_string(bg->rank) + ": laggard Analyzer on, interval " +
                     std::to_string(options.interval) + ", timing " + impl->backend_name +
                     ", side channel " +
@@ -733,6 +751,7 @@ AnalyzerCounters Analyzer::counters() const noexcept {
     c.sampled_steps = r.sampled_steps;
     c.samples_emitted = r.samples_emitted;
     c.recorder_dropped = r.dropped_stages + r.dropped_intervals + r.dropped_steps;
+    c.recorder = r;
   }
   const auto get = [](const std::atomic<std::uint64_t>& a) {
     return a.load(std::memory_order_relaxed);
@@ -756,6 +775,7 @@ AnalyzerCounters Analyzer::counters() const noexcept {
   c.errors = b.errors.total();
   c.side_channel_healthy = b.channel_healthy.load(std::memory_order_relaxed);
   c.parent_down = b.parent_down.load(std::memory_order_relaxed);
+  c.side_channel_failed = b.transport_failed.load(std::memory_order_relaxed);
   // Every sample handed on (queue_pushed) reached the analysis or is counted here; after
   // close() nothing is still on its way, so whatever was not confirmed is lost.
   if (impl_->closed)
@@ -855,8 +875,11 @@ void Analyzer::close(double timeout_s) noexcept {
       impl_->thread.join();
     } else {
       impl_->thread.detach();  // it holds its own reference to everything it uses
-      b.errors.warn("close", "the background thread did not finish within " +
-                                 std::to_string(timeout_s) + " s; left behind");
+      // What it has not delivered is lost to the analysis: counted (gather_dropped), and a
+      // failure of its own.
+      b.errors.report("close", "the background thread (side channel, analysis, sinks) did not "
+                               "finish within " + std::to_string(timeout_s) +
+                               " s (a sink or a peer may block); left behind");
     }
   } catch (...) {
     recorder_ = nullptr;

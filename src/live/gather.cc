@@ -47,8 +47,24 @@ std::size_t Gather::unacked_limit() const {
 void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>& samples,
                   std::size_t& used, std::vector<wire::RankCounts>& counts) {
   transport_.progress();
+  // Broken links first, then what arrived before they broke (a last acknowledgement, a final
+  // batch), so that a peer that closed after its last word is not taken for a failure.
+  broken_.clear();
+  transport_.broken_links(broken_);
   receive(now, samples, used, counts);
   send_acks();
+  for (const auto& [peer, why] : broken_) {
+    const auto child = children_.find(peer);
+    const bool said_last = (peer == links_.parent && final_acked()) ||
+                           (child != children_.end() && child->second.final);
+    if (said_last) {
+      log_message(LogLevel::debug, "laggard side channel: the link to rank " +
+                                       std::to_string(peer) + " closed after its last batch");
+      continue;
+    }
+    errors_.report("side channel", why);
+    if (peer == links_.parent) presumed_down_ = true;  // nothing it was sent can be confirmed
+  }
   if (root()) return;
   if (!presumed_down_ && !outstanding_.empty() && now - last_progress_ > options_.peer_timeout) {
     presumed_down_ = true;
@@ -69,6 +85,7 @@ void Gather::send_final(Clock::time_point now) {
   if (root()) return;
   counts_dirty_ = true;
   flush(now, true);
+  if (!outstanding_.empty()) final_seq_ = outstanding_.back().seq;
 }
 
 void Gather::flush(Clock::time_point now, bool final) {

@@ -9,6 +9,7 @@
 #include <deque>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "laggard/transport.hpp"
@@ -105,6 +106,9 @@ class Gather {
   std::deque<Outstanding> outstanding_;
   std::size_t unacked_samples_ = 0;
   std::uint64_t acked_ = 0;
+  std::uint64_t final_seq_ = 0;  // the final batch's number, once sent
+  bool final_acked() const noexcept { return final_seq_ > 0 && acked_ >= final_seq_; }
+  std::vector<std::pair<int, std::string>> broken_;
   Clock::time_point last_progress_{};
   bool presumed_down_ = false;
   wire::RankCounts own_counts_;
