@@ -31,6 +31,13 @@ void check_same(const laggard::StepSample& a, const laggard::StepSample& b) {
     if (x.name != y.name || x.kind != y.kind || x.calls != y.calls || !same_double(x.ms, y.ms))
       fail("stage " + std::to_string(i) + " changed in the round trip");
   }
+  for (auto field : {&laggard::StepSample::values, &laggard::StepSample::resources}) {
+    const auto &x = a.*field, &y = b.*field;
+    if (x.size() != y.size()) fail("the number of values changed in the round trip");
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (x[i].name != y[i].name || !same_double(x[i].value, y[i].value))
+        fail("value " + std::to_string(i) + " changed in the round trip");
+  }
 }
 
 }  // namespace

@@ -9,6 +9,25 @@ namespace laggard::py_bindings {
 
 using namespace pybind11::literals;
 
+namespace {
+
+// StepSample.values / .resources as a dict {name: float} (insertion order = sample order).
+template <std::vector<NamedValue> StepSample::*Field>
+py::dict named_dict(const StepSample& s) {
+  py::dict out;
+  for (const NamedValue& v : s.*Field) out[py::str(v.name)] = v.value;
+  return out;
+}
+template <std::vector<NamedValue> StepSample::*Field>
+void set_named(StepSample& s, const py::dict& values) {
+  std::vector<NamedValue> list;
+  for (auto [name, value] : values)
+    list.push_back({py::cast<std::string>(name), py::cast<double>(value)});
+  s.*Field = std::move(list);
+}
+
+}  // namespace
+
 void bind_model(py::module_& m) {
   py::enum_<StageKind>(m, "StageKind", "What a stage's time means (compute, communication, ...).")
       .value("compute", StageKind::compute)
@@ -47,6 +66,11 @@ void bind_model(py::module_& m) {
       .def_readwrite("step_ms", &StepSample::step_ms)
       .def_readwrite("work", &StepSample::work)
       .def_readwrite("stages", &StepSample::stages, "Stages in pipeline order (a copy on read).")
+      .def_property("values", &named_dict<&StepSample::values>, &set_named<&StepSample::values>,
+                    "Recorded values {name: float}, in recording order (a copy on read).")
+      .def_property("resources", &named_dict<&StepSample::resources>,
+                    &set_named<&StepSample::resources>,
+                    "Resource readings {name: float} (docs/formats.md; a copy on read).")
       .def("find",
            [](const StepSample& s, const std::string& name) -> std::optional<StageTime> {
              const StageTime* t = s.find(name);

@@ -143,7 +143,9 @@ enum class Field : std::uint8_t {
   cohort,
   step_ms,
   work,
-  stages,  // sample
+  stages,
+  values,
+  resources,  // sample
   name,
   kind,
   ms,
@@ -169,9 +171,12 @@ Field sample_field(std::string_view key) {
       return is(key, "schema")   ? Field::schema
              : is(key, "cohort") ? Field::cohort
              : is(key, "stages") ? Field::stages
+             : is(key, "values") ? Field::values
                                  : Field::unknown;
     case 7:
       return is(key, "step_ms") ? Field::step_ms : Field::unknown;
+    case 9:
+      return is(key, "resources") ? Field::resources : Field::unknown;
     case 10:
       return is(key, "world_size") ? Field::world_size : Field::unknown;
     default:
@@ -319,6 +324,7 @@ class SampleLineParser {
   // Both return false for a problem: broken JSON sets json_error_, a bad value sets field_error_.
   bool parse_stages(od::value& value, StepSample& out);
   bool parse_stage(od::value& value, std::size_t index, StageTime& stage);
+  bool parse_named(od::value& value, const char* field, std::vector<NamedValue>& out);
 
   od::parser parser_;
   StageFields stage_fields_;  // reused for every stage
@@ -373,6 +379,7 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
   std::int64_t rank = 0, world_size = 0, step = 0;
   bool has_host = false, has_cohort = false;
   out.work = std::numeric_limits<double>::quiet_NaN();
+  bool has_values = false, has_resources = false;
 
   for (auto field_result : object) {
     // The field in place, not copied out of the result: copying it (a std::pair of iterators
@@ -445,6 +452,21 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
         has_stages = true;
         if (!parse_stages(value, out) && json_error_) return invalid_json(json_error_);
         break;
+      case Field::values:
+      case Field::resources: {
+        const bool values = key == Field::values;
+        if (values ? has_values : has_resources) {
+          field_error_ = std::string("field '") + (values ? "values" : "resources") +
+                         "' appears twice";
+          break;
+        }
+        (values ? has_values : has_resources) = true;
+        if (!parse_named(value, values ? "values" : "resources",
+                         values ? out.values : out.resources) &&
+            json_error_)
+          return invalid_json(json_error_);
+        break;
+      }
       default:
         // Any other field is ignored (newer writers may add fields), but it must be valid JSON.
         if (auto code = check_json(value)) return invalid_json(code);
@@ -484,6 +506,8 @@ bool SampleLineParser::parse(simdjson::padded_string_view json, StepSample& out,
   }
   if (!has_host) out.host.clear();
   if (!has_cohort) out.cohort.clear();
+  if (!has_values) out.values.clear();
+  if (!has_resources) out.resources.clear();
   out.rank = static_cast<int>(rank);
   out.world_size = static_cast<int>(world_size);
   out.step = step;
@@ -511,6 +535,59 @@ bool SampleLineParser::parse_stages(od::value& value, StepSample& out) {
     ++count;
   }
   out.stages.resize(count);
+  return true;
+}
+
+// `{"name": number or "NaN"/"Infinity"/"-Infinity", ...}` into `out`, reusing its entries (no
+// allocation in steady state). Every double reads back bit for bit as the writer wrote it.
+bool SampleLineParser::parse_named(od::value& value, const char* field,
+                                   std::vector<NamedValue>& out) {
+  od::object object;
+  if (auto code = value.get_object().get(object)) {
+    if (code != simdjson::INCORRECT_TYPE) {
+      json_error_ = code;
+      return false;
+    }
+    field_error_ = field_subject(field) + " is not an object (" + describe(json_, value) + ")";
+    return false;
+  }
+  std::size_t count = 0;
+  for (auto field_result : object) {
+    if ((json_error_ = field_result.error())) return false;
+    od::field& entry = field_result.value_unsafe();  // in place (see parse)
+    std::string_view name;
+    if ((json_error_ = entry.unescaped_key().get(name))) return false;
+    od::value& v = entry.value();
+    double number = 0.0;
+    od::json_type type;
+    if ((json_error_ = v.type().get(type))) return false;
+    const std::string_view token = raw_token(json_, v);  // for a message, before it is read
+    std::string_view text;
+    if (type == od::json_type::number && !v.get_double().get(number)) {
+      // a number (a double: exact, as the writer's shortest form reads back)
+    } else if (type == od::json_type::string && !v.get_string().get(text) &&
+               (text == "NaN" || text == "Infinity" || text == "-Infinity")) {
+      number = text == "NaN"        ? std::numeric_limits<double>::quiet_NaN()
+               : text == "Infinity" ? std::numeric_limits<double>::infinity()
+                                    : -std::numeric_limits<double>::infinity();
+    } else {
+      field_error_ = "'" + std::string(name) + "' of " + field_subject(field) +
+                     " is not a number (" + describe_token(token) +
+                     "); expected a number, \"NaN\", \"Infinity\" or \"-Infinity\"";
+      return false;
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      if (out[i].name == name) {
+        field_error_ = field_subject(field) + " has '" + std::string(name) + "' twice";
+        return false;
+      }
+    }
+    if (count == out.size()) out.emplace_back();
+    NamedValue& slot = out[count++];
+    if (slot.name != name) slot.name.assign(name.data(), name.size());
+    slot.value = number;
+  }
+  out.resize(count);
   return true;
 }
 

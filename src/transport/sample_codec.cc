@@ -19,6 +19,8 @@ enum Record : std::uint8_t {
 
 constexpr std::uint8_t kFresh = 1;
 constexpr std::uint8_t kHasWork = 1;
+constexpr std::uint8_t kHasValues = 2;
+constexpr std::uint8_t kHasResources = 4;
 // Bounds a malformed message cannot push a decoder past (allocation, loops).
 constexpr std::uint64_t kMaxIndex = 1u << 20;
 constexpr std::uint64_t kMaxStages = 1u << 12;
@@ -191,17 +193,32 @@ void Encoder::define_rank(const StepSample& s) {
 void Encoder::add(const StepSample& s) {
   define_rank(s);
   const std::uint32_t layout = layout_index(s);
+  // Names of values and resources are strings of the link's table, defined before the sample.
+  name_index_.clear();
+  for (const NamedValue& v : s.values) name_index_.push_back(string_index(v.name));
+  for (const NamedValue& v : s.resources) name_index_.push_back(string_index(v.name));
   out_.push_back(static_cast<char>(kSample));
   put_varint(out_, static_cast<std::uint64_t>(s.rank));
   put_varint(out_, static_cast<std::uint64_t>(s.step));
   put_f32(out_, s.step_ms);
   const bool work = !std::isnan(s.work);
-  out_.push_back(static_cast<char>(work ? kHasWork : 0));
+  out_.push_back(static_cast<char>((work ? kHasWork : 0) | (s.values.empty() ? 0 : kHasValues) |
+                                   (s.resources.empty() ? 0 : kHasResources)));
   if (work) put_f64(out_, s.work);
   put_varint(out_, layout);
   for (const StageTime& t : s.stages) {
     put_f32(out_, t.ms);
     put_varint(out_, t.calls);
+  }
+  // Values and resources bit for bit (float64): a loss of NaN must stay NaN, a byte count exact.
+  std::size_t k = 0;
+  for (const auto* list : {&s.values, &s.resources}) {
+    if (list->empty()) continue;
+    put_varint(out_, list->size());
+    for (const NamedValue& v : *list) {
+      put_varint(out_, name_index_[k++]);
+      put_f64(out_, v.value);
+    }
   }
   ++samples_;
 }
@@ -361,6 +378,19 @@ bool Decoder::decode(std::string_view message, std::vector<StepSample>& samples,
           if (t.name != def.name) t.name = def.name;
           t.kind = def.kind;
           t.calls = static_cast<std::uint32_t>(calls);
+        }
+        for (auto [bit, list] : {std::pair{kHasValues, &s.values}, std::pair{kHasResources, &s.resources}}) {
+          list->clear();
+          if (!(flags & bit)) continue;
+          std::uint64_t n = 0;
+          if (!r.bounded(n, kMaxStages)) return fail("named values");
+          list->resize(n);
+          for (NamedValue& v : *list) {
+            std::uint64_t name = 0;
+            if (!r.varint(name) || name >= strings_.size() || !r.f64(v.value))
+              return fail("named value");
+            if (v.name != strings_[name]) v.name = strings_[name];
+          }
         }
         ++used;
         break;

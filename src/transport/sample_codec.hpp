@@ -10,8 +10,9 @@
 //     2 string   index, bytes(varint length + bytes)             (hosts and cohorts)
 //     3 layout   index, n, n stage indices                       (a rank's stages in order)
 //     4 rank     rank, world_size, host string, cohort string
-//     5 sample   rank, step, step_ms(f32), flags(u8: bit 0 work), [work f64], layout,
-//                n x (ms f32, calls varint)
+//     5 sample   rank, step, step_ms(f32), flags(u8: bit 0 work, 1 values, 2 resources),
+//                [work f64], layout, n x (ms f32, calls varint),
+//                [values: n, n x (name string, f64)], [resources: n, n x (name string, f64)]
 //     6 counts   rank, dropped, errors, final(u8)
 //   An ack has no records: its seq is the highest batch seq received.
 //
@@ -19,7 +20,8 @@
 // a sample of n stages costs 9 to 14 + 5n bytes (16 stages, rank and step
 // below 2^21: 92). Stage times travel as
 // float32 milliseconds (relative rounding 6e-8, 6 ns at 100 ms: far below any threshold the
-// detector uses); step_ms likewise; `work` (tokens, samples) as float64.
+// detector uses); step_ms likewise; `work`, values (loss, grad norm) and resource readings as
+// float64, bit for bit (a value costs its name's index and 8 bytes).
 #pragma once
 
 #include <cstddef>
@@ -91,6 +93,7 @@ class Encoder {
   Known pending_;          // defined in the current batch
   std::string out_;
   std::string key_;        // scratch
+  std::vector<std::uint32_t> name_index_;  // scratch: the names of a sample's values
   std::size_t samples_ = 0;
   bool fresh_ = true;      // the next batch starts the peer's dictionaries afresh
   std::uint8_t* flags_ = nullptr;

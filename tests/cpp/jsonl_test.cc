@@ -53,6 +53,15 @@ std::string to_json(const StepSample& s) {
   return out;
 }
 
+// Bit for bit, except that any NaN matches any NaN (the log keeps NaN, not its payload).
+bool same_bits(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  std::uint64_t x, y;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y;
+}
+
 // Field-by-field equality; doubles must match bit for bit (NaN work matches NaN).
 void expect_same(const StepSample& a, const StepSample& b) {
   EXPECT_EQ(a.rank, b.rank);
@@ -71,6 +80,15 @@ void expect_same(const StepSample& a, const StepSample& b) {
     EXPECT_EQ(a.stages[i].kind, b.stages[i].kind) << "stage " << i;
     EXPECT_EQ(a.stages[i].ms, b.stages[i].ms) << "stage " << i;
     EXPECT_EQ(a.stages[i].calls, b.stages[i].calls) << "stage " << i;
+  }
+  for (auto lists : {&StepSample::values, &StepSample::resources}) {
+    const auto &x = a.*lists, &y = b.*lists;
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(x[i].name, y[i].name) << "value " << i;
+      EXPECT_TRUE(same_bits(x[i].value, y[i].value))
+          << "value " << i << " (" << x[i].name << "): " << x[i].value << " vs " << y[i].value;
+    }
   }
 }
 
@@ -94,6 +112,23 @@ TEST(AppendSampleJson, WritesWorkOnlyWhenFinite) {
   s.work = 4096;
   EXPECT_NE(to_json(s).find(R"("step_ms":105.2,"work":4096,"stages":[)"), std::string::npos)
       << to_json(s);
+}
+
+TEST(AppendSampleJson, WritesValuesAndResourcesAfterTheStages) {
+  StepSample s = example_sample();
+  EXPECT_EQ(to_json(s).find("values"), std::string::npos);  // none recorded: no field
+  s.values = {{"loss", 2.5},
+              {"grad_norm", std::numeric_limits<double>::quiet_NaN()},
+              {"up", std::numeric_limits<double>::infinity()},
+              {"down", -std::numeric_limits<double>::infinity()},
+              {"zero", -0.0}};
+  s.resources = {{"gpu_sm_clock_mhz", 1410}};
+  const std::string json = to_json(s);
+  EXPECT_NE(json.find(R"("calls":1}],"values":{"loss":2.5,"grad_norm":"NaN","up":"Infinity",)"
+                      R"("down":"-Infinity","zero":-0},"resources":{"gpu_sm_clock_mhz":1410}})"
+                      "\n"),
+            std::string::npos)
+      << json;
 }
 
 TEST(AppendSampleJson, EscapesStrings) {
@@ -203,6 +238,82 @@ TEST(SampleParser, RoundTripsManyRandomDoubles) {
     ASSERT_EQ(back.stages[0].ms, value) << to_json(s);
     ASSERT_EQ(back.step_ms, value);
   }
+}
+
+TEST(SampleParser, RoundTripsValuesBitForBitWithNonFiniteAndSignedZero) {
+  StepSample s = example_sample();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  s.values = {{"loss", 0.1 + 0.2},
+              {"nan", nan},
+              {"inf", inf},
+              {"-inf", -inf},
+              {"-0", -0.0},
+              {"+0", 0.0},
+              {"denormal", 5e-324},
+              {"-denormal", -4.9406564584124654e-324},
+              {"max", std::numeric_limits<double>::max()},
+              {"lowest", std::numeric_limits<double>::lowest()},
+              {"min normal", std::numeric_limits<double>::min()},
+              {"2^63", 9223372036854775808.0},
+              {"tokens", 4096},
+              {"na\"me\\ \xc3\xbc\n", 1.0 / 3.0}};
+  s.resources = {{"gpu_throttle_thermal", 1}, {"host_gc_pause_ms", -0.0}, {"x", nan}};
+  SampleParser parser;
+  StepSample back;
+  std::string error;
+  ASSERT_TRUE(parser.parse(to_json(s), back, error)) << error << "\n" << to_json(s);
+  expect_same(s, back);
+  EXPECT_TRUE(std::signbit(back.find_value("-0")->value));
+  EXPECT_FALSE(std::signbit(back.find_value("+0")->value));
+  EXPECT_TRUE(std::isnan(back.find_value("nan")->value));
+  EXPECT_EQ(back.find_value("-inf")->value, -inf);
+  EXPECT_EQ(back.find_resource("x") != nullptr, true);
+  EXPECT_EQ(back.find_value("missing"), nullptr);
+  // The writer's line for the read sample is the same line: the form is canonical.
+  EXPECT_EQ(to_json(back), to_json(s));
+}
+
+TEST(SampleParser, RoundTripsRandomBitPatternsAsValues) {
+  // Every bit pattern, signs, NaNs and infinities included.
+  std::uint64_t state = 0x2545F4914F6CDD1Du;
+  SampleParser parser;
+  StepSample s = example_sample(), back;
+  s.values.resize(8);
+  for (std::size_t k = 0; k < s.values.size(); ++k) s.values[k].name = "v" + std::to_string(k);
+  std::string error;
+  for (int i = 0; i < 2000; ++i) {
+    for (auto& v : s.values) {
+      state = state * 6364136223846793005u + 1442695040888963407u;
+      std::memcpy(&v.value, &state, sizeof v.value);
+    }
+    if (i % 7 == 0) s.values[i % 8].value = std::numeric_limits<double>::infinity();
+    ASSERT_TRUE(parser.parse(to_json(s), back, error)) << error;
+    ASSERT_EQ(back.values.size(), s.values.size());
+    for (std::size_t k = 0; k < s.values.size(); ++k)
+      ASSERT_TRUE(same_bits(back.values[k].value, s.values[k].value)) << to_json(s);
+  }
+}
+
+TEST(SampleParser, ReadsValuesFromOtherWritersAndForgetsStaleOnes) {
+  // Python's json.dumps spacing, an escaped key, exponents and integers.
+  const std::string line =
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":3,"step_ms":1,)"
+      R"("stages":[], "values": {"lo\u0073s": 2.5e0, "tokens": 4096, "gn": "Infinity"},)"
+      R"( "resources": {}})";
+  SampleParser parser;
+  StepSample out = example_sample();
+  out.resources = {{"stale", 1}};
+  std::string error;
+  ASSERT_TRUE(parser.parse(line, out, error)) << error;
+  ASSERT_EQ(out.values.size(), 3u);
+  EXPECT_EQ(out.values[0].name, "loss");
+  EXPECT_EQ(out.values[0].value, 2.5);
+  EXPECT_EQ(out.values[1].value, 4096.0);
+  EXPECT_EQ(out.values[2].value, std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(out.resources.empty());
+  ASSERT_TRUE(parser.parse(kExampleLine, out, error)) << error;
+  EXPECT_TRUE(out.values.empty());  // a line without values leaves none from the one before
 }
 
 TEST(SampleParser, AppliesDefaultsAndIgnoresUnknownFields) {
@@ -323,6 +434,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"unclosed", edit("]}", "]"), {"not valid JSON"}},
         BadLine{"trailing", edit("]}", "]} {}"), {"not valid JSON"}},
         BadLine{"bad atom", edit(R"("cohort":"pp0")", R"("cohort":tru)"), {"cohort"}},
+        BadLine{"values not an object", edit("]}", R"(],"values":[1,2]})"),
+                {"field 'values' is not an object", "an array"}},
+        BadLine{"value a word", edit("]}", R"(],"values":{"loss":"nan"}})"),
+                {"'loss' of field 'values' is not a number", "\"nan\"", "\"NaN\""}},
+        BadLine{"value null", edit("]}", R"(],"values":{"loss":null}})"),
+                {"'loss' of field 'values' is not a number (null)"}},
+        BadLine{"value an object", edit("]}", R"(],"resources":{"gpu":{"clock":1}}})"),
+                {"'gpu' of field 'resources' is not a number", "an object"}},
+        BadLine{"value out of range", edit("]}", R"(],"values":{"loss":1e999}})"),
+                {"'loss' of field 'values' is not a number (1e999)"}},
+        BadLine{"value twice", edit("]}", R"(],"values":{"loss":1,"loss":2}})"),
+                {"field 'values' has 'loss' twice"}},
+        BadLine{"values twice", edit("]}", R"(],"values":{"a":1},"values":{"b":2}})"),
+                {"field 'values' appears twice"}},
+        BadLine{"broken values", edit("]}", R"(],"values":{"a":1,}})"), {"not valid JSON"}},
         // Unknown fields are ignored, but must still be JSON.
         BadLine{"bad unknown field",
                 edit(R"("cohort":"pp0",)", R"("cohort":"pp0","x":[1,tru],)"),

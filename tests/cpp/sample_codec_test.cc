@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -53,6 +54,16 @@ void expect_same(const StepSample& want, const StepSample& got) {
     EXPECT_TRUE(std::isnan(got.work));
   else
     EXPECT_EQ(got.work, want.work);  // bit-exact
+  ASSERT_EQ(got.values.size(), want.values.size());
+  for (std::size_t i = 0; i < want.values.size(); ++i) {
+    EXPECT_EQ(got.values[i].name, want.values[i].name);
+    EXPECT_EQ(std::memcmp(&got.values[i].value, &want.values[i].value, 8), 0) << i;  // bits
+  }
+  ASSERT_EQ(got.resources.size(), want.resources.size());
+  for (std::size_t i = 0; i < want.resources.size(); ++i) {
+    EXPECT_EQ(got.resources[i].name, want.resources[i].name);
+    EXPECT_EQ(std::memcmp(&got.resources[i].value, &want.resources[i].value, 8), 0) << i;
+  }
   ASSERT_EQ(got.stages.size(), want.stages.size());
   for (std::size_t i = 0; i < want.stages.size(); ++i) {
     EXPECT_EQ(got.stages[i].name, want.stages[i].name);
@@ -226,6 +237,45 @@ TEST(SampleCodec, MalformedMessagesAreRefusedWithAReason) {
   wrong_version[2] = 9;
   EXPECT_FALSE(dec.decode(wrong_version, samples, used, counts, error));
   EXPECT_NE(error.find("wire version 9"), std::string::npos) << error;
+}
+
+TEST(SampleCodec, ValuesAndResourcesTravelBitForBit) {
+  Encoder enc;
+  Decoder dec;
+  StepSample s = sample(3, 40, 4);
+  s.values = {{"loss", 2.3125}, {"grad_norm", std::numeric_limits<double>::quiet_NaN()},
+              {"tokens", -0.0}};
+  s.resources = {{"gpu_sm_clock_mhz", 1410.0}, {"host_rss_bytes", 123456789012345.0},
+                 {"throttle", std::numeric_limits<double>::infinity()}};
+  enc.begin(1);
+  enc.add(s);
+  decode(dec, enc.message());  // defines the names
+  enc.commit();
+  s.step = 50;
+  s.values[0].value = 2.25;
+  enc.begin(2);
+  enc.add(s);
+  Decoded d = decode(dec, enc.message());
+  ASSERT_EQ(d.used, 1u);
+  expect_same(s, d.samples[0]);
+  // Known names cost one byte each: 8 bytes of value plus 1 per value, n once per list.
+  Encoder plain;
+  StepSample without = s;
+  without.values.clear();
+  without.resources.clear();
+  plain.begin(1);
+  plain.add(without);
+  plain.commit();
+  plain.begin(2);
+  plain.add(without);
+  EXPECT_EQ(enc.message().size(), plain.message().size() + 2 + 6 * 9);
+  // A sample without them after one with them: none decoded.
+  enc.commit();
+  enc.begin(3);
+  enc.add(without);
+  Decoded again = decode(dec, enc.message());
+  ASSERT_EQ(again.used, 1u);
+  EXPECT_TRUE(again.samples[0].values.empty() && again.samples[0].resources.empty());
 }
 
 TEST(SampleCodec, AcksCarryTheirSequenceNumber) {

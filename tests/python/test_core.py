@@ -48,6 +48,28 @@ def test_sample_json_round_trip_is_exact():
     assert back.find("nope") is None
 
 
+def test_sample_values_and_resources_round_trip_bit_for_bit():
+    s = make_sample(1, 40, 2.0)
+    assert s.values == {} and s.resources == {}
+    s.values = {"loss": float("nan"), "grad_norm": float("inf"), "low": float("-inf"),
+                "zero": -0.0, "third": 1.0 / 3.0, "tokens": 4096.0}
+    s.resources = {"gpu_sm_clock_mhz": 1410.0}
+    line = s.to_json()
+    doc = json.loads(line)  # Python's json module reads the strings and the numbers
+    assert doc["values"]["loss"] == "NaN" and doc["values"]["grad_norm"] == "Infinity"
+    assert doc["values"]["low"] == "-Infinity"
+    back = _core.StepSample.from_json(line).values
+    assert list(back) == ["loss", "grad_norm", "low", "zero", "third", "tokens"]
+    assert math.isnan(back["loss"]) and back["grad_norm"] == math.inf
+    assert back["low"] == -math.inf
+    assert math.copysign(1.0, back["zero"]) == -1.0
+    assert back["third"] == 1.0 / 3.0 and back["tokens"] == 4096.0
+    assert _core.StepSample.from_json(line).resources == {"gpu_sm_clock_mhz": 1410.0}
+    doc["values"]["loss"] = None
+    with pytest.raises(ValueError, match="'loss' of field 'values' is not a number"):
+        _core.StepSample.from_json(json.dumps(doc))
+
+
 def test_parser_names_what_is_wrong():
     with pytest.raises(ValueError, match="bad sample line"):
         _core.StepSample.from_json('{"schema":"laggard.sample/1","rank":0}')
