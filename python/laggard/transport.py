@@ -81,9 +81,9 @@ class GlooTransport:
             else:
                 os.environ["TORCH_GLOO_LAZY_INIT"] = before
         # The receiving threads wait in a blocking recv() for a peer's next message, which no
-        # call can cancel; a gloo group destroyed while one waits ends the process (std::
-        # terminate at exit). So the group lives as long as the process: this reference is never
-        # dropped (one group per Analyzer; its sockets close when the process ends).
+        # call can cancel (goodbyes at shutdown end them, but a hung peer's never comes). So
+        # the group is never destroyed under a waiting thread: it lives as long as the process
+        # (one group per Analyzer; its sockets close when the process ends).
         _core._keep_forever(self._group)
         self._lock = threading.Lock()
         self._inbox = collections.deque()
