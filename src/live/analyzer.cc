@@ -337,8 +337,6 @@ void Background::drain_ring() {
       }
       if (assembler->add(std::move(own), Clock::now()) == WindowAssembler::Added::late)
         late_samples.fetch_add(1, std::memory_order_relaxed);
-      else
-        samples_sent.store(++own_analysed, std::memory_order_relaxed);
     } else if (gather && !analysis_rank) {
       gather->add_own(sample);
     }
@@ -384,6 +382,9 @@ void Background::analyse(bool final) {
       std::lock_guard<std::mutex> lock(analysis_mu);
       report = analysis->add(window);
     }
+    // This rank's own sample reached the live analysis when its window is analysed.
+    for (const StepSample& s : window.samples)
+      if (s.rank == rank) samples_sent.store(++own_analysed, std::memory_order_relaxed);
     for (StepSample& s : window.samples) spare.push_back(std::move(s));
     window.samples.clear();
     publish(window.step, std::move(report));

@@ -102,7 +102,13 @@ void Gather::flush(Clock::time_point now, bool final) {
     own_dropped_ += own;
     forward_dropped_ += samples - own;
     counts_dirty_ = true;
-    if (samples > 0 || final) errors_.warn("side channel", why);
+    if (samples > 0 || final) {
+      // The samples are counted (send_dropped, forward_dropped); the first drop after a
+      // delivery is also a counted failure, the rest of the episode a warning.
+      if (!dropping_) errors_.report("side channel", why);
+      else errors_.warn("side channel", why);
+      dropping_ = true;
+    }
   };
   if (!transport_.healthy()) return drop("the side channel is down; samples are dropped");
   if (presumed_down_)
@@ -127,6 +133,7 @@ void Gather::flush(Clock::time_point now, bool final) {
     return drop("the link to rank " + std::to_string(links_.parent) +
                 " refused a batch; its samples are dropped");
   encoder_.commit();
+  dropping_ = false;
   outstanding_.push_back(Outstanding{next_seq_, samples, own});
   unacked_samples_ += samples;
   ++next_seq_;

@@ -111,6 +111,7 @@ class Gather {
   std::vector<std::pair<int, std::string>> broken_;
   Clock::time_point last_progress_{};
   bool presumed_down_ = false;
+  bool dropping_ = false;  // batches dropped since the last one delivered
   wire::RankCounts own_counts_;
   std::unordered_map<int, wire::RankCounts> forwarded_counts_;  // latest of each descendant
   bool counts_dirty_ = true;
