@@ -56,6 +56,7 @@ const Report& RunAnalysis::add(const Window& window) {
   // Onsets: every rank's own time against its cohort's reference, log(t / ref), for the stages
   // whose flags make stragglers (a wait in communication is evidence, never a verdict).
   for (const auto& st : last_.stages) {
+    if (!onset_options_.per_rank) break;
     if (st.kind == StageKind::communication || !(st.ref_ms > 0.0)) continue;
     key_ = key_of(st.cohort, st.stage, "");
     auto it = rank_onsets_.find(key_);
