@@ -36,9 +36,9 @@ class DiscardingTransport final : public laggard::Transport {
   const char* name() const noexcept override { return "discard"; }
   int rank() const noexcept override { return 1; }
   int world_size() const noexcept override { return 2; }
-  bool send(laggard::SampleBatch&) override { return true; }
-  void receive(std::vector<laggard::SampleBatch>&) override {}
-  bool settled() const override { return true; }
+  laggard::TreeLinks links() const override { return laggard::TreeLinks{0, {}}; }
+  bool send(int, std::string&) override { return true; }
+  void receive(std::vector<laggard::TransportMessage>&) override {}
   bool healthy() const override { return true; }
   void fail() override {}
   void shutdown() override {}

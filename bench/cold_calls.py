@@ -47,8 +47,8 @@ def main(argv=None):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, dims[0]), torch.randn(32, dims[-1])
 
-    rec = _core.Recorder(interval=1, backend="host")
-    rec.attach_queue(_core.SampleQueue(64))
+    # The Analyzer's engine (no side channel): its recorder, whose samples go into its ring.
+    rec = _core.Engine(interval=1, transport="", queue_capacity=64)
     sid = rec.stage("forward")
     mark_begin, mark_end = rec.marks(sid)
     begin_step, end_step, _ = rec.step_calls()

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "laggard/jsonl.hpp"
+#include "laggard/summary.hpp"
 
 namespace {
 
@@ -125,11 +126,20 @@ void BM_SampleFileReader(benchmark::State& state) {
 }
 BENCHMARK(BM_SampleFileReader)->Arg(64 << 10)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
 
+laggard::RunReaderOptions reader_options(std::int64_t workers) {
+  laggard::RunReaderOptions o;
+  if (workers >= 0) o.workers = static_cast<unsigned>(workers);
+  return o;
+}
+
+// state.range(0): RunReaderOptions::workers (-1: the reader's choice, kAuto).
 void BM_RunReader(benchmark::State& state) {
   const Inputs& in = inputs();
   std::size_t samples = 0;
+  unsigned workers = 0;
   for (auto _ : state) {
-    laggard::RunReader reader(in.run_dir.string());
+    laggard::RunReader reader(in.run_dir.string(), reader_options(state.range(0)));
+    workers = reader.workers();
     laggard::Window window;
     while (reader.next(window)) samples += window.samples.size();
     if (reader.stats().malformed != 0) state.SkipWithError("malformed lines in generated input");
@@ -138,8 +148,37 @@ void BM_RunReader(benchmark::State& state) {
   state.counters["samples/s"] =
       benchmark::Counter(static_cast<double>(samples), benchmark::Counter::kIsRate);
   state.counters["files"] = kRunRanks;
+  state.counters["workers"] = workers;
 }
-BENCHMARK(BM_RunReader)->Unit(benchmark::kMillisecond);
+// Real time: with worker threads, the CPU time of the calling thread says little.
+BENCHMARK(BM_RunReader)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(-1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// `laggard analyze`'s path without printing: read, parse, merge, detect, onsets, summary.
+// state.range(0): reader workers (RunReaderOptions); state.range(1): 0 the default detector,
+// 1 the RFC's rule (--preset rfc).
+void BM_AnalyzeRun(benchmark::State& state) {
+  const Inputs& in = inputs();
+  const auto options =
+      state.range(1) ? laggard::DetectorOptions::rfc() : laggard::DetectorOptions{};
+  for (auto _ : state) {
+    laggard::RunReader reader(in.run_dir.string(), reader_options(state.range(0)));
+    laggard::RunAnalysis analysis(options);
+    laggard::Window window;
+    while (reader.next(window)) analysis.add(window);
+    benchmark::DoNotOptimize(analysis.summary());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * in.run_bytes));
+}
+BENCHMARK(BM_AnalyzeRun)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Parsing alone, from lines already in memory (SampleParser copies each into a padded buffer).
 void BM_SampleParser(benchmark::State& state) {

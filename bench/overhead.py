@@ -406,7 +406,7 @@ def ab_worker(a, modes, seed, rounds):
                     cpus[c.name].append(cpu)
         for c in copies:
             c.close()
-            if c.an._channel is not None:  # on (closed by now)
+            if c.an._engine is not None:  # on (closed by now)
                 counters = c.an.counters()
                 if "background_cpu_ms" in counters:
                     bg = background.setdefault(c.name, [0.0, 0.0, 0])

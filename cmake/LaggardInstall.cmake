@@ -40,7 +40,7 @@ install(FILES ${PROJECT_BINARY_DIR}/laggardConfig.cmake ${PROJECT_BINARY_DIR}/la
 # pkg-config: relocatable (the prefix is found from the .pc file's own place).
 file(RELATIVE_PATH LAGGARD_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" LAGGARD_PC_TO_PREFIX "${LAGGARD_PC_TO_PREFIX}")
-set(LAGGARD_PC_REQUIRES_PRIVATE "simdjson")
+set(LAGGARD_PC_REQUIRES_PRIVATE "simdjson zlib")
 set(LAGGARD_PC_LIBS_PRIVATE "-pthread")
 if(CMAKE_DL_LIBS)
   string(APPEND LAGGARD_PC_LIBS_PRIVATE " -l${CMAKE_DL_LIBS}")

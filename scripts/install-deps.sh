@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(
   cmake g++ make pkg-config
-  libsimdjson-dev libcli11-dev nlohmann-json3-dev
+  libsimdjson-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-venv
   libopenmpi-dev openmpi-bin

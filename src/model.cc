@@ -57,4 +57,20 @@ const StageTime* StepSample::find(std::string_view name) const noexcept {
   return nullptr;
 }
 
+namespace {
+const NamedValue* find_named(const std::vector<NamedValue>& list, std::string_view name) {
+  for (const auto& v : list)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+}  // namespace
+
+const NamedValue* StepSample::find_value(std::string_view name) const noexcept {
+  return find_named(values, name);
+}
+
+const NamedValue* StepSample::find_resource(std::string_view name) const noexcept {
+  return find_named(resources, name);
+}
+
 }  // namespace laggard

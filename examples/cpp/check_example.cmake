@@ -58,7 +58,7 @@ if(MODE STREQUAL "detect")
   expect_not("${err}" "warning" "warnings in a healthy run")
 elseif(MODE STREQUAL "failure")
   expect("${out}" "rank 0: side channel killed at step 20" "the drill did not run")
-  expect("${err}" "rank [123]: side channel: analysis rank 0 acknowledged nothing"
+  expect("${err}" "rank [123]: side channel: rank 0 \\(this rank.s parent in the gather tree\\) acknowledged nothing"
          "no warning on the other ranks")
 elseif(MODE STREQUAL "thread_level")
   expect("${err}" "rank [0-3]: side channel: transport 'mpi' unavailable: MPI provides MPI_THREAD_SERIALIZED.*needs MPI_THREAD_MULTIPLE"

@@ -40,15 +40,11 @@
 #include "laggard/log.hpp"
 #include "laggard/model.hpp"
 #include "laggard/recorder.hpp"
+#include "laggard/sink.hpp"
 #include "laggard/summary.hpp"
 #include "laggard/transport.hpp"
 
 namespace laggard {
-
-/// Receives each report's `straggler/*` metrics, on the analysis rank, on laggard's background
-/// thread (never the training thread). An exception it throws is counted and logged; later
-/// reports still reach it.
-using MetricsSink = std::function<void(std::int64_t step, const Metrics& metrics)>;
 
 /// How stage times are taken on sampled steps.
 enum class Timing : std::uint8_t {
@@ -79,11 +75,21 @@ struct AnalyzerOptions {
   /// an empty host is filled in with the host name.
   RankInfo rank;
   std::vector<MetricsSink> sinks;
+  std::vector<std::shared_ptr<Sink>> sink_objects;  ///< sinks with a full report and close()
 
   /// The side channel, by name: "local" (one process; ranks that are threads of one process
-  /// share `channel`) or "mpi" (see laggard/mpi.hpp). See transport_names().
+  /// share `channel`) or "mpi" (see laggard/mpi.hpp). See transport_names(). "": none (the
+  /// rank log only; with several ranks, no live analysis).
   std::string transport = "local";
   std::string channel;  ///< "local" only
+  int ranks_per_host = 0;  ///< > 0: hosts of this many ranks in the gather tree (TransportSetup)
+  /// When set, creates the side channel instead of the registry (`transport` then only names it
+  /// in errors): a transport written elsewhere, e.g. in Python over torch.distributed.
+  TransportFactory transport_factory;
+  int fan_out = 32;  ///< host leaders per leader in the gather tree (gather_tree)
+  /// summary() gives each straggler's onset up to this many ranks; beyond, only the step
+  /// time's (per-rank onsets then cost more than the detector: docs/live-scale.md).
+  int rank_onsets_max_ranks = 4096;
   int mpi_comm = -1;    ///< "mpi" only: MPI_Comm_c2f(application communicator); -1 = world
 
   Timing timing = Timing::host;
@@ -92,7 +98,10 @@ struct AnalyzerOptions {
   int max_pending_steps = 4;    ///< CUDA: sampled steps whose events may still be running
 
   std::size_t queue_capacity = 64;        ///< samples waiting for the background thread
-  std::size_t max_unacked_samples = 256;  ///< per rank, in flight to the analysis rank
+  std::size_t max_unacked_samples = 256;  ///< per rank, in flight to its parent in the tree
+  /// A batch of samples goes to the parent this long after its first sample (0: at the
+  /// background thread's next turn); fewer, larger messages where each costs more (Python).
+  double batch_period_s = 0.0;
   double window_timeout_s = 5.0;  ///< a window missing some ranks is analysed after this ...
   std::size_t max_pending_windows = 32;  ///< ... or once this many windows are waiting
   double side_channel_timeout_s = 30.0;  ///< silence after which the analysis rank is presumed down
@@ -132,13 +141,24 @@ struct AnalyzerCounters {
   std::uint64_t sampled_steps = 0;
   std::uint64_t samples_emitted = 0;    ///< samples the recorder finished
   std::uint64_t recorder_dropped = 0;   ///< steps, stages, intervals the recorder dropped
+  RecorderCounters recorder;            ///< the recorder's own counters, in detail
   std::uint64_t queue_dropped = 0;      ///< samples dropped: the log writer was behind (disk)
+  std::uint64_t queue_pushed = 0;      ///< samples the log writer got (emitted - queue_dropped)
   std::uint64_t samples_logged = 0;     ///< lines written to rank-<r>.jsonl
+  std::uint64_t rank_log_lost = 0;      ///< samples whose rank-log write failed
   /// Samples logged but not sent or analysed: the background thread (side channel, analysis,
   /// sinks) was behind, e.g. stuck in a sink that blocks.
   std::uint64_t analysis_dropped = 0;
-  std::uint64_t samples_sent = 0;       ///< handed to the side channel
-  std::uint64_t send_dropped = 0;       ///< dropped: the analysis rank was behind or gone
+  /// This rank's samples the live analysis got: acknowledged by the parent in the gather tree
+  /// (on the analysis rank: put into a window).
+  std::uint64_t samples_sent = 0;
+  std::uint64_t send_dropped = 0;       ///< dropped: the parent was behind or gone, or close
+  /// Samples this rank's background thread did not get or could not deliver: analysis_dropped +
+  /// send_dropped; after close(), queue_pushed - samples_sent (queue_pushed = samples_sent +
+  /// gather_dropped, as docs/failure-contract.md has it).
+  std::uint64_t gather_dropped = 0;
+  std::uint64_t forwarded_samples = 0;  ///< other ranks' samples this rank passed on (a leader)
+  std::uint64_t forward_dropped = 0;    ///< ... of which dropped (its parent behind or gone)
   std::uint64_t samples_received = 0;   ///< analysis rank: from other ranks
   std::uint64_t late_samples = 0;       ///< analysis rank: arrived after their window
   std::uint64_t malformed_samples = 0;  ///< analysis rank: lines that did not parse
@@ -146,10 +166,13 @@ struct AnalyzerCounters {
   std::uint64_t incomplete_windows = 0; ///< ... of which some ranks were missing
   std::uint64_t reports = 0;
   std::uint64_t errors = 0;  ///< failures counted on this rank (straggler/report_errors, local)
+  std::uint64_t background_cpu_ns = 0;  ///< CPU time of laggard's two threads so far
   /// In a process forked from this one after the Analyzer started: its begin_step calls, none
   /// of them recorded (the child has a copy of the Analyzer without its threads).
   std::uint64_t forked_steps_dropped = 0;
   bool side_channel_healthy = false;
+  bool parent_down = false;  ///< the parent in the gather tree is presumed down
+  bool side_channel_failed = false;  ///< the transport failed while the Analyzer ran
 };
 
 /// The live analysis of one rank. One per training thread.
@@ -232,6 +255,10 @@ class LAGGARD_API Analyzer {
   AnalyzerCounters counters() const noexcept;
   /// Adds a sink (analysis rank; ignored elsewhere). Thread-safe.
   void add_sink(MetricsSink sink) noexcept;
+  void add_sink(std::shared_ptr<Sink> sink) noexcept;
+  /// Counts a failure of the caller's (a framework integration's) as this Analyzer's own:
+  /// straggler/report_errors and a rate-limited warning. Thread-safe.
+  void count_error(std::string_view kind, std::string_view message) noexcept;
 
   int rank() const noexcept;
   int world_size() const noexcept;

@@ -79,6 +79,8 @@ class LAGGARD_API SampleFileReader {
   std::uint64_t bytes() const noexcept;        ///< bytes consumed so far
   /// The first malformed lines (at most 20 kept; `malformed()` counts them all).
   const std::vector<LineError>& errors() const noexcept;
+  /// Asks the CPU to fetch the start of the next line into its caches (no effect on results).
+  void prefetch() const noexcept;
 
  private:
   struct Impl;
@@ -101,20 +103,34 @@ struct RunStats {
   std::string world_size_conflict;
 };
 
+/// How a RunReader reads.
+struct RunReaderOptions {
+  static constexpr unsigned kAuto = ~0u;
+  /// Worker threads that read and parse the files ahead of next(), each a range of them, while
+  /// next() only merges their windows: 0 reads in the caller's thread, in next(). kAuto picks:
+  /// none on one CPU, else one per CPU besides the caller's (at most 8): on two CPUs, one thread
+  /// parses while the caller analyses. The windows, the statistics and the errors kept are the
+  /// same whatever the number.
+  unsigned workers = kAuto;
+};
+
 /// Reads RUN_DIR/rank-*.jsonl and yields one Window per step, in step order, merging the files
-/// as they stream (memory bounded by ranks, not steps). Each file must be in ascending step
-/// order, as laggard writes it. Not thread-safe.
+/// as they stream (memory bounded by ranks, not steps: with workers, at most 32 windows are read
+/// ahead). Each file must be in ascending step order, as laggard writes it. Cost: the
+/// parse, about 0.3 µs per sample line of 8 stages on one core. Not thread-safe (its workers
+/// are its own business: one thread calls next()).
 class LAGGARD_API RunReader {
  public:
   /// Throws InputError for a missing directory, one without rank-*.jsonl files (naming any
   /// rank-X.jsonl whose X is not a number), or a rank file that is not a readable regular file
   /// (a directory, a FIFO, a dangling or looping symbolic link), as for an unreadable file.
-  explicit RunReader(const std::string& run_dir);
+  explicit RunReader(const std::string& run_dir, RunReaderOptions options = {});
   ~RunReader();
   RunReader(const RunReader&) = delete;
   RunReader& operator=(const RunReader&) = delete;
 
   /// Next window (all samples with the smallest remaining step), or false when all files end.
+  /// Rethrows an InputError a worker met (a read error) when the merge reaches it.
   bool next(Window& out);
 
   const RunStats& stats() const noexcept;
@@ -122,6 +138,8 @@ class LAGGARD_API RunReader {
   std::uint64_t bytes_read() const noexcept;
   std::uint64_t bytes_total() const noexcept;
   const std::vector<std::string>& files() const noexcept;
+  /// Worker threads reading (0: the caller's thread reads, in next()).
+  unsigned workers() const noexcept;
 
  private:
   struct Impl;

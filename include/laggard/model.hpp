@@ -34,6 +34,14 @@ struct StageTime {
   std::uint32_t calls = 0;  ///< how many times the stage was entered in the step
 };
 
+/// A named number beside a step's times: a value the training loop recorded (`loss`,
+/// `grad_norm`, `tokens`) or a resource reading (`gpu_sm_clock_mhz`, docs/formats.md). Any double,
+/// NaN and infinities included: the log keeps it bit for bit (a NaN as NaN, without its payload).
+struct NamedValue {
+  std::string name;
+  double value = 0.0;
+};
+
 /// Who a rank is. Ranks are compared only with ranks of the same cohort (same work).
 struct RankInfo {
   int rank = 0;
@@ -53,9 +61,19 @@ struct LAGGARD_API StepSample {
   double step_ms = 0.0;
   double work = std::numeric_limits<double>::quiet_NaN();  ///< optional: tokens or samples
   std::vector<StageTime> stages;
+  /// Optional: what the training loop recorded in this step (Recorder::record), names unique,
+  /// in the order first recorded. Non-finite values are kept: the correctness gate reads them.
+  std::vector<NamedValue> values;
+  /// Optional: resource readings beside this step (clocks, throttling, host CPU, GC, allocator;
+  /// names in docs/formats.md), names unique. Compared across ranks like stage times.
+  std::vector<NamedValue> resources;
 
   /// The stage called `name`, or nullptr. Linear scan: steps have a handful of stages.
   const StageTime* find(std::string_view name) const noexcept;
+  /// The recorded value called `name`, or nullptr (linear scan).
+  const NamedValue* find_value(std::string_view name) const noexcept;
+  /// The resource reading called `name`, or nullptr (linear scan).
+  const NamedValue* find_resource(std::string_view name) const noexcept;
 };
 
 /// Every rank's sample of one step (one sampled window).

@@ -15,6 +15,10 @@ struct LAGGARD_API OnsetOptions {
   int persist_windows = 3;   ///< a shift must last this many values to count (spikes do not)
   double threshold = 5.0;    ///< CUSUM decision threshold h, in baseline standard deviations
   double min_shift = 0.10;   ///< smallest relative slowdown that counts (0.10: 10% slower)
+  /// RunAnalysis: the onset of each (rank, stage) as well as the job's step time. It costs a
+  /// logarithm and a filter step per rank and stage per window (at 16,384 ranks x 16 stages
+  /// more than the detector itself); false keeps only the step time's.
+  bool per_rank = true;
 
   /// Throws std::invalid_argument naming the offending setting.
   void validate() const;

@@ -56,3 +56,29 @@ class ErrorCounter:
                            type(error).__name__, error, more)
         except Exception:  # a broken logging setup must not reach the caller either
             pass
+
+
+class EngineErrors:
+    """The Analyzer's failures once its engine runs: counted by the engine (C++), which also
+    counts its own (a sink, the side channel, the rank log), rate-limits the warnings per kind
+    and puts the total into straggler/report_errors. `before`: what was counted before the
+    engine existed. Thread-safe."""
+
+    def __init__(self, engine, before):
+        self.engine = engine
+        self.local = before
+
+    def report(self, kind, error, count=1):
+        try:
+            message = "%s: %s; training continues" % (type(error).__name__, error)
+            for _ in range(max(1, int(count))):
+                self.engine.count_error(str(kind), message)
+        except Exception:  # a broken engine must not reach the caller either
+            self.local.report(kind, error, count)
+
+    @property
+    def total(self):
+        try:
+            return self.local.total + int(self.engine.counters["report_errors"])
+        except Exception:
+            return self.local.total

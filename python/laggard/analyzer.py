@@ -10,10 +10,11 @@
 Costs on the training thread: disabled, every call is one attribute check. On a step that is
 not sampled, section() returns one shared no-op context manager without calling into C++.
 On a sampled step a section is two calls into the C++ recorder (host clock or CUDA event), and
-end_step hands the sample to a C++ queue; formatting, logging, the gather and the analysis
-happen on a background thread. Nothing here synchronizes the device or waits on a collective,
-and nothing raises into the training loop: failures become rate-limited warnings and the
-straggler/report_errors count.
+end_step copies the sample into the live engine's ring (laggard._core.Engine, the C++
+laggard::Analyzer): the rank log, the side channel, window assembly, the detector and the sinks
+run on the engine's two C++ threads (docs/design.md). Nothing here synchronizes the device or
+waits on a collective, and nothing raises into the training loop: failures become rate-limited
+warnings and the straggler/report_errors count.
 
 Thread-safety: begin_step/section/end_step/add belong to the training thread;
 latest_metrics/latest_report may be called from any thread.
@@ -28,7 +29,7 @@ import socket
 import sys
 import weakref
 
-from ._log import ErrorCounter, log_once
+from ._log import EngineErrors, ErrorCounter, log_once
 
 _REFS = ("mean", "median", "robust")
 
@@ -130,11 +131,18 @@ class Analyzer:
     preset: None (the defaults, with any setting given on top), "default"/"recommended" (the
       same) or "rfc" (the RFC's rule exactly: threshold, mean, 1.2x, 5 ms, 2 of 3); a preset
       replaces every detector setting.
-    queue_capacity: samples waiting for the background thread before new ones are dropped.
-    side_channel_timeout_s: timeout of the side-channel gloo group's collectives.
+    queue_capacity: samples waiting for the rank log (and again for the side channel) before
+      new ones are dropped.
+    side_channel_timeout_s: silence after which a rank presumes its parent in the gather tree
+      down, and the timeout of the gloo side channel's operations.
     close_timeout_s: how long close() waits for outstanding samples and reports.
-    rank, world_size: override what torch.distributed says (the side channel still needs
+    rank, world_size: override what torch.distributed says (the gloo side channel still needs
       torch.distributed initialized to span several ranks).
+    transport: the side channel. None: gloo over torch.distributed when it is initialized with
+      several ranks (laggard.transport.GlooTransport), else none; "local" (ranks that are
+      threads of this process, with `channel`), "mpi" when the engine was built with it, or an
+      object with GlooTransport's methods.
+    fan_out: host leaders per leader in the gather tree (docs/design.md).
     """
 
     def __init__(self, enabled=True, interval=10, relative_threshold=None,
@@ -143,7 +151,7 @@ class Analyzer:
                  timing="auto", confirm_k=None, confirm_n=None, mad_z=None, queue_capacity=256,
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
                  rank=None, world_size=None, preset=None, method=None,
-                 false_alarm_budget=None):
+                 false_alarm_budget=None, transport=None, channel="", fan_out=32):
         self._enabled = False
         self._sampled = False
         self._closed = False
@@ -160,8 +168,7 @@ class Analyzer:
         self._on_close = []  # instrument(): take its hooks and wrappers out (Instrumentation.remove)
         self._errors = ErrorCounter()
         self._recorder = None
-        self._channel = None
-        self._analysis = None
+        self._engine = None  # laggard._core.Engine: the live engine (also self._recorder)
         self._stream = None
         self.backend_name = None
         self.analysis_rank = int(analysis_rank)
@@ -266,70 +273,76 @@ class Analyzer:
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
 
         backend, device = self._choose_timing(timing, torch)
-        max_pending = 4
-        self._recorder = _core.Recorder(
-            interval=interval, rank=self.rank, world_size=self.world_size, local_rank=local_rank,
-            host=host if host is not None else socket.gethostname(), cohort=str(cohort),
-            max_pending_steps=max_pending, backend=backend, device=device)
-        self.backend_name = self._recorder.backend_name
+        if log_dir is not None:
+            log_dir = os.fspath(log_dir)
+            if isinstance(log_dir, bytes):
+                log_dir = os.fsdecode(log_dir)
+
+        # The side channel: gloo over torch.distributed when several ranks train (a group of
+        # laggard's own, lazily connected: a rank talks to its parent and children only).
+        side_channel = transport
+        if side_channel is None and self.world_size > 1:
+            if info is not None:
+                try:
+                    from .transport import GlooTransport
+
+                    side_channel = GlooTransport(self.rank, self.world_size, self.analysis_rank,
+                                                 float(side_channel_timeout_s),
+                                                 fan_out=int(fan_out))
+                except Exception as e:
+                    self._errors.report("side channel setup", e)
+                    side_channel = "none"
+            else:
+                log_once("nodist", logging.WARNING, "laggard: world_size %d but "
+                         "torch.distributed is not initialized: analysing this rank alone",
+                         self.world_size)
+                side_channel = "none"
+        if side_channel == "none":  # no side channel: the rank log only, no live analysis
+            side_channel = ""
+        try:
+            engine = _core.Engine(
+                interval=interval, rank=self.rank, world_size=self.world_size,
+                local_rank=local_rank, host=host if host is not None else socket.gethostname(),
+                cohort=str(cohort), timing=backend, cuda_device=device, max_pending_steps=4,
+                detector=options, log_dir=log_dir, analysis_rank=self.analysis_rank,
+                queue_capacity=queue_capacity, close_timeout_s=close_timeout_s,
+                side_channel_timeout_s=side_channel_timeout_s, transport=side_channel,
+                channel=str(channel), fan_out=int(fan_out),
+                # Python's turns cost the GIL: few, larger batches, looked for a few times a
+                # second (bench/overhead.py); C++ work alone needs no such care.
+                batch_period_s=0.25, poll_interval_s=0.1, transport_poll_s=0.1,
+                # A peer's 0.25 s batch can hold many windows (interval 1, fast steps): room for
+                # them, so that no window is released before this rank's own sample is in.
+                max_pending_windows=128)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise ValueError("laggard: the live engine could not start: %s" % e) from e
+        self._recorder = self._engine = engine
+        self._errors = EngineErrors(engine, self._errors)
+        self.backend_name = engine.backend_name
+        self.is_analysis_rank = self.rank == self.analysis_rank
         # The training thread's calls into the recorder: CPython builtins, not pybind11 methods
         # (after a training step has evicted the caches, a pybind11 call costs ~8 µs more;
         # bench/cold_calls.py).
-        self._rec_begin_step, self._rec_end_step, self._rec_set_stream = \
-            self._recorder.step_calls()
-        if backend == "cuda" and self._recorder.backend_reason:
+        self._rec_begin_step, self._rec_end_step, self._rec_set_stream = engine.step_calls()
+        if backend == "cuda" and self.backend_name == "host-clock":
             level = logging.WARNING if timing == "cuda" else logging.INFO
-            log_once("timing", level, "laggard: CUDA event timing unavailable (%s); using the "
-                     "host clock", self._recorder.backend_reason)
+            log_once("timing", level, "laggard: CUDA event timing unavailable; using the host "
+                     "clock")
         else:
-            log_once("timing", logging.INFO, "laggard: stage timing with %s",
-                     self._recorder.backend_name)
-        if self._recorder.backend_name != "host-clock":
+            log_once("timing", logging.INFO, "laggard: stage timing with %s", self.backend_name)
+        if self.backend_name != "host-clock":
             self._stream = lambda: torch.cuda.current_stream().cuda_stream
-        queue = _core.SampleQueue(int(queue_capacity))
-        self._recorder.attach_queue(queue)
-
-        # Side channel: a dedicated gloo group when several ranks train, else local.
-        from .transport import (GlooExchange, LocalExchange, SideChannel, new_gloo_group,
-                                rounds_per_gather)
-
-        exchange = LocalExchange()
-        if info is not None and self.world_size > 1:
-            try:
-                group = new_gloo_group(float(side_channel_timeout_s))
-                exchange = GlooExchange(group, self.rank, self.world_size, self.analysis_rank)
-            except Exception as e:
-                self._errors.report("side channel setup", e)
-                exchange = None
-        elif self.world_size > 1:
-            log_once("nodist", logging.WARNING, "laggard: world_size %d but torch.distributed "
-                     "is not initialized: analysing this rank alone", self.world_size)
-
-        log_path = None
-        report_log = None  # reports.jsonl, written by the live analysis (in C++)
-        if log_dir is not None:
-            log_dir = os.fspath(log_dir)
-            log_path = os.path.join(log_dir, "rank-%d.jsonl" % self.rank)
-            if self.is_analysis_rank:
-                report_log = os.path.join(log_dir, "reports.jsonl")
-        if self.is_analysis_rank and exchange is not None:
-            late_rounds = 2 if self.backend_name == "host-clock" else max_pending + 2
-            self._analysis = _live_analysis(options, exchange.world_size, self.rank, sink_list,
-                                            self._errors, report_log, late_rounds)
-        if exchange is None:  # no side channel: keep the rank log, analyse nothing
-            exchange = LocalExchange()
-        self._channel = SideChannel(queue, self.rank, exchange, self._analysis, log_path,
-                                    self._errors, rounds_per_gather(interval))
+        for sink in sink_list:
+            engine.add_sink(sink, _sink_name(sink))
         self._close_timeout_s = float(close_timeout_s)
         if self.backend_name == "host-clock":  # device backends poll in every begin_step
             self._skip_every = interval
-        self._channel.start()
         self._enabled = True
         ref_self = weakref.ref(self)
         self._atexit = lambda: _close_at_exit(ref_self)
         atexit.register(self._atexit)
-        # Dropped without close(): let the thread finish what was marked and exit.
-        self._finalizer = weakref.finalize(self, queue.close)
         self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref_self))
@@ -495,9 +508,9 @@ class Analyzer:
         """A copy of the latest report's straggler/* metrics on the analysis rank; {} on other
         ranks and before the first report."""
         try:
-            if self._analysis is None:
+            if self._engine is None or self._forked_steps is not None:
                 return {}
-            return self._analysis.latest_metrics()
+            return self._engine.latest_metrics()
         except Exception as e:
             self._errors.report("latest_metrics", e)
             return {}
@@ -506,13 +519,16 @@ class Analyzer:
         """The latest full report (dict: stages, stragglers, waiting, hints, metrics) on the
         analysis rank, else None."""
         try:
-            return None if self._analysis is None else self._analysis.latest_report()
+            if self._engine is None or self._forked_steps is not None:
+                return None
+            return self._engine.latest_report()
         except Exception as e:
             self._errors.report("latest_report", e)
             return None
 
     def counters(self):
-        """What was sampled, emitted and dropped, and how many failures were counted."""
+        """What was sampled, emitted, logged, sent and dropped, and how many failures were
+        counted (docs/failure-contract.md has the sums they obey)."""
         out = {"report_errors": 0}
         if self._forked_steps is not None:
             # A forked child: the parent's C++ objects may hold locks taken by threads that do
@@ -521,30 +537,8 @@ class Analyzer:
             out["report_errors"] = self._errors.total
             return out
         try:
-            if self._recorder is not None:
-                out.update(self._recorder.counters)
-                queue = self._recorder.queue
-                out["queue_dropped"] = int(queue.dropped)
-                out["queue_pushed"] = int(queue.pushed)
-                # The rank log (written by the queue's own thread) and the live analysis'
-                # share: pushed = rank_log_written + rank_log_lost (+ still queued), and
-                # pushed = sent to the gather + gather_dropped (+ still queued).
-                out["rank_log_written"] = int(queue.logged)
-                out["rank_log_lost"] = int(queue.log_lost)
-                out["gather_dropped"] = (self._channel.gather_dropped()
-                                         if self._channel is not None
-                                         else int(queue.gather_dropped))
-            if self._channel is not None:
-                out["rounds"] = self._channel.rounds
-                out["gather_sent"] = self._channel.sent
-                out["side_channel_broken"] = self._channel.broken
-                # laggard's background thread: its CPU time, and the part that held the GIL
-                # (which the training thread may have waited for)
-                out["background_cpu_ms"] = self._channel.cpu_ns / 1e6
-                out["background_gil_ms"] = max(
-                    0, self._channel.cpu_ns - self._channel.gil_free_cpu_ns) / 1e6
-            if self._analysis is not None:
-                out["reports"] = self._analysis.reports
+            if self._engine is not None:
+                out.update(self._engine.counters)
         except Exception as e:
             self._errors.report("counters", e)
         out["report_errors"] = self._errors.total
@@ -554,7 +548,7 @@ class Analyzer:
 
     def close(self, timeout_s=None):
         """Flushes outstanding samples and reports (bounded wait), then stops. Idempotent.
-        Every rank should call it: the last gather needs all of them."""
+        Every rank should call it: the analysis rank waits for the others' last samples."""
         if not self._enabled or self._closed:
             return
         self._closed = True
@@ -574,29 +568,12 @@ class Analyzer:
                 except Exception as e:
                     self._errors.report("close", e)
             self._on_close = []
-            self._drain_device(min(1.0, timeout_s / 4))
-            self._recorder.queue.mark_round()  # the final round carries late samples
-            self._channel.close(timeout_s)
+            self._engine.close(timeout_s)  # device timing drains first, within the bound
         except Exception as e:
             self._errors.report("close", e)
         finally:
             self._enabled = False
             self._sampled = False
-
-    def _drain_device(self, timeout_s):
-        """Device backends: polls (never waits on the device) until every sampled step has been
-        emitted or dropped, or `timeout_s` passes."""
-        if self.backend_name == "host-clock":
-            return
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self._recorder.poll()
-            c = self._recorder.counters
-            if c["samples_emitted"] + c["dropped_steps"] >= c["sampled_steps"]:
-                return
-            time.sleep(0.001)
 
     def __enter__(self):
         return self
@@ -606,10 +583,9 @@ class Analyzer:
         return False
 
 
-def _live_analysis(options, world_size, rank, sinks, errors, report_log, late_rounds):
-    from .live import LiveAnalysis
-
-    return LiveAnalysis(options, world_size, rank, sinks, errors, report_log, late_rounds)
+def _sink_name(sink):
+    fn = getattr(sink, "fn", sink)
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def _after_fork_in_child(ref):
@@ -622,11 +598,12 @@ def _after_fork_in_child(ref):
     an._enabled = False
     an._sampled = False
     an._forked_steps = 0
-    an._channel = an._analysis = None
     an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child
-    # The queue's lock may have been held by the parent's writer thread at the fork: the child
-    # never touches the queue, not even to close it when the Analyzer goes away.
-    an._finalizer.detach()
+    # The engine's locks may have been held by its threads at the fork: the child never touches
+    # it, not even to destroy it, and counts its own failures.
+    an._errors = ErrorCounter()
+    if an._engine is not None:
+        an._engine.forget()
 
 
 def _close_at_exit(ref):

@@ -40,9 +40,13 @@ STAGE_MS = {"dataloader": 10.0, "forward": 20.0, "backward": 20.0, "optimizer": 
 WARMUP_STEPS = 3  # before step 0, not timed
 
 # The detector settings of the demo are the library's own defaults (docs/detection.md): every
-# setting left None here takes them, in the Analyzer and in `laggard analyze`.
-DETECTOR_SETTINGS = ("preset", "method", "ref", "relative_threshold", "absolute_ms_threshold",
-                     "confirm_k", "confirm_n")
+# setting left None here takes them, in the Analyzer and in `laggard analyze`. Their flags are
+# the settings table's (laggard._core.detector_settings()), as the program's are.
+def _detector_settings():
+    from . import _core
+
+    return _core.detector_settings()
+
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -76,19 +80,14 @@ def parse_args(argv=None):
         "takes it)")
     g.add_argument("--interval", type=int, default=10,
                    help="sample every N-th step (%(default)s)")
-    g.add_argument("--preset", choices=("default", "rfc", "recommended"), default=None,
-                   help="settings by name; rfc: the RFC's rule exactly (mean, 1.2x, 5 ms, 2 of 3)")
-    g.add_argument("--method", choices=("sequential", "threshold"), default=None,
-                   help="sequential (the default) or threshold (the RFC's per-window rule)")
-    g.add_argument("--ref", choices=("mean", "median", "robust"), default=None,
-                   help="reference over ranks (default robust)")
-    g.add_argument("--relative-threshold", type=float, default=None, help="(default 1.1)")
-    g.add_argument("--absolute-ms-threshold", type=float, default=None,
-                   help="(default off)")
-    g.add_argument("--confirm-k", type=int, default=None,
-                   help="threshold method: confirmed when slow in k ... (default 2)")
-    g.add_argument("--confirm-n", type=int, default=None,
-                   help="... of the last n windows (default 3)")
+    settings = _detector_settings()
+    g.add_argument("--preset", choices=tuple(settings[0]["presets"]), default=None,
+                   help="settings by name, under any setting given; rfc: the RFC's rule exactly "
+                        "(mean, 1.2x, 5 ms, 2 of 3)")
+    for st in settings:
+        kind = {"number": float, "integer": int, "choice": str}[st["type"]]
+        g.add_argument(st["flag"], type=kind, default=None, choices=tuple(st["choices"]) or None,
+                       help="%s (default %s)" % (st["help"], st["default"]))
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="step counter on stderr: auto = only when stderr is a terminal")
     a = p.parse_args(argv)
@@ -113,30 +112,30 @@ def parse_args(argv=None):
     return a
 
 
+def detector_settings_given(args):
+    """The detector settings given as flags, by name (None where left out)."""
+    return {st["name"]: getattr(args, st["name"]) for st in _detector_settings()}
+
+
 def detector_options(args):
-    """The _core.DetectorOptions of the demo's settings (the library's defaults where unset)."""
+    """The _core.DetectorOptions of the demo's settings: the preset (or the library's defaults)
+    with the settings given on top, as `laggard analyze` resolves its flags."""
     from . import _core
 
-    if args.preset is not None:
-        base = _core.DetectorOptions.preset(args.preset, args.ranks)
-        given = {k: getattr(args, k) for k in DETECTOR_SETTINGS[1:] if getattr(args, k) is not None}
-        for k, v in given.items():
-            if k == "method":
-                v = _core.Method.__members__[v]
-            elif k == "ref":
-                v = _core.Reference.__members__[v]
-            setattr(base, k, v)
-        base.validate()
-        return base
-    return _core.DetectorOptions(method=args.method, ref=args.ref,
-                                 relative_threshold=args.relative_threshold,
-                                 absolute_ms_threshold=args.absolute_ms_threshold,
-                                 confirm_k=args.confirm_k, confirm_n=args.confirm_n)
+    return _core.detector_options(args.preset, args.ranks, **detector_settings_given(args))
+
+
+def resolved_settings(args):
+    """Every detector setting's value as the demo runs it, for the ranks' Analyzer (explicit, so
+    that the live analysis and `laggard analyze` resolve the preset the same way)."""
+    o = detector_options(args)
+    return {st["name"]: getattr(o, st["name"]).name if st["type"] == "choice"
+            else getattr(o, st["name"]) for st in _detector_settings()}
 
 
 def describe_detector(args):
     rule = "interval %d, %s" % (args.interval, detector_options(args).describe())
-    if all(getattr(args, k) is None for k in DETECTOR_SETTINGS):
+    if args.preset is None and all(v is None for v in detector_settings_given(args).values()):
         rule += "\n    (the library's defaults)"
     return rule
 
@@ -259,11 +258,8 @@ def _rank_main(rank, world, port, cfg, shared, queue):
             for f in report.get("waiting", ())], metrics.get("straggler/likely_bottleneck", "")))
 
     an = laggard.Analyzer(
-        enabled=True, interval=cfg["interval"], relative_threshold=cfg["relative_threshold"],
-        absolute_ms_threshold=cfg["absolute_ms_threshold"], ref=cfg["ref"],
-        log_dir=cfg["out"], sinks=[verdicts] if rank == 0 else (), timing="host",
-        confirm_k=cfg["confirm_k"], confirm_n=cfg["confirm_n"], method=cfg["method"],
-        preset=cfg["preset"],
+        enabled=True, interval=cfg["interval"], log_dir=cfg["out"],
+        sinks=[verdicts] if rank == 0 else (), timing="host", **cfg["detector"],
         side_channel_timeout_s=60.0, close_timeout_s=15.0, host="localhost", cohort="dp")
     holder["an"] = an
     model = nn.parallel.DistributedDataParallel(MLP())
@@ -385,9 +381,8 @@ def find_cli():
 
 def detector_cli_args(args):
     """`laggard analyze` flags for the settings given (none: the same defaults)."""
-    out = []
-    for k in DETECTOR_SETTINGS:
-        v = getattr(args, k)
+    out = ["--preset", args.preset] if args.preset is not None else []
+    for k, v in detector_settings_given(args).items():
         if v is not None:
             out += ["--" + k.replace("_", "-"), repr(float(v)) if isinstance(v, float) else str(v)]
     return out
@@ -480,9 +475,7 @@ def main(argv=None):
     queue = ctx.Queue()
     cfg = dict(stage_ms=base, slow_rank=args.slow_rank, slow_stage=args.slow_stage,
                slowdown=args.slowdown, slow_from=args.slow_from, steps=args.steps,
-               interval=args.interval, ref=args.ref, relative_threshold=args.relative_threshold,
-               absolute_ms_threshold=args.absolute_ms_threshold, confirm_k=args.confirm_k,
-               confirm_n=args.confirm_n, method=args.method, preset=args.preset, out=out,
+               interval=args.interval, detector=resolved_settings(args), out=out,
                warmup=WARMUP_STEPS)
     port = free_port()
 

@@ -1,261 +1,250 @@
-"""The side channel: per-rank samples to the analysis rank, off the training thread.
+"""The side channel over torch.distributed: laggard's messages between ranks, gloo point to point.
 
-Each rank runs two background threads. The C++ sample queue's writer thread (it never takes the
-GIL) appends every finished sample to the rank's JSONL log, whatever the rest does; this module's
-thread takes the samples from the queue after that and takes part in one gather per `rounds_per_gather` sampled steps (a round is a sampled step; every rank
-counts the same ones, so every rank makes the same gathers; the last gather at close takes what
-is left), in step order, over a dedicated gloo group created at start — never the training
-communicator. A rank with nothing to send (its sample was dropped, or a device backend has not
-finished timing it yet) sends an empty payload, so the collectives of all ranks stay matched.
-The analysis rank feeds what it gathers to the live analysis. With one rank nothing needs to
-stay matched: each turn's rounds go to the analysis at once.
+The engine (C++, laggard._core.Engine) gathers samples up a tree — the ranks of a host to their
+leader, leaders in a tree to the analysis rank (docs/design.md) — in binary batches with
+acknowledgements and timeouts of its own. It needs a transport only to carry byte messages to
+and from the few ranks it talks to: its parent and its children. GlooTransport does that with
+torch.distributed.send/recv over a gloo group of its own (never the training communicator),
+created with gloo's lazy connections (TORCH_GLOO_LAZY_INIT, torch >= 2.7; set for that one
+new_group call only): a rank connects only to those ranks, never in a full mesh. Creating it is collective in the way new_group is: every rank creates its
+Analyzer at the same point of its program. Each rank then greets its children and its parent
+(children first, up the tree), so every link is connected before training goes on: a peer that
+hangs later blocks only its own link, never the connection of another.
+
+torch's gloo point-to-point operations complete only in a blocking wait(), so each link has a
+thread of its own that waits (with the GIL released) for the next message from that peer, and
+one that sends to it: a hung or dead peer blocks only its own link. The engine's background
+thread calls send() and receive() below, which only queue and dequeue.
+
+Any object with the same methods (name, rank, world_size, links, send, receive, healthy, fail,
+shutdown, and optionally attach) can be given to laggard.Analyzer(transport=...).
 """
 
+import collections
+import datetime
 import os
+import queue
 import threading
-import time
 
 from ._log import logger
 
-
-# Several ranks gather at most once per this many training steps: at interval 1 a gather per
-# step would cost the background thread (and through the GIL, the training thread) a Python
-# gather_object each step; reports then come in batches, up to this many steps late.
-GATHER_EVERY_STEPS = 10
-
-
-def rounds_per_gather(interval):
-    """Sampled steps per gather for a sampling interval: 1 at interval >= 10."""
-    return max(1, -(-GATHER_EVERY_STEPS // max(1, int(interval))))
+_TAG_HEADER = 7301
+_TAG_PAYLOAD = 7302
+_TAG_HELLO = 7303
+_MAX_QUEUED = 64  # messages waiting to be sent to one peer before send() refuses
 
 
-class LocalExchange:
-    """Single process: the analysis sees one rank."""
+def host_groups(world_size, local_world_size=None):
+    """The host of each rank as the launcher placed them: consecutive blocks of LOCAL_WORLD_SIZE
+    ranks (torchrun, and most launchers, number the ranks of a node together); [] (each rank a
+    host of its own) when that is unknown."""
+    if local_world_size is None:
+        try:
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+        except ValueError:
+            local_world_size = 0
+    if local_world_size <= 1 or world_size % local_world_size:
+        return []
+    return [r // local_world_size for r in range(world_size)]
 
-    world_size = 1
 
-    def exchange(self, payload):
-        return [payload]
+class GlooTransport:
+    """Messages over a lazily connected gloo group of every rank (torch.distributed must be
+    initialized). Thread-safe where the engine needs it: send/receive from its thread, the
+    link threads on their own."""
 
-    def close(self):
-        pass
+    name = "gloo"
 
-
-class GlooExchange:
-    """gather_object over a dedicated gloo group to `dst` (a global rank)."""
-
-    def __init__(self, group, rank, world_size, dst):
-        self.group = group
-        self.rank = rank
-        self.world_size = world_size
-        self.dst = dst
-
-    def exchange(self, payload):
+    def __init__(self, rank, world_size, analysis_rank, timeout_s, fan_out=32, hosts=None):
+        import torch
         import torch.distributed as dist
 
-        out = [None] * self.world_size if self.rank == self.dst else None
-        dist.gather_object(payload, out, dst=self.dst, group=self.group)
+        from . import _core
+
+        self._torch = torch
+        self._dist = dist
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        hosts = host_groups(self.world_size) if hosts is None else hosts
+        self._links = _core.gather_tree(self.rank, self.world_size, int(analysis_rank),
+                                        list(hosts), int(fan_out))
+        # gloo connects a new group's ranks in a full mesh at creation unless told to connect
+        # each pair at its first message; torch reads the switch when the group is made.
+        before = os.environ.get("TORCH_GLOO_LAZY_INIT")
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+        try:
+            self._group = dist.new_group(backend="gloo",
+                                         timeout=datetime.timedelta(seconds=float(timeout_s)))
+        finally:
+            if before is None:
+                os.environ.pop("TORCH_GLOO_LAZY_INIT", None)
+            else:
+                os.environ["TORCH_GLOO_LAZY_INIT"] = before
+        # The receiving threads wait in a blocking recv() for a peer's next message, which no
+        # call can cancel (goodbyes at shutdown end them, but a hung peer's never comes). So
+        # the group is never destroyed under a waiting thread: it lives as long as the process
+        # (one group per Analyzer; its sockets close when the process ends).
+        _core._keep_forever(self._group)
+        self._lock = threading.Lock()
+        self._inbox = collections.deque()
+        self._broken = set()
+        self._goodbye = set()  # peers this rank said goodbye to
+        self._failed = False
+        self._closed = False
+        self._warn = None
+        self._link_broken = None
+        self.sent = 0  # messages handed to gloo, for tests and counters
+        self._outboxes = {}
+        self._threads = []
+        parent, children = self._links
+        self._peers = ([parent] if parent >= 0 else []) + list(children)
+        hello = torch.zeros(1, dtype=torch.int64)
+        for child in children:
+            dist.recv(hello, src=child, group=self._group, tag=_TAG_HELLO)
+        if parent >= 0:
+            dist.send(torch.tensor([self.rank], dtype=torch.int64), dst=parent,
+                      group=self._group, tag=_TAG_HELLO)
+        for peer in self._peers:
+            box = queue.Queue(_MAX_QUEUED)
+            self._outboxes[peer] = box
+            for target, kind in ((self._receive_loop, "recv"), (self._send_loop, "send")):
+                t = threading.Thread(target=target, args=(peer, box), daemon=True,
+                                     name="laggard-gloo-%s-%d" % (kind, peer))
+                self._threads.append(t)
+        for t in self._threads:
+            t.start()
+
+    # -- the engine's calls (its background thread) -----------------------------------------
+
+    def attach(self, warn, link_broken=None):
+        """warn(kind, message): counts and logs a failure (the engine's error counter);
+        link_broken(peer, reason): a link broke (the engine decides whether that is a failure:
+        not for a peer that had sent its last batch)."""
+        self._warn = warn
+        self._link_broken = link_broken
+
+    def links(self):
+        return self._links
+
+    def send(self, peer, data):
+        if self._failed or self._closed or peer in self._broken or peer in self._goodbye:
+            return False
+        box = self._outboxes.get(peer)
+        if box is None:
+            return False
+        try:
+            box.put_nowait(data)
+        except queue.Full:
+            return False
+        return True
+
+    def receive(self):
+        out = []
+        with self._lock:
+            while self._inbox:
+                out.append(self._inbox.popleft())
         return out
 
-    def close(self):
-        try:
-            import torch.distributed as dist
+    def healthy(self):
+        return not self._failed
 
-            if dist.is_initialized():
-                dist.destroy_process_group(self.group)
-        except Exception:  # best effort at shutdown
+    def fail(self):
+        self._failed = True
+
+    def shutdown(self, drain_s=1.0):
+        """Sends what is queued (the last acknowledgements, say), then a goodbye on each link,
+        and waits up to drain_s for the peers' goodbyes: a link's receiving thread ends on its
+        peer's goodbye (it answers one with its own), so none is left waiting in recv() when
+        the interpreter exits (a thread woken there then would end the process). A peer that
+        hangs keeps its link's thread waiting, as a daemon."""
+        import time
+
+        for box in self._outboxes.values():
+            try:
+                box.put_nowait(None)
+            except queue.Full:
+                pass
+        deadline = time.monotonic() + drain_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._closed = True
+
+    # -- link threads --------------------------------------------------------------------------
+
+    def _report(self, peer, what, error):
+        with self._lock:
+            if peer in self._broken:
+                return
+            self._broken.add(peer)
+        message = "the link to rank %d broke (%s: %s: %s); laggard's messages to and from it " \
+                  "are dropped" % (peer, what, type(error).__name__, error)
+        report = self._link_broken
+        if report is not None and not self._closed:
+            try:
+                report(peer, message)
+                return
+            except Exception:
+                pass
+        if not self._closed:
+            logger.warning("laggard: %s", message)
+
+    def _receive_loop(self, peer, _box):
+        torch, dist = self._torch, self._dist
+        header = torch.zeros(1, dtype=torch.int64)
+        while not self._closed and not self._failed:
+            try:
+                dist.recv(header, src=peer, group=self._group, tag=_TAG_HEADER)
+                n = int(header[0])
+                if n < 0:  # the peer's goodbye: it sends nothing more; answer it, and end
+                    self._say_goodbye(peer)
+                    return
+                payload = torch.empty(max(0, n), dtype=torch.uint8)
+                if n > 0:
+                    dist.recv(payload, src=peer, group=self._group, tag=_TAG_PAYLOAD)
+            except Exception as e:
+                if not self._closed:
+                    self._report(peer, "receive", e)
+                return
+            if self._failed:
+                return
+            with self._lock:
+                self._inbox.append((peer, payload.numpy().tobytes()))
+
+    def _say_goodbye(self, peer):
+        with self._lock:
+            if peer in self._goodbye:
+                return
+            self._goodbye.add(peer)
+        try:
+            self._outboxes[peer].put_nowait(None)
+        except (KeyError, queue.Full):
             pass
 
-
-def new_gloo_group(timeout_s):
-    """The dedicated side-channel group: every rank, gloo, its own timeout.
-
-    Collective over the default group's store: every rank must create its Analyzer (at the
-    same point of its program), as with any new_group call.
-    """
-    import datetime
-
-    import torch.distributed as dist
-
-    return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
-
-
-class SideChannel:
-    """The background (Python) thread of one rank; the rank log is the queue's writer thread's.
-
-    queue:    the _core.SampleQueue the rank's Recorder pushes into.
-    exchange: LocalExchange or GlooExchange.
-    analysis: a LiveAnalysis on the analysis rank, else None.
-    log_path: rank-<r>.jsonl, or None.
-    """
-
-    # After the first sampled step of a batch, the thread waits this long for more before it
-    # works (log, gathers, analysis): one wake-up for several sampled steps. Every time this
-    # thread takes the GIL the training thread may have to wait for it, so few long turns cost
-    # training less than many short ones (the "background thread" column of bench/overhead.py:
-    # its GIL-held time per step, from Analyzer.counters()["background_gil_ms"]). Reports come
-    # up to this much later; a queue half full or close() ends the wait early.
-    BATCH_S = 0.25
-
-    def __init__(self, queue, rank, exchange, analysis, log_path, errors, rounds_per_gather=1):
-        self.queue = queue
-        self.rank = rank
-        self.exchange = exchange
-        self.analysis = analysis
-        self.log_path = log_path
-        self.errors = errors
-        self.broken = False
-        self.rounds = 0  # rounds (sampled steps) exchanged so far
-        self.rounds_per_gather = max(1, int(rounds_per_gather))
-        self._due = 0  # rounds marked, not yet exchanged
-        self._alone = exchange.world_size == 1  # no other rank to keep in step with
-        # This thread's CPU time, and the part spent in calls that release the GIL (take(): the
-        # wait, formatting and the rank log; the detector's observe_batch). The rest held the
-        # GIL, i.e. could keep the training thread waiting (approximately: converting results
-        # to Python objects inside those calls holds it too).
-        self.cpu_ns = 0
-        self.gil_free_cpu_ns = 0
-        self._log_errors = 0
-        self._log_lock = threading.Lock()
-        self._left_out = 0
-        # Samples taken from the queue but never sent (the side channel broke): in the rank log,
-        # not in the analysis; counted with the queue's gather_dropped.
-        self.unsent = 0
-        self.sent = 0  # samples this rank gave to a gather that succeeded
-        self.abandoned = False  # close() left this thread behind
-        self.abandoned_unsent = 0
-        if log_path is not None:
-            # Written by the queue's writer thread, in C++ without the GIL: a gather, the
-            # analysis or a sink that blocks this thread does not hold up the log.
-            queue.set_log(os.fspath(log_path))
-        self._buffer = []
-        self._thread = threading.Thread(target=self._run, name="laggard-side-channel",
-                                        daemon=True)
-
-    def start(self):
-        self.queue.start_writer()
-        self._thread.start()
-
-    def close(self, timeout_s):
-        """Stops after the rounds already marked; True when the thread finished in time.
-
-        The rank log first: the writer logs what is queued (it waits on nothing but the disk).
-        Then this thread, for what is left of `timeout_s`; if it is stuck (a hung peer, a sink
-        that blocks) it is left behind, and what it has not taken is counted as gather_dropped.
-        """
-        deadline = time.monotonic() + timeout_s
-        self.queue.close()
-        if not self.queue.wait_writer(timeout_s):
-            self.errors.report("rank log", TimeoutError(
-                "the rank log writer did not finish within %.1f s (the disk may hang); %d "
-                "samples still queued are not written" % (timeout_s, len(self.queue))))
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        done = not self._thread.is_alive()
-        if not done:
-            self._count_log_errors(self.queue.log_errors)  # this thread may never look again
-            self.queue.abandon()
-            # What was not sent by now (in the queue, taken but not sent, or in a gather that
-            # never ended) is in the rank log only: counted, and this thread sends no more.
-            self.abandoned = True
-            self.abandoned_unsent = max(0, int(self.queue.pushed) - self.sent)
-            self.errors.report("side channel", TimeoutError(
-                "the side channel did not finish within %.1f s (a rank may have stopped early, "
-                "or a sink blocks); leaving it behind: %d samples of this rank did not reach "
-                "the live analysis (they are in the rank log; counters()['gather_dropped'])" %
-                (timeout_s, self.abandoned_unsent)))
-        else:
-            self.exchange.close()
-        return done
-
-    # -- background thread ----------------------------------------------------------------
-
-    def _run(self):
-        cpu = time.thread_time_ns
-        start = cpu()
-        try:
-            while True:
-                c0 = cpu()
-                # One call into the extension per turn: the counts come with the samples.
-                rounds, items, closed, dropped, log_errors = self.queue.take(2.0, self.BATCH_S)
-                self.gil_free_cpu_ns += cpu() - c0
-                self._count_log_errors(log_errors)
-                if items:
-                    self._buffer.extend(items)
-                    left_out = self.queue.left_out
-                    if left_out != self._left_out:  # a non-finite time that reached the writer
-                        self.errors.report("non-finite value", ValueError(
-                            "%d non-finite stage time(s) left out of the samples written" %
-                            (left_out - self._left_out)), count=left_out - self._left_out)
-                        self._left_out = left_out
-                self._due += rounds
-                self._exchange_due(dropped, closed)
-                if self.analysis is not None:
-                    self.gil_free_cpu_ns += self.analysis.take_gil_free_cpu_ns()
-                self.cpu_ns = cpu() - start
-                if closed:
-                    break
-        except Exception as e:  # never let the thread die silently
-            self.errors.report("side channel", e)
-        finally:
-            if self.analysis is not None:
-                try:
-                    self.analysis.finish()
-                except Exception as e:
-                    self.errors.report("live analysis", e)
-
-    def gather_dropped(self):
-        """Samples of this rank in its log (or lost with a failed write) that the live analysis
-        did not get: the queue's slots for this thread were full, the side channel broke, or
-        close() left this thread behind."""
-        if self.abandoned:
-            return self.abandoned_unsent
-        return int(self.queue.gather_dropped) + self.unsent
-
-    def _count_log_errors(self, log_errors):
-        """Counts the rank-log writes that failed since the last look (a full disk, a removed
-        dir); from this thread, or from close() when this thread is left behind."""
-        with self._log_lock:
-            if log_errors != self._log_errors:
-                self.errors.report("rank log", OSError(self.queue.log_error),
-                                   count=log_errors - self._log_errors)
-                self._log_errors = log_errors
-
-    def _exchange_due(self, dropped, closed):
-        if not self._due:
-            return
-        if self._alone:  # all at once
-            self._gather(self._due, dropped)
-            return
-        per = self.rounds_per_gather
-        while self._due >= per:
-            self._gather(per, dropped)
-        if closed and self._due:  # every rank has the same remainder (the same sampled steps)
-            self._gather(self._due, dropped)
-
-    def _gather(self, rounds, dropped):
-        self._due -= rounds
-        self.rounds += rounds
-        samples, self._buffer = self._buffer, []
-        if self.abandoned:
-            return  # counted by close()
-        if self.broken:
-            self.unsent += len(samples)
-            return
-        payload = (self.rank, samples, dropped + self.unsent, int(self.errors.total))
-        try:
-            gathered = self.exchange.exchange(payload)
-        except Exception as e:
-            # A failed collective leaves the group unusable: stop exchanging, keep the logs.
-            self.broken = True
-            self.unsent += len(samples)
-            self.errors.report("side channel", e)
-            logger.warning("laggard: the side channel stopped; samples are still written to "
-                           "the rank logs when a log dir is set")
-            return
-        if not self.abandoned:
-            self.sent += len(samples)
-        if self.analysis is not None and gathered is not None:
+    def _send_loop(self, peer, box):
+        torch, dist = self._torch, self._dist
+        while True:
+            data = box.get()
+            if self._failed:
+                return
+            if data is None:  # goodbye: nothing more goes to this peer
+                with self._lock:
+                    self._goodbye.add(peer)
+                    broken = peer in self._broken
+                if not broken:
+                    try:
+                        dist.send(torch.tensor([-1], dtype=torch.int64), dst=peer,
+                                  group=self._group, tag=_TAG_HEADER)
+                    except Exception:
+                        pass  # the peer is gone already
+                return
             try:
-                self.analysis.add_round(gathered)
+                payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                dist.send(torch.tensor([len(data)], dtype=torch.int64), dst=peer,
+                          group=self._group, tag=_TAG_HEADER)
+                if len(data) > 0:
+                    dist.send(payload, dst=peer, group=self._group, tag=_TAG_PAYLOAD)
+                self.sent += 1
             except Exception as e:
-                self.errors.report("live analysis", e)
+                if not self._closed:
+                    self._report(peer, "send", e)
+                return

@@ -4,6 +4,7 @@
 #include "laggard/compare.hpp"
 
 #include "analysis/median.hpp"
+#include "laggard/detail/statistics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -66,7 +67,12 @@ struct SplitMix64 {
   }
 };
 
+using detail::bootstrap_ratio_of_medians;
+using detail::holm_adjust;
+using detail::Interval;
+using detail::mann_whitney_p;
 using detail::median_inplace;
+using detail::median_of;
 
 // Null distribution of U for samples of sizes m, n without ties: P(U = u), u in [0, m·n], built
 // by the recursion p(i,j,u) = i/(i+j) p(i-1,j,u-j) + j/(i+j) p(i,j-1,u) (only additions of
@@ -151,11 +157,11 @@ int CompareOptions::warmup_for(std::int64_t windows) const noexcept {
 // ---------------------------------------------------------------------------------------------
 // The statistics
 
-double median_of(std::vector<double> values) {
+double detail::median_of(std::vector<double> values) {
   return median_inplace(values.data(), values.size());
 }
 
-double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b) {
+double detail::mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b) {
   const std::size_t m = a.size(), n = b.size();
   if (m == 0 || n == 0) return 1.0;
   // Pool, sort, and give tied values their mid-rank.
@@ -255,7 +261,7 @@ double percentile_select(std::vector<double>& v, double q) {
 
 }  // namespace
 
-Interval bootstrap_ratio_of_medians(const std::vector<double>& baseline,
+detail::Interval detail::bootstrap_ratio_of_medians(const std::vector<double>& baseline,
                                     const std::vector<double>& current, int resamples, double level,
                                     std::uint64_t seed) {
   if (baseline.empty() || current.empty() || resamples <= 0) return {kNaN, kNaN};
@@ -278,7 +284,7 @@ Interval bootstrap_ratio_of_medians(const std::vector<double>& baseline,
   return {low, percentile_select(ratios, 1.0 - tail)};
 }
 
-std::vector<double> holm_adjust(const std::vector<double>& p) {
+std::vector<double> detail::holm_adjust(const std::vector<double>& p) {
   const std::size_t m = p.size();
   std::vector<std::size_t> order(m);
   std::iota(order.begin(), order.end(), 0);

@@ -16,6 +16,18 @@ double median_inplace(double* buf, std::size_t n);
 /// (median.cc), the detector's cost per stage and window.
 double median_of(const double* data, std::size_t n, std::vector<double>& scratch);
 
+/// The median of five values without a branch (the onset detector's running median, per rank,
+/// stage and window, where a sort's compares on noisy values mispredicted often): the larger of
+/// the pairs' minima and the smaller of their maxima drop the lowest and the highest of four, and
+/// the median of those two and the fifth value is the median of all five, exactly the middle
+/// element of the sorted five. No NaN.
+inline float median_of_5(float a, float b, float c, float d, float e) {
+  const auto lo = [](float x, float y) { return y < x ? y : x; };
+  const auto hi = [](float x, float y) { return x < y ? y : x; };
+  const float low = hi(lo(a, b), lo(c, d)), high = lo(hi(a, b), hi(c, d));
+  return hi(lo(e, low), lo(hi(e, low), high));
+}
+
 /// Median of |data[i] - center| over i in [0, n) (the MAD around `center`), same working space.
 double median_abs_deviation(const double* data, std::size_t n, double center,
                             std::vector<double>& scratch);

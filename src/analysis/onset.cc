@@ -1,6 +1,9 @@
 // Onset detection: a clipped one-sided CUSUM on log-time against a robust early baseline.
 #include "laggard/onset.hpp"
 
+#include "analysis/median.hpp"
+#include "laggard/export.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -44,17 +47,21 @@ void OnsetDetector::add(std::int64_t step, double log_value) noexcept {
   ring_[slot] = static_cast<float>(log_value);
   ring_steps_[slot] = step;
   ++raw_;
-  const std::uint32_t n = std::min<std::uint32_t>(raw_, 5);
+  if (LAGGARD_LIKELY(raw_ >= 5)) {
+    // The window is the whole ring (the order of its values does not matter to the median); its
+    // middle value is the third newest, two slots after the oldest, which the next add replaces.
+    const float median = detail::median_of_5(ring_[0], ring_[1], ring_[2], ring_[3], ring_[4]);
+    add_filtered(ring_steps_[(raw_ + 2) % 5], median, log_value);
+    return;
+  }
+  const std::uint32_t n = raw_;
   std::array<float, 5> w{};
-  for (std::uint32_t i = 0; i < n; ++i) w[i] = ring_[(raw_ - n + i) % 5];
+  for (std::uint32_t i = 0; i < n; ++i) w[i] = ring_[i];
   for (std::uint32_t i = 1; i < n; ++i)
     for (std::uint32_t j = i; j > 0 && w[j - 1] > w[j]; --j) std::swap(w[j - 1], w[j]);
-  const double median = n % 2 ? w[n / 2] : 0.5 * (static_cast<double>(w[n / 2 - 1]) + w[n / 2]);
-  // The window's middle value (the older of the two middles for an even count).
-  const std::int64_t middle_step = ring_steps_[(raw_ - n + (n - 1) / 2) % 5];
-  // Up to n = 4 the window only grows: emit once it spans 1, 3 or 5 values (odd, a true middle).
+  // Up to n = 4 the window only grows: emit once it spans 1 or 3 values (odd, a true middle).
   if (n % 2 == 0) return;
-  add_filtered(middle_step, median, log_value);
+  add_filtered(ring_steps_[(n - 1) / 2], w[n / 2], log_value);
 }
 
 void OnsetDetector::add_filtered(std::int64_t step, double log_value, double raw) noexcept {

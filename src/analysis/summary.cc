@@ -1,6 +1,6 @@
 #include "laggard/summary.hpp"
 
-#include "laggard/compare.hpp"  // median_of
+#include "laggard/detail/statistics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +56,7 @@ const Report& RunAnalysis::add(const Window& window) {
   // Onsets: every rank's own time against its cohort's reference, log(t / ref), for the stages
   // whose flags make stragglers (a wait in communication is evidence, never a verdict).
   for (const auto& st : last_.stages) {
+    if (!onset_options_.per_rank) break;
     if (st.kind == StageKind::communication || !(st.ref_ms > 0.0)) continue;
     key_ = key_of(st.cohort, st.stage, "");
     auto it = rank_onsets_.find(key_);
@@ -131,7 +132,7 @@ RunSummary RunAnalysis::summary() const {
     s.windows_seen = c.windows_seen;
     s.first_flagged_step = c.first_flagged_step;
     s.confirmed_step = c.first_confirmed_step;
-    s.typical_slowdown = median_of(c.slowdowns);
+    s.typical_slowdown = detail::median_of(c.slowdowns);
     s.last_ms = c.finding.ms;
     s.last_ref_ms = c.finding.ref_ms;
     s.onset_step = onset(s.cohort, s.stage, s.rank);
@@ -150,7 +151,7 @@ RunSummary RunAnalysis::summary() const {
                     [&](const auto& s) { return s.rank == w.info.rank && s.cohort == w.info.cohort; });
     if (is_straggler) continue;
     WaitingSummary ws = w.info;
-    ws.typical_excess_ms = median_of(w.excess);
+    ws.typical_excess_ms = detail::median_of(w.excess);
     out.waiting.push_back(std::move(ws));
   }
   std::sort(out.waiting.begin(), out.waiting.end(), [](const auto& a, const auto& b) {
@@ -160,7 +161,7 @@ RunSummary RunAnalysis::summary() const {
   for (const auto& [key, h] : hosts_) {
     if (h.info.windows < k) continue;
     HostSummary hs = h.info;
-    hs.typical_slowdown = median_of(h.slowdowns);
+    hs.typical_slowdown = detail::median_of(h.slowdowns);
     out.slow_hosts.push_back(std::move(hs));
   }
 

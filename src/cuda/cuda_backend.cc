@@ -7,6 +7,7 @@
 // synchronizing entry point in the driver table at all; marks are read with cuEventQuery and
 // only measured once both have completed.
 #include "laggard/cuda.hpp"
+#include "laggard/detail/cuda_driver.hpp"
 
 #include <dlfcn.h>
 

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "laggard/detail/sample_parser.hpp"
 #include "laggard/jsonl.hpp"
 
 namespace laggard {
@@ -143,7 +144,9 @@ enum class Field : std::uint8_t {
   cohort,
   step_ms,
   work,
-  stages,  // sample
+  stages,
+  values,
+  resources,  // sample
   name,
   kind,
   ms,
@@ -169,9 +172,12 @@ Field sample_field(std::string_view key) {
       return is(key, "schema")   ? Field::schema
              : is(key, "cohort") ? Field::cohort
              : is(key, "stages") ? Field::stages
+             : is(key, "values") ? Field::values
                                  : Field::unknown;
     case 7:
       return is(key, "step_ms") ? Field::step_ms : Field::unknown;
+    case 9:
+      return is(key, "resources") ? Field::resources : Field::unknown;
     case 10:
       return is(key, "world_size") ? Field::world_size : Field::unknown;
     default:
@@ -299,30 +305,30 @@ struct StageFields {
 // The line parser behind SampleParser and SampleFileReader. Not thread-safe.
 class SampleLineParser {
  public:
-  /// Parses a line whose buffer has at least SIMDJSON_PADDING readable bytes past its end.
+  /// Parses a line whose buffer has at least SIMDJSON_PADDING readable bytes past its end: a
+  /// plain line (as laggard writes them) on the fast path, any other with simdjson.
   bool parse(simdjson::padded_string_view json, StepSample& out, std::string& error) {
-    const bool ok = parse_line(json, out, error);
-    // The parser keeps an index of the longest line it has seen (about 7 bytes per byte); a
-    // run's readers are open side by side, so after a line of over a megabyte it is let go.
-    if (LAGGARD_UNLIKELY(parser_.capacity() > kKeptParserCapacity)) {
-      const auto code = parser_.allocate(kShrunkParserCapacity);
-      (void)code;  // out of memory: the next parse allocates again, or says so
-    }
+    if (LAGGARD_LIKELY(detail::parse_sample_fast(json, out))) return true;
+    const bool ok = parse_general(json, out, error);
+    release_long_line();
     return ok;
   }
 
-  /// Parses any line: copies it into a padded scratch buffer first (reused between calls).
-  bool parse_copy(std::string_view line, StepSample& out, std::string& error) {
+  /// Parses any line (`fast`: trying the fast path first). The general parser needs padding:
+  /// the line is copied into a padded scratch buffer for it (reused between calls).
+  bool parse_copy(std::string_view line, StepSample& out, std::string& error, bool fast = true) {
     if (line.size() > kMaxLineBytes) {
       error = line_too_long(line.size());
       return false;
     }
+    if (fast && detail::parse_sample_fast(line, out)) return true;
     if (scratch_.size() < line.size() + simdjson::SIMDJSON_PADDING)
       scratch_.resize(line.size() + simdjson::SIMDJSON_PADDING);
     if (!line.empty()) std::memcpy(scratch_.data(), line.data(), line.size());
-    const bool ok = parse(
+    const bool ok = parse_general(
         simdjson::padded_string_view(scratch_.data(), line.size(), scratch_.size()), out, error);
     if (LAGGARD_UNLIKELY(scratch_.size() > kKeptParserCapacity)) std::string().swap(scratch_);
+    release_long_line();
     return ok;
   }
 
@@ -330,10 +336,20 @@ class SampleLineParser {
   static constexpr std::size_t kKeptParserCapacity = 1 << 20;
   static constexpr std::size_t kShrunkParserCapacity = 4096;
 
-  bool parse_line(simdjson::padded_string_view json, StepSample& out, std::string& error);
+  // simdjson keeps an index of the longest line it has parsed (about 7 bytes per byte); a run's
+  // readers are open side by side, so after a line of over a megabyte it is let go.
+  void release_long_line() {
+    if (LAGGARD_UNLIKELY(parser_.capacity() > kKeptParserCapacity)) {
+      const auto code = parser_.allocate(kShrunkParserCapacity);
+      (void)code;  // out of memory: the next parse allocates again, or says so
+    }
+  }
+
+  bool parse_general(simdjson::padded_string_view json, StepSample& out, std::string& error);
   // Both return false for a problem: broken JSON sets json_error_, a bad value sets field_error_.
   bool parse_stages(od::value& value, StepSample& out);
   bool parse_stage(od::value& value, std::size_t index, StageTime& stage);
+  bool parse_named(od::value& value, const char* field, std::vector<NamedValue>& out);
 
   od::parser parser_;
   StageFields stage_fields_;  // reused for every stage
@@ -343,8 +359,8 @@ class SampleLineParser {
   std::string field_error_;
 };
 
-bool SampleLineParser::parse_line(simdjson::padded_string_view json, StepSample& out,
-                                  std::string& error) {
+bool SampleLineParser::parse_general(simdjson::padded_string_view json, StepSample& out,
+                                     std::string& error) {
   std::size_t first = 0;
   while (first < json.size() && is_json_space(json[first])) ++first;
   if (first == json.size()) {
@@ -388,6 +404,7 @@ bool SampleLineParser::parse_line(simdjson::padded_string_view json, StepSample&
   std::int64_t rank = 0, world_size = 0, step = 0;
   bool has_host = false, has_cohort = false;
   out.work = std::numeric_limits<double>::quiet_NaN();
+  bool has_values = false, has_resources = false;
 
   for (auto field_result : object) {
     // The field in place, not copied out of the result: copying it (a std::pair of iterators
@@ -460,6 +477,21 @@ bool SampleLineParser::parse_line(simdjson::padded_string_view json, StepSample&
         has_stages = true;
         if (!parse_stages(value, out) && json_error_) return invalid_json(json_error_);
         break;
+      case Field::values:
+      case Field::resources: {
+        const bool values = key == Field::values;
+        if (values ? has_values : has_resources) {
+          field_error_ = std::string("field '") + (values ? "values" : "resources") +
+                         "' appears twice";
+          break;
+        }
+        (values ? has_values : has_resources) = true;
+        if (!parse_named(value, values ? "values" : "resources",
+                         values ? out.values : out.resources) &&
+            json_error_)
+          return invalid_json(json_error_);
+        break;
+      }
       default:
         // Any other field is ignored (newer writers may add fields), but it must be valid JSON.
         if (auto code = check_json(value)) return invalid_json(code);
@@ -499,6 +531,8 @@ bool SampleLineParser::parse_line(simdjson::padded_string_view json, StepSample&
   }
   if (!has_host) out.host.clear();
   if (!has_cohort) out.cohort.clear();
+  if (!has_values) out.values.clear();
+  if (!has_resources) out.resources.clear();
   out.rank = static_cast<int>(rank);
   out.world_size = static_cast<int>(world_size);
   out.step = step;
@@ -526,6 +560,59 @@ bool SampleLineParser::parse_stages(od::value& value, StepSample& out) {
     ++count;
   }
   out.stages.resize(count);
+  return true;
+}
+
+// `{"name": number or "NaN"/"Infinity"/"-Infinity", ...}` into `out`, reusing its entries (no
+// allocation in steady state). Every double reads back bit for bit as the writer wrote it.
+bool SampleLineParser::parse_named(od::value& value, const char* field,
+                                   std::vector<NamedValue>& out) {
+  od::object object;
+  if (auto code = value.get_object().get(object)) {
+    if (code != simdjson::INCORRECT_TYPE) {
+      json_error_ = code;
+      return false;
+    }
+    field_error_ = field_subject(field) + " is not an object (" + describe(json_, value) + ")";
+    return false;
+  }
+  std::size_t count = 0;
+  for (auto field_result : object) {
+    if ((json_error_ = field_result.error())) return false;
+    od::field& entry = field_result.value_unsafe();  // in place (see parse)
+    std::string_view name;
+    if ((json_error_ = entry.unescaped_key().get(name))) return false;
+    od::value& v = entry.value();
+    double number = 0.0;
+    od::json_type type;
+    if ((json_error_ = v.type().get(type))) return false;
+    const std::string_view token = raw_token(json_, v);  // for a message, before it is read
+    std::string_view text;
+    if (type == od::json_type::number && !v.get_double().get(number)) {
+      // a number (a double: exact, as the writer's shortest form reads back)
+    } else if (type == od::json_type::string && !v.get_string().get(text) &&
+               (text == "NaN" || text == "Infinity" || text == "-Infinity")) {
+      number = text == "NaN"        ? std::numeric_limits<double>::quiet_NaN()
+               : text == "Infinity" ? std::numeric_limits<double>::infinity()
+                                    : -std::numeric_limits<double>::infinity();
+    } else {
+      field_error_ = "'" + std::string(name) + "' of " + field_subject(field) +
+                     " is not a number (" + describe_token(token) +
+                     "); expected a number, \"NaN\", \"Infinity\" or \"-Infinity\"";
+      return false;
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      if (out[i].name == name) {
+        field_error_ = field_subject(field) + " has '" + std::string(name) + "' twice";
+        return false;
+      }
+    }
+    if (count == out.size()) out.emplace_back();
+    NamedValue& slot = out[count++];
+    if (slot.name != name) slot.name.assign(name.data(), name.size());
+    slot.value = number;
+  }
+  out.resize(count);
   return true;
 }
 
@@ -650,6 +737,14 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The two halves of the parser, for tests (laggard/detail/sample_parser.hpp)
+
+bool detail::parse_sample_general(std::string_view line, StepSample& out, std::string& error) {
+  thread_local SampleLineParser parser;  // one per thread: simdjson's buffers are reused
+  return parser.parse_copy(line, out, error, /*fast=*/false);
+}
 
 // ---------------------------------------------------------------------------------------------
 // SampleParser
@@ -862,5 +957,12 @@ std::size_t SampleFileReader::lines() const noexcept { return impl_->lines; }
 std::size_t SampleFileReader::malformed() const noexcept { return impl_->malformed; }
 std::uint64_t SampleFileReader::bytes() const noexcept { return impl_->bytes; }
 const std::vector<LineError>& SampleFileReader::errors() const noexcept { return impl_->errors; }
+
+void SampleFileReader::prefetch() const noexcept {
+  const Impl& s = *impl_;
+  const char* p = s.buffer.get() + s.begin;
+  const std::size_t n = std::min<std::size_t>(s.end - s.begin, 768);
+  for (std::size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off);
+}
 
 }  // namespace laggard

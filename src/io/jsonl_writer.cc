@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "io/json_text.hpp"
 #include "laggard/jsonl.hpp"
@@ -38,6 +39,16 @@ void append_json_number(double value, std::string& out) {
   // Without a format argument to_chars gives the shortest text that reads back to the same double.
   auto result = std::to_chars(buf, buf + sizeof buf, value);
   out.append(buf, static_cast<std::size_t>(result.ptr - buf));
+}
+
+void append_json_value(double value, std::string& out) {
+  if (LAGGARD_LIKELY(std::isfinite(value))) {
+    append_json_number(value, out);
+  } else if (std::isnan(value)) {
+    out += "\"NaN\"";
+  } else {
+    out += value > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  }
 }
 
 namespace {
@@ -132,6 +143,24 @@ void append_json_string(std::string_view s, std::string& out) {
 using detail::append_json_int;
 using detail::append_json_number;
 using detail::append_json_string;
+using detail::append_json_value;
+
+namespace {
+// `"key":{"name":value,...}`, nothing when `list` is empty.
+void append_named_values(const char* key, const std::vector<NamedValue>& list, std::string& out) {
+  if (list.empty()) return;
+  out += key;
+  char sep = '{';
+  for (const NamedValue& v : list) {
+    out += sep;
+    sep = ',';
+    append_json_string(v.name, out);
+    out += ':';
+    append_json_value(v.value, out);
+  }
+  out += '}';
+}
+}  // namespace
 
 std::size_t append_sample_json(const StepSample& sample, std::string& out) {
   out += "{\"schema\":\"";
@@ -174,7 +203,10 @@ std::size_t append_sample_json(const StepSample& sample, std::string& out) {
     append_json_int(stage.calls, out);
     out += '}';
   }
-  out += "]}\n";
+  out += ']';
+  append_named_values(",\"values\":", sample.values, out);
+  append_named_values(",\"resources\":", sample.resources, out);
+  out += "}\n";
   return left_out;
 }
 

@@ -6,6 +6,7 @@
 #include "laggard/analyzer.hpp"
 
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "laggard/cuda.hpp"
 #include "laggard/jsonl.hpp"
 #include "live/error_counter.hpp"
+#include "live/gather.hpp"
 #include "live/line_file.hpp"
 #include "live/report_json.hpp"
 #include "live/sample_ring.hpp"
@@ -79,6 +81,9 @@ void validate(const AnalyzerOptions& o) {
           "queue_capacity must be in [1, 1048576], got " + std::to_string(o.queue_capacity));
   require(o.max_unacked_samples >= 1, "max_unacked_samples must be >= 1");
   require(o.max_pending_windows >= 1, "max_pending_windows must be >= 1");
+  require(o.fan_out >= 1, "fan_out must be >= 1, got " + std::to_string(o.fan_out));
+  require(o.ranks_per_host >= 0, "ranks_per_host must be >= 0");
+  require(finite_at_least(o.batch_period_s, 0.0), "batch_period_s must be >= 0");
   require(o.max_pending_steps >= 1 && o.max_pending_steps <= 64,
           "max_pending_steps must be in [1, 64], got " + std::to_string(o.max_pending_steps));
   require(finite_at_least(o.window_timeout_s, 0.0), "window_timeout_s must be >= 0");
@@ -89,6 +94,13 @@ void validate(const AnalyzerOptions& o) {
   require(std::isfinite(o.poll_interval_s) && o.poll_interval_s > 0.0 && o.poll_interval_s <= 1.0,
           "poll_interval_s must be in (0, 1]");
   require(!o.log_dir || !o.log_dir->empty(), "log_dir must not be empty when set");
+}
+
+std::uint64_t thread_cpu_ns() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 // Everything the background thread uses. Shared with that thread, so that a thread left behind
@@ -116,10 +128,11 @@ struct Background {
   bool done = false;
   bool log_done = false;  // the log writer wrote everything and closed the rank log
   Clock::time_point deadline{};
+  Clock::time_point close_started{};
   std::atomic<bool> fail_requested{false};
 
   std::mutex sinks_mu;
-  std::vector<MetricsSink> sinks;
+  std::vector<std::shared_ptr<Sink>> sinks;
 
   mutable std::mutex latest_mu;
   Metrics latest_metrics;
@@ -128,10 +141,12 @@ struct Background {
   mutable std::mutex analysis_mu;
   std::optional<RunAnalysis> analysis;
 
-  std::atomic<std::uint64_t> samples_logged{0}, samples_sent{0}, send_dropped{0},
-      samples_received{0}, late_samples{0}, malformed{0}, windows{0}, incomplete{0},
-      reports{0};
+  std::atomic<std::uint64_t> samples_logged{0}, log_lost{0}, samples_sent{0}, send_dropped{0},
+      samples_received{0}, late_samples{0}, malformed{0}, windows{0}, incomplete{0}, reports{0},
+      forwarded{0}, forward_dropped{0}, background_cpu_ns{0}, log_cpu_ns{0};
   std::atomic<bool> channel_healthy{false};
+  std::atomic<bool> parent_down{false};
+  std::atomic<bool> transport_failed{false};
 
   void run() noexcept;
   void write_loop() noexcept;  // the log writer thread
@@ -140,26 +155,33 @@ struct Background {
   void write_ring() noexcept;
   void tick(bool final) noexcept;
   void drain_ring();
-  void flush_batch(bool final);
-  void receive();
+  void deliver();
   void analyse(bool final);
   void publish(std::int64_t step, Report&& report);
   void finish() noexcept;
+  void close_sinks() noexcept;
+  void mirror_counts();
   bool analysing() const { return analysis_rank && analysis_on; }
+  std::uint64_t dropped_here() const {
+    return ring.dropped() + handoff.dropped() + (gather ? gather->own_dropped() + gather->forward_dropped() : 0);
+  }
+
+  bool wanted = true;  // a side channel was asked for ("" and no factory: none, on purpose)
 
   // Background thread only.
   bool analysis_on = false;
   bool reported_channel_down = false;
   std::optional<WindowAssembler> assembler;
-  SampleParser parser;
+  std::optional<Gather> gather;
   StepSample sample;
-  StepSample parsed;
-  std::string line;
-  std::string batch_lines;
-  std::uint64_t batch_samples = 0;
-  std::vector<SampleBatch> inbox;
+  std::vector<StepSample> received;
+  std::size_t received_used = 0;
+  std::vector<StepSample> spare;  // analysed windows' samples, their buffers reused by decoding
+  Window window;
+  std::vector<wire::RankCounts> received_counts;
   std::map<int, std::uint64_t> remote_dropped;
   std::map<int, std::uint64_t> remote_errors;
+  std::uint64_t own_analysed = 0;
   LineFile report_log;
   std::string rank_log_path;
   std::string report_log_path;
@@ -188,8 +210,10 @@ void Background::run() noexcept {
     }
     if (stopping) break;
     tick(false);
+    background_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
   }
   finish();
+  background_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu);
     done = true;
@@ -208,6 +232,7 @@ void Background::write_loop() noexcept {
       stopping = stop;
     }
     write_ring();  // after stop the training thread pushes no more: this is the last of it
+    log_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
     if (stopping) break;
   }
   rank_log.close();
@@ -235,16 +260,29 @@ void Background::write_ring() noexcept {
                  st.end());
       }
       if (!rank_log_path.empty()) {
-        if (rank_log.write(rank_log_path, log_line, log_error))
+        if (rank_log.write(rank_log_path, log_line, log_error)) {
           samples_logged.fetch_add(1, std::memory_order_relaxed);
-        else
+        } else {
+          log_lost.fetch_add(1, std::memory_order_relaxed);
           errors.report("rank log", log_error);
+        }
       }
       handoff.push(log_sample);  // full (the background thread is behind): counted there
     }
   } catch (...) {
     errors.report("rank log", what(std::current_exception()));
   }
+}
+
+void Background::mirror_counts() {
+  if (!gather) return;
+  if (!gather->root()) {  // the root's own samples go into its windows (drain_ring)
+    samples_sent.store(gather->own_acked(), std::memory_order_relaxed);
+    send_dropped.store(gather->own_dropped(), std::memory_order_relaxed);
+  }
+  forwarded.store(gather->forwarded(), std::memory_order_relaxed);
+  forward_dropped.store(gather->forward_dropped(), std::memory_order_relaxed);
+  parent_down.store(gather->parent_down(), std::memory_order_relaxed);
 }
 
 void Background::tick(bool final) noexcept {
@@ -254,12 +292,27 @@ void Background::tick(bool final) noexcept {
       errors.report("side channel", "stopped by debug_fail_transport() (failure drill)");
     }
     drain_ring();
-    if (!analysis_rank && transport) flush_batch(final);
-    if (transport) {
-      transport->progress();
-      channel_healthy.store(transport->healthy(), std::memory_order_relaxed);
+    if (gather) {
+      gather->set_own_counts(dropped_here(), errors.total());
+      received_used = 0;
+      received_counts.clear();
+      if (!spare.empty()) {  // decode into the buffers of samples analysed already
+        received.clear();
+        received.swap(spare);
+      }
+      gather->tick(Clock::now(), final, received, received_used, received_counts);
+      if (analysing()) deliver();
+      mirror_counts();
     }
-    if (analysing() && world_size > 1 && (!transport || !transport->healthy())) {
+    if (transport) {
+      const bool healthy = transport->healthy();
+      channel_healthy.store(healthy, std::memory_order_relaxed);
+      if (!healthy && !transport_failed.exchange(true, std::memory_order_relaxed))
+        errors.report("side channel", std::string("the side channel (") + transport_name +
+                                          ") failed; this rank sends and receives nothing more "
+                                          "(the rank log still gets every sample)");
+    }
+    if (analysing() && world_size > 1 && wanted && (!transport || !transport->healthy())) {
       analysis_on = false;
       if (!reported_channel_down) {
         reported_channel_down = true;
@@ -267,93 +320,61 @@ void Background::tick(bool final) noexcept {
                                 "log still gets every sample)");
       }
     }
-    if (analysing()) {
-      receive();
-      analyse(false);
-    }
+    if (analysing()) analyse(false);
   } catch (...) {
     errors.report("background", what(std::current_exception()));
+    mirror_counts();
   }
 }
 
 void Background::drain_ring() {
-  const std::size_t max_batch = std::min<std::size_t>(64, options.max_unacked_samples);
   while (handoff.pop(sample)) {  // logged already, non-finite times left out
     if (analysing()) {
-      if (assembler->add(StepSample(sample), Clock::now()) == WindowAssembler::Added::late)
+      StepSample own(sample);
+      // The other ranks' times reach the analysis rounded to the wire's float32; its own are
+      // rounded alike, so that no rank is treated differently.
+      if (world_size > 1) {
+        own.step_ms = wire::wire_ms(own.step_ms);
+        for (StageTime& t : own.stages) t.ms = wire::wire_ms(t.ms);
+      }
+      if (assembler->add(std::move(own), Clock::now()) == WindowAssembler::Added::late)
         late_samples.fetch_add(1, std::memory_order_relaxed);
-    } else if (!analysis_rank && transport) {
-      line.clear();
-      append_sample_json(sample, line);
-      batch_lines += line;
-      if (++batch_samples >= max_batch) flush_batch(false);
+    } else if (gather && !analysis_rank) {
+      gather->add_own(sample);
     }
   }
 }
 
-void Background::flush_batch(bool final) {
-  if (batch_samples == 0 && !final) return;
-  SampleBatch batch;
-  batch.rank = rank;
-  batch.samples = batch_samples;
-  batch.dropped =
-      ring.dropped() + handoff.dropped() + send_dropped.load(std::memory_order_relaxed);
-  batch.errors = errors.total();
-  batch.final = final;
-  batch.lines.swap(batch_lines);
-  const std::uint64_t n = batch_samples;
-  batch_samples = 0;
-  batch_lines.clear();
-  bool ok = false;
-  try {
-    ok = transport->send(batch);
-  } catch (...) {
-    errors.report("side channel", what(std::current_exception()));
-  }
-  (ok ? samples_sent : send_dropped).fetch_add(n, std::memory_order_relaxed);
-}
-
-void Background::receive() {
-  if (!transport) return;
-  inbox.clear();
-  transport->receive(inbox);
+void Background::deliver() {
   const auto now = Clock::now();
-  for (SampleBatch& b : inbox) {
-    remote_dropped[b.rank] = b.dropped;
-    remote_errors[b.rank] = b.errors;
-    samples_received.fetch_add(b.samples, std::memory_order_relaxed);
-    std::string_view rest(b.lines);
-    while (!rest.empty()) {
-      const std::size_t eol = rest.find('\n');
-      const std::string_view one = rest.substr(0, eol);
-      rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 1);
-      if (one.empty()) continue;
-      if (!parser.parse(one, parsed, error_text)) {
+  samples_received.fetch_add(received_used, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < received_used; ++i) {
+    StepSample& s = received[i];
+    const int who = s.rank;
+    switch (assembler->add(std::move(s), now)) {
+      case WindowAssembler::Added::late:
+        late_samples.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case WindowAssembler::Added::bad_rank:
         malformed.fetch_add(1, std::memory_order_relaxed);
-        errors.warn("malformed sample", "a sample from rank " + std::to_string(b.rank) +
-                                            " was discarded: " + error_text);
-        continue;
-      }
-      switch (assembler->add(StepSample(parsed), now)) {
-        case WindowAssembler::Added::late:
-          late_samples.fetch_add(1, std::memory_order_relaxed);
-          break;
-        case WindowAssembler::Added::bad_rank:
-          malformed.fetch_add(1, std::memory_order_relaxed);
-          errors.warn("malformed sample", "a sample names rank " + std::to_string(parsed.rank) +
-                                              ", outside the world of " +
-                                              std::to_string(world_size));
-          break;
-        default:
-          break;
-      }
+        errors.warn("malformed sample", "a sample names rank " + std::to_string(who) +
+                                            ", outside the world of " +
+                                            std::to_string(world_size));
+        break;
+      default:
+        break;
     }
-    if (b.final) assembler->finished(b.rank);
   }
+  for (const wire::RankCounts& c : received_counts) {
+    if (c.rank == rank) continue;
+    remote_dropped[c.rank] = c.dropped;
+    remote_errors[c.rank] = c.errors;
+    if (c.final) assembler->finished(c.rank);
+  }
+  malformed.store(gather->malformed(), std::memory_order_relaxed);
 }
 
 void Background::analyse(bool final) {
-  Window window;
   bool complete = false;
   while (assembler->next(window, complete, Clock::now(), final)) {
     windows.fetch_add(1, std::memory_order_relaxed);
@@ -363,6 +384,11 @@ void Background::analyse(bool final) {
       std::lock_guard<std::mutex> lock(analysis_mu);
       report = analysis->add(window);
     }
+    // This rank's own sample reached the live analysis when its window is analysed.
+    for (const StepSample& s : window.samples)
+      if (s.rank == rank) samples_sent.store(++own_analysed, std::memory_order_relaxed);
+    for (StepSample& s : window.samples) spare.push_back(std::move(s));
+    window.samples.clear();
     publish(window.step, std::move(report));
   }
 }
@@ -384,31 +410,59 @@ void Background::publish(std::int64_t step, Report&& report) {
     if (!report_log.write(report_log_path, report_line, error_text))
       errors.report("report log", error_text);
   }
-  std::vector<MetricsSink> targets;
+  {
+    // Before the sinks: a sink that asks for the latest report gets the one it is told about.
+    std::lock_guard<std::mutex> lock(latest_mu);
+    latest_metrics = metrics;
+    latest_report = std::move(report);
+  }
+  std::vector<std::shared_ptr<Sink>> targets;
   {
     std::lock_guard<std::mutex> lock(sinks_mu);
     targets = sinks;  // called outside the lock: a sink may add a sink
   }
-  for (const MetricsSink& sink : targets) {
-    try {
-      sink(step, metrics);
-    } catch (...) {
-      errors.report("sink", what(std::current_exception()));
+  if (!targets.empty()) {
+    std::optional<Report> current;
+    {
+      std::lock_guard<std::mutex> lock(latest_mu);
+      current = latest_report;
     }
-  }
-  {
-    std::lock_guard<std::mutex> lock(latest_mu);
-    latest_metrics = std::move(metrics);
-    latest_report = std::move(report);
+    for (const auto& sink : targets) {
+      try {
+        sink->write(step, metrics, *current);
+      } catch (...) {
+        const std::string name = sink->name();
+        errors.report(name.empty() ? std::string("sink") : "sink " + name,
+                      what(std::current_exception()));
+      }
+    }
   }
   reports.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Background::close_sinks() noexcept {
+  std::vector<std::shared_ptr<Sink>> targets;
+  try {
+    std::lock_guard<std::mutex> lock(sinks_mu);
+    targets = sinks;
+  } catch (...) {
+  }
+  for (const auto& sink : targets) {
+    try {
+      sink->close();
+    } catch (...) {
+      errors.report(std::string("sink ") + sink->name() + " close",
+                    what(std::current_exception()));
+    }
+  }
+}
+
 void Background::finish() noexcept {
-  Clock::time_point until;
+  Clock::time_point until, started;
   {
     std::lock_guard<std::mutex> lock(mu);
     until = deadline;
+    started = close_started;
   }
   const auto nap = std::chrono::milliseconds(1);
   {
@@ -417,35 +471,50 @@ void Background::finish() noexcept {
     cv.wait_until(lock, until, [this] { return log_done; });
   }
   try {
-    tick(false);  // the last samples, from the log writer
+    tick(true);  // the last samples, from the log writer
+    const auto healthy = [this] { return transport && transport->healthy(); };
     if (analysing()) assembler->finished(rank);
-    if (!analysis_rank && transport && transport->healthy()) {
-      flush_batch(true);  // the final batch tells the analysis rank to stop waiting for us
-      while (Clock::now() < until && !transport->settled()) {
+    if (gather && !gather->root()) {
+      // An aggregator forwards its children's last samples before its own last batch, for at
+      // most three quarters of the time left.
+      const auto children_until = started + (until - started) * 3 / 4;
+      while (Clock::now() < children_until && !gather->children_final() && healthy()) {
         std::this_thread::sleep_for(nap);
-        transport->progress();
+        tick(true);
       }
+      if (healthy()) {
+        gather->set_own_counts(dropped_here(), errors.total());
+        gather->send_final(Clock::now());
+      }
+      while (Clock::now() < until && !gather->settled() && healthy()) {
+        std::this_thread::sleep_for(nap);
+        tick(true);
+      }
+      if (!gather->settled())
+        errors.report("close", "closed before the parent acknowledged every batch; the samples "
+                               "not acknowledged are counted as dropped");
+      gather->abandon();
+      mirror_counts();
     }
     if (analysing()) {
       // Wait for the other ranks' last samples, analysing as they come.
-      while (Clock::now() < until && !assembler->all_finished() && transport &&
-             transport->healthy()) {
-        receive();
-        analyse(false);
+      while (Clock::now() < until && !assembler->all_finished() && healthy()) {
+        tick(true);
         if (!assembler->all_finished()) std::this_thread::sleep_for(nap);
       }
       if (!assembler->all_finished() && world_size > 1)
         errors.warn("close", "closed before every rank sent its last samples; the last "
                              "windows are analysed without them");
       analyse(true);
-      while (transport && Clock::now() < until && !transport->settled()) {
-        transport->progress();  // acknowledgements still in flight
+      while (gather && Clock::now() < until && !gather->settled() && healthy()) {
+        tick(true);  // acknowledgements still owed
         std::this_thread::sleep_for(nap);
       }
     }
   } catch (...) {
     errors.report("close", what(std::current_exception()));
   }
+  close_sinks();
   try {
     if (transport) transport->shutdown();
   } catch (...) {
@@ -494,7 +563,10 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     auto impl = std::make_unique<Impl>();
     if (options.rank.host.empty()) options.rank.host = host_name();
     auto bg = std::make_shared<Background>(options, options.queue_capacity);
-    bg->sinks = options.sinks;
+    for (MetricsSink& fn : options.sinks)
+      if (fn) bg->sinks.push_back(callback_sink(std::move(fn)));
+    for (auto& sink : options.sink_objects)
+      if (sink) bg->sinks.push_back(std::move(sink));
     Background* b = bg.get();
     b->errors.set_prefix("rank " + std::to_string(options.rank.rank) + ": ");
 
@@ -504,13 +576,18 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     setup.analysis_rank = options.analysis_rank;
     setup.channel = options.channel;
     setup.mpi_comm = options.mpi_comm;
-    setup.max_unacked_samples = options.max_unacked_samples;
-    setup.peer_timeout_s = options.side_channel_timeout_s;
+    setup.fan_out = options.fan_out;
+    setup.ranks_per_host = options.ranks_per_host;
     setup.warn = [b](std::string_view kind, std::string_view message) {
       b->errors.report(kind, message);
     };
-    try {
-      bg->transport = make_transport(options.transport, setup);
+    // An empty name with no factory: no side channel, on purpose (the rank log only).
+    const bool wanted = !options.transport.empty() || options.transport_factory;
+    bg->wanted = wanted;
+    if (wanted) try {
+      bg->transport = options.transport_factory ? options.transport_factory(setup)
+                                                : make_transport(options.transport, setup);
+      if (!bg->transport) throw std::runtime_error("the transport factory returned nothing");
       bg->transport_name = bg->transport->name();
       options.rank.rank = bg->transport->rank();
       options.rank.world_size = bg->transport->world_size();
@@ -526,11 +603,34 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     bg->world_size = options.rank.world_size;
     bg->errors.set_prefix("rank " + std::to_string(bg->rank) + ": ");
     bg->analysis_rank = bg->rank == options.analysis_rank;
-    bg->analysis_on = bg->analysis_rank && (bg->world_size == 1 || bg->transport != nullptr);
+    // With no side channel on purpose, the analysis rank analyses its own samples alone.
+    bg->analysis_on =
+        bg->analysis_rank && (bg->world_size == 1 || bg->transport != nullptr || !wanted);
+    if (bg->transport && bg->world_size > 1) {
+      Gather::Options go;
+      go.max_unacked_samples = options.max_unacked_samples;
+      go.peer_timeout = seconds(options.side_channel_timeout_s);
+      go.batch_period = seconds(options.batch_period_s);
+      go.max_batch_samples = std::min<std::size_t>(64, options.max_unacked_samples);
+      try {
+        bg->gather.emplace(*bg->transport, bg->rank, bg->world_size, go, bg->errors);
+      } catch (...) {
+        bg->errors.report("side channel", "the gather tree could not be set up: " +
+                                              what(std::current_exception()));
+        bg->analysis_on = bg->analysis_rank && bg->world_size == 1;
+      }
+    }
     if (bg->analysis_on) {
-      bg->analysis.emplace(options.detector());
+      OnsetOptions onsets;
+      // Per-rank onsets cost more than the detector at many thousand ranks (docs/live-scale.md);
+      // `laggard analyze` of the rank logs still gives them.
+      onsets.per_rank = bg->world_size <= options.rank_onsets_max_ranks;
+      bg->analysis.emplace(options.detector(), onsets);
       bg->assembler.emplace(bg->world_size, seconds(options.window_timeout_s),
                             options.max_pending_windows);
+      if (!wanted)  // nobody else will send: windows do not wait for the others
+        for (int r = 0; r < bg->world_size; ++r)
+          if (r != bg->rank) bg->assembler->finished(r);
     }
     if (options.log_dir) {
       const std::filesystem::path dir(*options.log_dir);
@@ -572,7 +672,7 @@ Analyzer::Analyzer(AnalyzerOptions options) {
       impl->log_thread.join();
       throw;
     }
-    log_message(LogLevel::info,
+    log_message(LogLevel::debug,
                 "rank " + std::to_string(bg->rank) + ": laggard Analyzer on, interval " +
                     std::to_string(options.interval) + ", timing " + impl->backend_name +
                     ", side channel " +
@@ -732,13 +832,16 @@ AnalyzerCounters Analyzer::counters() const noexcept {
     c.sampled_steps = r.sampled_steps;
     c.samples_emitted = r.samples_emitted;
     c.recorder_dropped = r.dropped_stages + r.dropped_intervals + r.dropped_steps;
+    c.recorder = r;
   }
   const auto get = [](const std::atomic<std::uint64_t>& a) {
     return a.load(std::memory_order_relaxed);
   };
   c.queue_dropped = b.ring.dropped();
+  c.queue_pushed = c.samples_emitted >= c.queue_dropped ? c.samples_emitted - c.queue_dropped : 0;
   c.analysis_dropped = b.handoff.dropped();
   c.samples_logged = get(b.samples_logged);
+  c.rank_log_lost = get(b.log_lost);
   c.samples_sent = get(b.samples_sent);
   c.send_dropped = get(b.send_dropped);
   c.samples_received = get(b.samples_received);
@@ -747,13 +850,33 @@ AnalyzerCounters Analyzer::counters() const noexcept {
   c.windows = get(b.windows);
   c.incomplete_windows = get(b.incomplete);
   c.reports = get(b.reports);
+  c.forwarded_samples = get(b.forwarded);
+  c.forward_dropped = get(b.forward_dropped);
+  c.background_cpu_ns = get(b.background_cpu_ns) + get(b.log_cpu_ns);
   c.errors = b.errors.total() + impl_->fork_errors;
   c.forked_steps_dropped = impl_->forked_steps;
   c.side_channel_healthy = b.channel_healthy.load(std::memory_order_relaxed);
+  c.parent_down = b.parent_down.load(std::memory_order_relaxed);
+  c.side_channel_failed = b.transport_failed.load(std::memory_order_relaxed);
+  // Every sample handed on (queue_pushed) reached the analysis or is counted here; after
+  // close() nothing is still on its way, so whatever was not confirmed is lost.
+  if (impl_->closed)
+    c.gather_dropped = c.queue_pushed > c.samples_sent ? c.queue_pushed - c.samples_sent : 0;
+  else
+    c.gather_dropped = c.analysis_dropped + c.send_dropped;
   return c;
 }
 
 void Analyzer::add_sink(MetricsSink sink) noexcept {
+  if (!impl_ || impl_->forked || !sink) return;
+  try {
+    add_sink(callback_sink(std::move(sink)));
+  } catch (...) {
+    impl_->bg->errors.report("sink", "could not add a sink: " + what(std::current_exception()));
+  }
+}
+
+void Analyzer::add_sink(std::shared_ptr<Sink> sink) noexcept {
   if (!impl_ || impl_->forked || !sink) return;
   try {
     std::lock_guard<std::mutex> lock(impl_->bg->sinks_mu);
@@ -771,6 +894,16 @@ const char* Analyzer::backend_name() const noexcept {
 }
 const char* Analyzer::transport_name() const noexcept {
   return impl_ ? impl_->bg->transport_name.c_str() : "";
+}
+
+void Analyzer::count_error(std::string_view kind, std::string_view message) noexcept {
+  if (!impl_) return;
+  if (LAGGARD_UNLIKELY(impl_->forked)) {  // the copy's error counter may hold a parent's lock
+    ++impl_->fork_errors;
+    log_message(LogLevel::warning, std::string(kind) + ": " + std::string(message));
+    return;
+  }
+  impl_->bg->errors.report(kind, message);
 }
 
 void Analyzer::debug_fail_transport() noexcept {
@@ -808,6 +941,7 @@ void Analyzer::close(double timeout_s) noexcept {
     {
       std::lock_guard<std::mutex> lock(b.mu);
       b.stop = true;
+      b.close_started = start;
       // The background thread keeps a margin to shut the side channel down before we give up.
       b.deadline = start + seconds(timeout_s * 0.8);
     }
@@ -830,8 +964,11 @@ void Analyzer::close(double timeout_s) noexcept {
       impl_->thread.join();
     } else {
       impl_->thread.detach();  // it holds its own reference to everything it uses
-      b.errors.warn("close", "the background thread did not finish within " +
-                                 std::to_string(timeout_s) + " s; left behind");
+      // What it has not delivered is lost to the analysis: counted (gather_dropped), and a
+      // failure of its own.
+      b.errors.report("close", "the background thread (side channel, analysis, sinks) did not "
+                               "finish within " + std::to_string(timeout_s) +
+                               " s (a sink or a peer may block); left behind");
     }
   } catch (...) {
     recorder_ = nullptr;

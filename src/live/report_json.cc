@@ -1,8 +1,10 @@
 #include "live/report_json.hpp"
 
 #include "io/json_text.hpp"
+#include "laggard/sink.hpp"
 
 #include <charconv>
+#include <memory>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -81,6 +83,33 @@ void add_live_metrics(const Report& report, double report_errors, double dropped
   metrics["straggler/report_errors"] = report_errors;
   metrics["straggler/dropped_samples"] = dropped_samples;
   metrics["straggler/incomplete_windows"] = incomplete_windows;
+}
+
+}  // namespace laggard
+
+namespace laggard {
+
+Sink::~Sink() = default;
+
+namespace {
+
+class CallbackSink final : public Sink {
+ public:
+  CallbackSink(MetricsSink fn, std::string name) : fn_(std::move(fn)), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  void write(std::int64_t step, const Metrics& metrics, const Report&) override {
+    fn_(step, metrics);
+  }
+
+ private:
+  MetricsSink fn_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::shared_ptr<Sink> callback_sink(MetricsSink fn, std::string name) {
+  return std::make_shared<CallbackSink>(std::move(fn), std::move(name));
 }
 
 }  // namespace laggard

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "laggard/model.hpp"
 #include "laggard/recorder.hpp"
@@ -30,6 +31,8 @@ class SampleRing {
     s.stages.reserve(Recorder::kMaxStages);
     s.host.reserve(32);
     s.cohort.reserve(16);
+    s.values.reserve(kReservedValues);
+    s.resources.reserve(kReservedResources);
   }
 
   /// Producer only. False (and counted) when full.
@@ -84,6 +87,17 @@ class SampleRing {
       t.ms = f.ms;
       t.calls = f.calls;
     }
+    copy_named(from.values, to.values);
+    copy_named(from.resources, to.resources);
+  }
+
+  // Within the reserved capacity (and names seen before) this does not allocate.
+  static void copy_named(const std::vector<NamedValue>& from, std::vector<NamedValue>& to) {
+    to.resize(from.size());
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      if (to[i].name != from[i].name) to[i].name = from[i].name;
+      to[i].value = from[i].value;
+    }
   }
 
   static void swap_sample(StepSample& a, StepSample& b) noexcept {
@@ -95,7 +109,12 @@ class SampleRing {
     std::swap(a.step_ms, b.step_ms);
     std::swap(a.work, b.work);
     a.stages.swap(b.stages);
+    a.values.swap(b.values);
+    a.resources.swap(b.resources);
   }
+
+  static constexpr std::size_t kReservedValues = 32;
+  static constexpr std::size_t kReservedResources = 48;
 
   const std::size_t capacity_;
   std::unique_ptr<StepSample[]> slots_;

@@ -55,8 +55,9 @@ bool WindowAssembler::next(Window& out, bool& is_complete, Clock::time_point now
   out.step = it->first;
   out.samples = std::move(p.samples);
   // Rank order, whatever order the samples arrived in: reports do not depend on arrival.
-  std::sort(out.samples.begin(), out.samples.end(),
-            [](const StepSample& a, const StepSample& b) { return a.rank < b.rank; });
+  const auto by_rank = [](const StepSample& a, const StepSample& b) { return a.rank < b.rank; };
+  if (!std::is_sorted(out.samples.begin(), out.samples.end(), by_rank))  // often they are
+    std::sort(out.samples.begin(), out.samples.end(), by_rank);
   last_released_ = it->first;
   pending_.erase(it);
   return true;

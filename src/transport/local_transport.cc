@@ -1,28 +1,34 @@
 // "local": the side channel between Analyzers of one process. With world size 1 it carries
 // nothing; with several ranks that are threads (an inference engine with a thread per device,
-// say), those sharing a channel name and world size hand batches to the analysis rank through a
-// bounded in-memory inbox.
+// say), those sharing a channel name and world size pass messages through per-rank inboxes.
+// The gather tree is the same as across processes (gather_tree, ranks_per_host ranks a host).
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "transport/builtin.hpp"
 
 namespace laggard::detail {
 namespace {
 
-struct LocalGroup {
-  std::mutex mu;
-  std::deque<SampleBatch> inbox;
-  std::size_t queued_samples = 0;
-  bool down = false;  // the analysis rank's side channel failed or closed
+struct Inbox {
+  std::deque<TransportMessage> messages;
+  bool down = false;  // its rank's side channel failed or closed
 };
 
-std::shared_ptr<LocalGroup> group_for(const std::string& key) {
+struct LocalGroup {
+  explicit LocalGroup(int n) : inboxes(static_cast<std::size_t>(n)) {}
+  std::mutex mu;
+  std::vector<Inbox> inboxes;
+};
+
+std::shared_ptr<LocalGroup> group_for(const std::string& key, int world_size) {
   static std::mutex mu;
   static auto* groups = new std::map<std::string, std::weak_ptr<LocalGroup>>;
   std::lock_guard<std::mutex> lock(mu);
@@ -31,58 +37,59 @@ std::shared_ptr<LocalGroup> group_for(const std::string& key) {
   auto& weak = (*groups)[key];
   auto group = weak.lock();
   if (!group) {
-    group = std::make_shared<LocalGroup>();
+    group = std::make_shared<LocalGroup>(world_size);
     weak = group;
   }
   return group;
 }
 
+// Messages a rank may have waiting in its inbox from one peer before sends to it are refused:
+// the gather's acknowledgements bound what is in flight long before this.
+constexpr std::size_t kMaxInbox = 1u << 16;
+
 class LocalTransport final : public Transport {
  public:
   explicit LocalTransport(const TransportSetup& setup)
-      : rank_(setup.rank.rank),
-        world_size_(setup.rank.world_size),
-        analysis_rank_(setup.analysis_rank),
-        max_unacked_(setup.max_unacked_samples),
-        warn_(setup.warn) {
+      : rank_(setup.rank.rank), world_size_(setup.rank.world_size), warn_(setup.warn) {
+    std::vector<int> hosts;
+    if (setup.ranks_per_host > 0) {
+      hosts.resize(static_cast<std::size_t>(world_size_));
+      for (int r = 0; r < world_size_; ++r) hosts[static_cast<std::size_t>(r)] = r / setup.ranks_per_host;
+    }
+    links_ = gather_tree(rank_, world_size_, setup.analysis_rank, hosts, setup.fan_out);
     if (world_size_ > 1)
-      group_ = group_for(setup.channel + "#" + std::to_string(world_size_));
+      group_ = group_for(setup.channel + "#" + std::to_string(world_size_), world_size_);
   }
 
   const char* name() const noexcept override { return "local"; }
   int rank() const noexcept override { return rank_; }
   int world_size() const noexcept override { return world_size_; }
+  TreeLinks links() const override { return links_; }
 
-  bool send(SampleBatch& batch) override {
-    if (failed_ || !group_) return false;
+  bool send(int peer, std::string& message) override {
+    if (failed_ || !group_ || peer < 0 || peer >= world_size_) return false;
     std::lock_guard<std::mutex> lock(group_->mu);
-    if (group_->down) {
-      peer_down_ = true;
-      warn("the analysis rank's side channel is down; samples are dropped (the rank log still "
-           "has them)");
+    Inbox& box = group_->inboxes[static_cast<std::size_t>(peer)];
+    if (box.down) {
+      if (warned_down_.insert(peer).second && warn_)
+        warn_("side channel", "rank " + std::to_string(peer) +
+                                  "'s side channel is down; messages to it are dropped");
       return false;
     }
-    if (batch.samples > 0 && group_->queued_samples + batch.samples > max_unacked_) {
-      warn("the analysis rank is behind (" + std::to_string(group_->queued_samples) +
-           " samples waiting); samples are dropped");
-      return false;
-    }
-    group_->queued_samples += batch.samples;
-    group_->inbox.push_back(std::move(batch));
+    if (box.messages.size() >= kMaxInbox) return false;
+    box.messages.push_back(TransportMessage{rank_, std::move(message)});
     return true;
   }
 
-  void receive(std::vector<SampleBatch>& out) override {
+  void receive(std::vector<TransportMessage>& out) override {
     if (failed_ || !group_) return;
     std::lock_guard<std::mutex> lock(group_->mu);
-    for (auto& b : group_->inbox) out.push_back(std::move(b));
-    group_->inbox.clear();
-    group_->queued_samples = 0;
+    Inbox& box = group_->inboxes[static_cast<std::size_t>(rank_)];
+    for (auto& m : box.messages) out.push_back(std::move(m));
+    box.messages.clear();
   }
 
-  bool settled() const override { return true; }  // a hand-off in memory is delivered at once
-
-  bool healthy() const override { return !failed_ && !peer_down_; }
+  bool healthy() const override { return !failed_; }
 
   void fail() override {
     failed_ = true;
@@ -93,25 +100,20 @@ class LocalTransport final : public Transport {
 
  private:
   void close_inbox() {
-    if (!group_ || rank_ != analysis_rank_) return;
+    if (!group_) return;
     std::lock_guard<std::mutex> lock(group_->mu);
-    group_->down = true;
-    group_->inbox.clear();
-    group_->queued_samples = 0;
-  }
-
-  void warn(const std::string& message) {
-    if (warn_) warn_("side channel", message);
+    Inbox& box = group_->inboxes[static_cast<std::size_t>(rank_)];
+    box.down = true;
+    box.messages.clear();
   }
 
   int rank_;
   int world_size_;
-  int analysis_rank_;
-  std::size_t max_unacked_;
+  TreeLinks links_;
   std::function<void(std::string_view, std::string_view)> warn_;
+  std::set<int> warned_down_;
   std::shared_ptr<LocalGroup> group_;
   bool failed_ = false;
-  bool peer_down_ = false;
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "laggard/compare.hpp"
 
 #include <gtest/gtest.h>
+
+#include "laggard/detail/statistics.hpp"
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -15,6 +17,12 @@
 
 namespace laggard {
 namespace {
+
+using detail::bootstrap_ratio_of_medians;
+using detail::holm_adjust;
+using detail::Interval;
+using detail::mann_whitney_p;
+using detail::median_of;
 
 // ---- the statistics ----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 // entry points libcuda.so.1 fills), including a Recorder that reads device marks only once the
 // fake device has passed them.
 #include "laggard/cuda.hpp"
+#include "laggard/detail/cuda_driver.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -82,6 +83,25 @@ TEST(Median, EmptyIsZero) {
   EXPECT_EQ(laggard::detail::median_of(nullptr, 0, scratch), 0.0);
   EXPECT_EQ(laggard::detail::median_abs_deviation(nullptr, 0, 1.0, scratch), 0.0);
   EXPECT_EQ(laggard::detail::median_inplace(nullptr, 0), 0.0);
+}
+
+TEST(Median, OfFiveIsTheMiddleOfTheSortedFive) {
+  // Every arrangement of five values from {0..4}, ties included (3125 of them), and random floats.
+  std::array<float, 5> v{};
+  for (int code = 0; code < 3125; ++code) {
+    for (int i = 0, c = code; i < 5; ++i, c /= 5) v[i] = static_cast<float>(c % 5);
+    std::array<float, 5> sorted = v;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(laggard::detail::median_of_5(v[0], v[1], v[2], v[3], v[4]), sorted[2]) << code;
+  }
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (int k = 0; k < 10000; ++k) {
+    for (float& x : v) x = noise(rng);
+    std::array<float, 5> sorted = v;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(laggard::detail::median_of_5(v[0], v[1], v[2], v[3], v[4]), sorted[2]);
+  }
 }
 
 TEST(Median, ManyRandomLargeColumnsAgree) {

@@ -230,6 +230,103 @@ TEST(RunReader, ReusesTheWindowAcrossCallsOfDifferentSizes) {
   EXPECT_EQ(reader.stats().samples, 1334u);
 }
 
+// Everything a reader yields, for comparing readers: per window the step and every sample in
+// full; then the statistics, errors in order.
+std::string everything(RunReader& reader) {
+  std::string out;
+  Window w;
+  while (reader.next(w)) {
+    out += "window " + std::to_string(w.step) + "\n";
+    for (const auto& s : w.samples) append_sample_json(s, out);
+  }
+  const RunStats& st = reader.stats();
+  out += "files " + std::to_string(st.files) + " samples " + std::to_string(st.samples) +
+         " malformed " + std::to_string(st.malformed) + " duplicates " +
+         std::to_string(st.duplicates) + " out_of_order " + std::to_string(st.out_of_order) +
+         " windows " + std::to_string(st.windows) + " bytes " + std::to_string(st.bytes) +
+         " conflicts " + std::to_string(st.world_size_conflicts) + " " + st.world_size_conflict +
+         "\n";
+  for (const auto& e : st.errors) out += e.message() + "\n";
+  return out;
+}
+
+TEST(RunReader, YieldsTheSameWhateverTheNumberOfWorkers) {
+  // A run with everything a merge meets: files of different lengths and step sets, an empty
+  // one, malformed lines in several files (more than the 20 kept: which ones are kept depends on
+  // the order they are met in), duplicates within and across files, steps going backwards, a
+  // file disagreeing on world_size, blank lines.
+  TempDir dir;
+  for (int r = 0; r < 11; ++r) {
+    std::string content;
+    for (int step = 0; step < 200; ++step) {
+      if ((step + r) % 7 == 0) continue;  // each file misses some steps
+      if (r == 4 && step > 50) break;     // a short file
+      StepSample s = sample(r, step);
+      if (r == 6) s.world_size = 32;
+      append_sample_json(s, content);
+      if (step % 37 == r) content += "{\"broken\": \n";
+      if (step % 53 == r) append_sample_json(sample(r, step, 0.25), content);      // duplicate
+      if (step % 61 == r) append_sample_json(sample(r, step - 5, 0.5), content);   // backwards
+      if (r == 2 && step % 29 == 0) append_sample_json(sample(3, step, 0.75), content);  // rank 3
+      if (step % 41 == 0) content += "\n";
+    }
+    dir.file("rank-" + std::to_string(r) + ".jsonl", content);
+  }
+  dir.file("rank-11.jsonl", "");
+
+  RunReader one(dir.path(), RunReaderOptions{0});
+  EXPECT_EQ(one.workers(), 0u);
+  const std::string expected = everything(one);
+  ASSERT_GT(one.stats().malformed, 20u);
+  ASSERT_GT(one.stats().duplicates, 0u);
+  ASSERT_GT(one.stats().out_of_order, 0u);
+  ASSERT_GT(one.stats().world_size_conflicts, 0u);
+  for (unsigned workers : {1u, 2u, 3u, 5u, 12u, 64u}) {
+    RunReader reader(dir.path(), RunReaderOptions{workers});
+    EXPECT_EQ(reader.workers(), std::min(workers, 12u));
+    EXPECT_EQ(everything(reader), expected) << workers << " workers";
+  }
+  RunReader chosen(dir.path());
+  EXPECT_EQ(everything(chosen), expected) << "workers chosen: " << chosen.workers();
+}
+
+TEST(RunReader, StopsItsWorkersWhenDestroyedEarly) {
+  TempDir dir;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<StepSample> v;
+    for (int step = 0; step < 2000; ++step) v.push_back(sample(r, step));
+    dir.file("rank-" + std::to_string(r) + ".jsonl", lines(v));
+  }
+  for (int round = 0; round < 20; ++round) {
+    RunReader reader(dir.path(), RunReaderOptions{3});
+    Window w;
+    for (int i = 0; i < round; ++i) ASSERT_TRUE(reader.next(w));
+    EXPECT_EQ(reader.workers(), 3u);
+  }  // each reader's workers, blocked on a full queue or not started, are stopped and joined
+}
+
+TEST(RunReader, ReportsAReadErrorAsTheSingleThreadedReaderDoes) {
+  TempDir dir;
+  dir.file("rank-0.jsonl", lines({sample(0, 1), sample(0, 2)}));
+  dir.file("rank-1.jsonl", lines({sample(1, 1), sample(1, 2)}));
+  // A regular file whose read() fails (EIO at offset 0): the failure is met while reading, in
+  // a worker when there are workers, and must reach the caller of next() all the same.
+  fs::create_symlink("/proc/self/mem", dir.path() + "/rank-2.jsonl");
+  for (unsigned workers : {0u, 1u, 2u}) {
+    RunReader reader(dir.path(), RunReaderOptions{workers});
+    Window w;
+    try {
+      while (reader.next(w)) {
+      }
+      FAIL() << "no error with " << workers << " workers";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot read " + dir.path() + "/rank-2.jsonl"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(RunReader, ThrowsForAMissingDirectory) {
   TempDir dir;
   const std::string missing = dir.path() + "/nope";

@@ -71,7 +71,7 @@ class CollectiveLog:
     """Which process group each collective on a thread other than the training thread used."""
 
     NAMES = ("gather_object", "all_gather_object", "broadcast_object_list", "all_gather",
-             "gather", "all_reduce", "broadcast", "barrier")
+             "gather", "all_reduce", "broadcast", "barrier", "send", "recv")
 
     def __init__(self):
         self.groups = []  # (name, "default" | "other")

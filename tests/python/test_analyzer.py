@@ -209,27 +209,70 @@ def test_full_disk_is_counted_not_raised(tmp_path):
     assert an.counters()["report_errors"] >= 4
 
 
-def test_side_channel_failure_is_counted_and_logs_continue(tmp_path, caplog):
-    got = []
-    an = laggard.Analyzer(enabled=True, interval=1, log_dir=str(tmp_path),
-                          sinks=[lambda s, m: got.append(s)])
+class PairTransport:
+    """A Python transport between two Analyzers of this process (the protocol of
+    laggard.transport.GlooTransport); `broken` makes every send raise, as a dead link does."""
 
-    class DeadPeer:
-        def exchange(self, payload):
+    name = "pair"
+
+    def __init__(self, rank, inboxes):
+        self.rank, self.world_size, self.inboxes = rank, 2, inboxes
+        self.broken = False
+
+    def links(self):
+        return (-1, [1]) if self.rank == 0 else (0, [])
+
+    def send(self, peer, data):
+        if self.broken:
             raise RuntimeError("Connection closed by peer")
+        self.inboxes[peer].append((self.rank, bytes(data)))
+        return True
 
-        def close(self):
-            pass
+    def receive(self):
+        box = self.inboxes[self.rank]
+        out = list(box)
+        del box[:len(out)]
+        return out
 
-    train(an, 2, ms=0.1)
-    assert wait_for(lambda: len(got) == 2)
-    an._channel.exchange = DeadPeer()
-    train(an, 3, ms=0.1)  # steps 0..2 again: the rank log still gets them
-    an.close()
-    c = an.counters()
-    assert c["side_channel_broken"] and c["report_errors"] == 1
-    assert got == [0, 1]
-    assert len((tmp_path / "rank-0.jsonl").read_text().splitlines()) == 5
+    def healthy(self):  # a broken link is not a failed transport (GlooTransport's rule)
+        return True
+
+    def fail(self):
+        self.broken = True
+
+    def shutdown(self):
+        pass
+
+
+def test_side_channel_failure_is_counted_and_logs_continue(tmp_path, caplog):
+    # Two ranks in this process over a transport written in Python; rank 1's link dies after
+    # two steps: counted and warned on rank 1, whose log still gets every sample; rank 0
+    # analyses the later windows without it.
+    got = []
+    inboxes = {0: [], 1: []}
+    t0, t1 = PairTransport(0, inboxes), PairTransport(1, inboxes)
+    an0 = laggard.Analyzer(enabled=True, interval=1, rank=0, world_size=2, transport=t0,
+                           log_dir=str(tmp_path), sinks=[lambda s, m: got.append(s)],
+                           close_timeout_s=2.0)
+    an1 = laggard.Analyzer(enabled=True, interval=1, rank=1, world_size=2, transport=t1,
+                           log_dir=str(tmp_path), close_timeout_s=2.0)
+    for step in range(5):
+        if step == 2:
+            assert wait_for(lambda: got == [0, 1]), got
+            t1.broken = True
+        for an in (an0, an1):
+            an.begin_step(step)
+            with an.section("forward"):
+                time.sleep(0.0001)
+            an.end_step()
+    time.sleep(0.5)
+    an1.close()
+    an0.close()
+    c1, c0 = an1.counters(), an0.counters()
+    assert c1["report_errors"] >= 1, c1
+    assert c1["gather_sent"] == 2 and c1["gather_dropped"] == 3, c1
+    assert len((tmp_path / "rank-1.jsonl").read_text().splitlines()) == 5
+    assert got == [0, 1, 2, 3, 4] and c0["incomplete_windows"] == 3, (got, c0)
     assert any("Connection closed by peer" in r.getMessage() for r in caplog.records)
 
 

@@ -17,12 +17,13 @@ def make_sample(rank, step, forward_ms, comm_ms=1.0, world=4):
     return s
 
 
-def recorder_with_queue(interval, capacity=4):
-    """A host-clock Recorder whose samples go to a new SampleQueue: (recorder, queue)."""
+def recorder_with_samples(interval):
+    """A host-clock Recorder whose finished samples go to a list: (recorder, list of JSON
+    lines). (The Analyzer's samples go to the live engine, tested in tests/cpp.)"""
     rec = _core.Recorder(interval=interval)
-    q = _core.SampleQueue(capacity)
-    rec.attach_queue(q)
-    return rec, q
+    lines = []
+    rec.on_sample(lambda s: lines.append(s.to_json()))
+    return rec, lines
 
 
 def test_stage_kinds():
@@ -47,6 +48,28 @@ def test_sample_json_round_trip_is_exact():
     assert back.find("nope") is None
 
 
+def test_sample_values_and_resources_round_trip_bit_for_bit():
+    s = make_sample(1, 40, 2.0)
+    assert s.values == {} and s.resources == {}
+    s.values = {"loss": float("nan"), "grad_norm": float("inf"), "low": float("-inf"),
+                "zero": -0.0, "third": 1.0 / 3.0, "tokens": 4096.0}
+    s.resources = {"gpu_sm_clock_mhz": 1410.0}
+    line = s.to_json()
+    doc = json.loads(line)  # Python's json module reads the strings and the numbers
+    assert doc["values"]["loss"] == "NaN" and doc["values"]["grad_norm"] == "Infinity"
+    assert doc["values"]["low"] == "-Infinity"
+    back = _core.StepSample.from_json(line).values
+    assert list(back) == ["loss", "grad_norm", "low", "zero", "third", "tokens"]
+    assert math.isnan(back["loss"]) and back["grad_norm"] == math.inf
+    assert back["low"] == -math.inf
+    assert math.copysign(1.0, back["zero"]) == -1.0
+    assert back["third"] == 1.0 / 3.0 and back["tokens"] == 4096.0
+    assert _core.StepSample.from_json(line).resources == {"gpu_sm_clock_mhz": 1410.0}
+    doc["values"]["loss"] = None
+    with pytest.raises(ValueError, match="'loss' of field 'values' is not a number"):
+        _core.StepSample.from_json(json.dumps(doc))
+
+
 def test_parser_names_what_is_wrong():
     with pytest.raises(ValueError, match="bad sample line"):
         _core.StepSample.from_json('{"schema":"laggard.sample/1","rank":0}')
@@ -58,8 +81,8 @@ def test_parser_names_what_is_wrong():
 
 def test_recorder_samples_every_interval_and_counts():
     rec = _core.Recorder(interval=3, rank=1, world_size=2)
-    q = _core.SampleQueue(8)
-    rec.attach_queue(q)
+    items = []
+    rec.on_sample(lambda s: items.append((s.step, s.to_json())))
     fwd = rec.stage("forward")
     assert rec.stage("forward") == fwd
     comm = rec.stage("allreduce", "communication")
@@ -72,8 +95,6 @@ def test_recorder_samples_every_interval_and_counts():
         rec.add(comm, 2.5)
         rec.end_step()
     assert sampled == [True, False, False, True, False, False, True]
-    rounds, items, closed, dropped, log_errors = q.take(0)
-    assert rounds == 3 and not closed and dropped == 0 and log_errors == 0
     assert [step for step, _ in items] == [0, 3, 6]
     s = _core.StepSample.from_json(items[0][1])
     assert s.rank == 1 and s.world_size == 2
@@ -98,106 +119,6 @@ def test_cuda_backend_falls_back_with_a_reason():
     if rec.backend_name == "host-clock":
         assert rec.backend_reason
     rec.set_stream(0)  # a no-op on the host clock
-
-
-def test_queue_drops_when_full_and_never_blocks():
-    q = _core.SampleQueue(2)
-    for step in range(5):
-        q.push(make_sample(0, step, 1.0))
-    assert q.dropped == 3 and q.pushed == 2 and len(q) == 2
-    t0 = time.perf_counter()
-    rounds, items, closed, dropped, log_errors = q.take(0.05)
-    assert rounds == 0 and [s for s, _ in items] == [0, 1] and dropped == 3  # counts come along
-    assert time.perf_counter() - t0 < 0.05  # samples were waiting: no wait
-    q.close()
-    assert q.take(10.0)[2] is True  # closed: returns at once
-
-
-def test_queue_consumer_finds_work_soon_and_is_woken_at_half_full():
-    # A consumer asleep in take() finds the first sample (or round) at its next look (every
-    # 100 ms), and a lingering one is woken when the queue is half full or closed: none of these
-    # waits runs out.
-    import threading
-
-    q = _core.SampleQueue(4)
-
-    def later(*calls):
-        def run():
-            for fn in calls:
-                time.sleep(0.1)
-                fn()
-        t = threading.Thread(target=run)
-        t.start()
-        return t
-
-    t = later(lambda: q.push(make_sample(0, 0, 1.0)))
-    t0 = time.perf_counter()
-    rounds, items, closed, _, _ = q.take(30.0)
-    assert [s for s, _ in items] == [0] and not closed
-    assert time.perf_counter() - t0 < 10.0
-    t.join()
-    t = later(q.mark_round)
-    assert q.take(30.0)[0] == 1
-    t.join()
-    # lingering: half full (2 of 4) ends the wait
-    t = later(lambda: q.push(make_sample(0, 1, 1.0)), lambda: q.push(make_sample(0, 2, 1.0)))
-    t0 = time.perf_counter()
-    assert [s for s, _ in q.take(30.0, 30.0)[1]] == [1, 2]
-    assert time.perf_counter() - t0 < 10.0
-    t.join()
-    # lingering: close ends the wait
-    t = later(lambda: q.push(make_sample(0, 3, 1.0)), q.close)
-    rounds, items, closed, _, _ = q.take(30.0, 30.0)
-    assert [s for s, _ in items] == [3] and closed
-    t.join()
-
-
-def test_queue_writer_logs_every_sample_while_the_consumer_is_stuck(tmp_path):
-    # With start_writer() the rank log has a thread of its own: a consumer that never takes (a
-    # hung gather, a blocking sink) holds up neither the log nor the producer; what it misses is
-    # counted (gather_dropped), rounds are all kept.
-    q = _core.SampleQueue(256)
-    log = tmp_path / "rank-0.jsonl"
-    q.set_log(str(log))
-    q.start_writer()
-    for step in range(300):
-        q.push(make_sample(0, step, 1.0))
-        q.mark_round()
-        time.sleep(0.001)
-    q.close()
-    assert q.wait_writer(30.0) and q.writer_done
-    lines = log.read_text().splitlines()
-    assert [_core.StepSample.from_json(x).step for x in lines] == list(range(300))
-    assert q.dropped == 0 and q.logged == 300 and q.log_lost == 0
-    assert q.gather_dropped == 300 - 256  # the consumer's 256 slots were full
-    rounds, items, closed, dropped, log_errors = q.take(0)
-    assert rounds == 300 and closed and dropped == 44 and log_errors == 0
-    assert [s for s, _ in items] == list(range(256))  # the oldest; the rest were in the log only
-
-
-def test_queue_writer_counts_lines_it_cannot_write(tmp_path):
-    (tmp_path / "file").write_text("")
-    q = _core.SampleQueue(8)
-    q.set_log(str(tmp_path / "file" / "rank-0.jsonl"))  # under a regular file: cannot open
-    q.start_writer()
-    for step in range(5):
-        q.push(make_sample(0, step, 1.0))
-    q.close()
-    assert q.wait_writer(30.0)
-    assert q.logged == 0 and q.log_lost == 5 and q.log_errors == 5
-    assert "cannot open" in q.log_error
-    assert len(q.take(0)[1]) == 5  # the analysis still gets them
-
-
-def test_queue_abandon_counts_what_the_consumer_never_took():
-    q = _core.SampleQueue(8)
-    q.start_writer()
-    for step in range(3):
-        q.push(make_sample(0, step, 1.0))
-    q.close()
-    assert q.wait_writer(30.0)
-    assert q.abandon() == 3 and q.gather_dropped == 3
-    assert q.take(0)[1] == []
 
 
 def test_detector_reports_metrics_and_confirms():
@@ -261,7 +182,7 @@ def test_metric_values_are_float_or_str():
 
 
 def test_section_scope_times_and_survives_exceptions():
-    rec, q = recorder_with_queue(interval=1)
+    rec, lines = recorder_with_samples(interval=1)
     scope = rec.section(rec.stage("forward"))
     rec.begin_step(0)
     with scope:
@@ -273,12 +194,12 @@ def test_section_scope_times_and_survives_exceptions():
     del rec  # the scope keeps the recorder alive
     with scope:
         pass
-    s = _core.StepSample.from_json(q.take(0)[1][0][1])
+    s = _core.StepSample.from_json(lines[0])
     assert s.find("forward").calls == 2 and s.find("forward").ms >= 1.8
 
 
 def test_marks_and_step_calls_are_the_training_thread_forms():
-    rec, q = recorder_with_queue(interval=2)
+    rec, lines = recorder_with_samples(interval=2)
     fwd = rec.stage("forward")
     begin, end = rec.marks(fwd)
     begin_step, end_step, set_stream = rec.step_calls()
@@ -296,9 +217,8 @@ def test_marks_and_step_calls_are_the_training_thread_forms():
     assert c["samples_emitted"] == 1 and c["unbalanced"] == 0 and c["dropped_stages"] == 0
     with pytest.raises(TypeError):
         begin_step("two")
-    lines = q.take(0.0)
-    assert lines[0] == 1 and len(lines[1]) == 1  # one sampled step: one round, one sample
-    s = _core.StepSample.from_json(lines[1][0][1])
+    assert len(lines) == 1  # one sampled step: one sample
+    s = _core.StepSample.from_json(lines[0])
     assert s.step == 0 and s.find("forward").calls == 1 and s.find("forward").ms >= 1.5
     del rec  # the builtins keep the recorder alive
     assert begin_step(2) is True
@@ -306,7 +226,7 @@ def test_marks_and_step_calls_are_the_training_thread_forms():
 
 
 def test_cancel_mark_drops_the_open_entry():
-    rec, q = recorder_with_queue(interval=1)
+    rec, lines = recorder_with_samples(interval=1)
     bwd = rec.stage("backward")
     begin, end = rec.marks(bwd)
     cancel = rec.cancel_mark(bwd)
@@ -323,45 +243,9 @@ def test_cancel_mark_drops_the_open_entry():
     cancel()  # the only entry: the stage is left out of the sample
     end_step()
     assert rec.counters["unbalanced"] == 0
-    items = q.take(0.0)[1]
-    first, second = (_core.StepSample.from_json(line) for _, line in items)
+    first, second = (_core.StepSample.from_json(line) for line in lines)
     assert first.find("backward").calls == 1 and first.find("backward").ms < 10
     assert second.find("backward") is None
-
-
-def test_live_detector_batch_matches_one_window_at_a_time(tmp_path):
-    opts = _core.DetectorOptions(ref="mean")
-    one, batch = _core.LiveDetector(opts, 0), _core.LiveDetector(opts, 0)
-    windows = []
-    for step in (0, 10, 20):
-        lines = [make_sample(r, step, 40.0 if r == 2 else 10.0).to_json() for r in range(4)]
-        if step == 10:
-            lines.append("{not json")
-        windows.append((step, lines, float(step // 10)))
-    singles = [one.observe_lines(lines, step, report_errors=1.0, dropped_samples=2.0,
-                                 incomplete_windows=inc)[0] for step, lines, inc in windows]
-    metrics, parse_errors, log_failures, log_error = batch.observe_batch(
-        windows, report_errors=1.0, dropped_samples=2.0)
-    assert metrics == singles and parse_errors == 1
-    assert log_failures == 0 and log_error is None
-    assert metrics[2]["straggler/incomplete_windows"] == 2.0
-    assert batch.latest_metrics() == singles[-1] and batch.windows == 3
-    assert batch.observe_batch([], metrics=False) == (None, 0, 0, None)
-    with pytest.raises(ValueError):
-        batch.observe_batch([(0, [])])
-
-
-def test_live_detector_batch_counts_failed_report_log_writes(tmp_path):
-    import os
-
-    if not os.path.exists("/dev/full"):
-        pytest.skip("needs /dev/full")
-    det = _core.LiveDetector(_core.DetectorOptions(), 0, "/dev/full")
-    windows = [(s, [make_sample(0, s, 10.0, world=1).to_json()], 0.0) for s in range(3)]
-    metrics, _, log_failures, log_error = det.observe_batch(windows, report_errors=5.0)
-    assert log_failures == 3 and "No space left" in log_error
-    # each window's report_errors counts the failed writes of the windows before it
-    assert [m["straggler/report_errors"] for m in metrics] == [5.0, 6.0, 7.0]
 
 
 def test_marks_of_a_stage_that_has_no_slot_count_a_dropped_stage():

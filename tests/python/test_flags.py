@@ -1,10 +1,15 @@
-"""The RFC flags: exact names, defaults and choices."""
+"""The RFC flags: exact names, defaults and choices; the detector flags from the settings table,
+and presets that mean the same in the program, in Python and in C++."""
 
 import argparse
+import json
+import os
+import subprocess
 
 import pytest
 
 import laggard
+import testenv
 
 
 def parser():
@@ -96,5 +101,118 @@ def test_recommended_preset_reaches_the_detector(tmp_path):
         assert an.options["relative_threshold"] == 1.1
         assert an.options["absolute_ms_threshold"] == float("inf")
         assert (an.options["confirm_k"], an.options["confirm_n"]) == (2, 3)
+    finally:
+        an.close()
+
+
+def test_detector_flags_are_the_settings_table():
+    from laggard import _core
+
+    options = {s for action in parser()._actions for s in action.option_strings}
+    for s in _core.detector_settings():
+        flag = "--straggler-" + s["flag"][2:]
+        assert flag in options, flag
+        assert flag == "--straggler-" + s["name"].replace("_", "-")
+    a = parser().parse_args(["--straggler-method", "threshold", "--straggler-confirm-k", "3",
+                             "--straggler-confirm-n", "4", "--straggler-mad-z", "2.5",
+                             "--straggler-false-alarm-budget", "0.05"])
+    kwargs = laggard.flags.analyzer_kwargs(a)
+    assert (kwargs["method"], kwargs["confirm_k"], kwargs["confirm_n"], kwargs["mad_z"],
+            kwargs["false_alarm_budget"]) == ("threshold", 3, 4, 2.5, 0.05)
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--straggler-confirm-k", "2.5"])
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--straggler-method", "fastest"])
+
+
+# (preset, settings given): each combination is resolved by the program's flags, by the Python
+# flags and by _core.detector_options (C++), and must give the same options.
+CASES = [
+    (None, {}),
+    ("default", {}),
+    ("recommended", {}),
+    ("rfc", {}),
+    ("rfc", {"confirm_k": 3, "confirm_n": 5}),
+    ("rfc", {"ref": "median", "relative_threshold": 1.3}),
+    ("default", {"method": "threshold", "absolute_ms_threshold": 2.5}),
+    (None, {"ref": "mean", "mad_z": 2.0, "false_alarm_budget": 0.05}),
+]
+
+OPTION_NAMES = ("method", "ref", "relative_threshold", "absolute_ms_threshold", "mad_z",
+                "confirm_k", "confirm_n", "false_alarm_budget")
+
+
+def _options_of(o):
+    return {"method": o.method.name, "ref": o.ref.name,
+            "relative_threshold": o.relative_threshold,
+            "absolute_ms_threshold": o.absolute_ms_threshold, "mad_z": o.mad_z,
+            "confirm_k": o.confirm_k, "confirm_n": o.confirm_n,
+            "false_alarm_budget": o.false_alarm_budget}
+
+
+def _flags(prefix, preset, given):
+    out = ["--" + prefix + "preset", preset] if preset else []
+    for k, v in given.items():
+        out += ["--" + prefix + k.replace("_", "-"), str(v)]
+    return out
+
+
+@pytest.mark.parametrize("preset,given", CASES)
+def test_presets_mean_the_same_in_the_program_python_and_cpp(preset, given):
+    from laggard import _core
+
+    world = 4  # examples/run-slow-forward has 4 ranks
+    expected = _options_of(_core.detector_options(preset, world, **given))
+    # The preset's own values under the settings given.
+    base = _options_of(_core.DetectorOptions.preset(preset, world) if preset
+                       else _core.DetectorOptions())
+    for k in OPTION_NAMES:
+        assert expected[k] == given.get(k, base[k]), k
+
+    args = parser().parse_args(_flags("straggler-", preset, given))
+    kw = laggard.flags.detector_kwargs(args)
+    assert _options_of(_core.detector_options(args.straggler_preset, world, **kw)) == expected
+
+    cli = testenv.cli()
+    if cli is None:
+        pytest.skip("the laggard program is not built")
+    run = os.path.join(testenv.ROOT, "examples", "run-slow-forward")
+    out = subprocess.run([cli, "analyze", "--json", "-q", run] + _flags("", preset, given),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)["options"]
+    if got["absolute_ms_threshold"] is None:  # JSON has no infinity: "off" is written as null
+        got["absolute_ms_threshold"] = float("inf")
+    assert {k: got[k] for k in OPTION_NAMES} == expected
+
+
+def test_the_analyzer_takes_a_preset_or_settings_as_the_program_does():
+    # A preset alone, or settings alone: the Analyzer's options are the program's.
+    from laggard import _core
+
+    for preset, given in CASES:
+        if preset is not None and given:
+            continue  # a preset with settings on top: the Analyzer lets the preset decide
+        an = laggard.Analyzer(enabled=True, interval=1, timing="host", preset=preset, **given)
+        try:
+            expected = _options_of(_core.detector_options(preset, an.world_size, **given))
+            assert {k: an.options[k] for k in OPTION_NAMES if k in an.options} == \
+                {k: expected[k] for k in OPTION_NAMES if k in an.options}
+            assert _options_of(an.detector_options) == expected
+        finally:
+            an.close()
+
+
+def test_the_analyzer_from_flags_lets_a_flag_win_over_the_preset():
+    from laggard import _core
+
+    args = parser().parse_args(["--straggler-analysis", "--straggler-interval", "1",
+                                "--straggler-preset", "rfc", "--straggler-confirm-k", "3",
+                                "--straggler-confirm-n", "5", "--straggler-ref", "median"])
+    an = laggard.Analyzer.from_args(args, timing="host")
+    try:
+        assert _options_of(an.detector_options) == _options_of(
+            _core.detector_options("rfc", 4, confirm_k=3, confirm_n=5, ref="median"))
+        assert _options_of(an.detector_options)["method"] == "threshold"
     finally:
         an.close()

@@ -63,33 +63,38 @@ def _sample_line(rank, step, forward_ms):
 
 
 class _Analysis:
-    """The analysis rank's live analysis fed with WORLD ranks' sample lines, rank 2's forward 4x
-    slower: the reports the sinks get are laggard's own (LiveAnalysis, the C++ detector, the
-    live metrics), without starting ranks. Stands in for the Analyzer a sink is attached to."""
+    """WORLD ranks as Analyzers of this process over the "local" side channel, rank 2's
+    forward 4x slower: the reports the sinks get (on rank 0) are laggard's own (the live engine,
+    the C++ detector, the live metrics), without starting processes. Every window's report has
+    reached the sinks when the constructor returns."""
 
-    rank = 0
+    _runs = 0
 
     def __init__(self, sinks, windows=8):
-        from laggard import _core
-        from laggard._log import ErrorCounter
-        from laggard.live import LiveAnalysis
-
-        for sink in sinks:
-            if hasattr(sink, "attach"):
-                sink.attach(self)
-        self.errors = ErrorCounter()
-        self.live = LiveAnalysis(_core.DetectorOptions(), WORLD, 0, sinks, self.errors)
+        _Analysis._runs += 1
+        channel = "test-sinks-%d" % _Analysis._runs
+        self.ranks = [laggard.Analyzer(interval=1, rank=r, world_size=WORLD, transport="local",
+                                       channel=channel, host="host-%d" % r,
+                                       sinks=sinks if r == 0 else (), close_timeout_s=10.0)
+                      for r in range(WORLD)]
         for w in range(windows):
-            step = w * 10
-            self.live.add_round([(r, [(step, _sample_line(r, step, 40.0 if r == SLOW_RANK
-                                                            else 10.0))], 0, 0)
-                                 for r in range(WORLD)])
+            for r, an in enumerate(self.ranks):
+                an.begin_step(w * 10)
+                forward = 40.0 if r == SLOW_RANK else 10.0
+                an.add("forward", forward)
+                an.add("communication", 52.0 - forward, kind="communication")
+                an.end_step()
+        deadline = time.monotonic() + 30
+        while self.ranks[0].counters()["reports"] < windows and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.ranks[0].counters()["reports"] == windows
 
     def latest_report(self):
-        return self.live.latest_report()
+        return self.ranks[0].latest_report()
 
     def close(self):
-        self.live.finish()
+        for an in reversed(self.ranks):
+            an.close()
 
 
 def _train_single_rank(sinks, steps=12):

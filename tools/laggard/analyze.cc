@@ -8,72 +8,71 @@
 #include <map>
 
 #include "commands.hpp"
+#include "laggard/detector_settings.hpp"
 #include "laggard/jsonl.hpp"
+#include "laggard/source.hpp"
 #include "laggard/summary.hpp"
 #include "output.hpp"
 
 namespace laggard::cli {
 
 void add_detector_options(CLI::App* cmd, DetectorArgs& args) {
-  DetectorOptions& detector = args.detector;
-  args.options = {
-      cmd->add_option("--method", args.method,
-                      "sequential (the default: evidence over windows against a false-alarm "
-                      "budget) or threshold (the RFC's per-window rule, k of n)")
-          ->check(CLI::IsMember({"sequential", "threshold"}))
-          ->capture_default_str(),
-      cmd->add_option("--ref", args.ref,
-                      "Reference over ranks of a window's flags: mean (the RFC's), median, robust")
-          ->check(CLI::IsMember({"mean", "median", "robust"}))
-          ->capture_default_str(),
-      cmd->add_option("--relative-threshold", detector.relative_threshold,
-                      "Slow if t >= ref * this (sequential: the slowdown the test is built for)")
-          ->capture_default_str(),
-      cmd->add_option("--absolute-ms-threshold", detector.absolute_ms_threshold,
-                      "... or t - ref >= this many ms (inf: off; sequential: the least excess "
-                      "that counts)")
-          ->capture_default_str(),
-      cmd->add_option("--mad-z", detector.mad_z, "robust reference: MAD z-score also required")
-          ->capture_default_str(),
-      cmd->add_option("--confirm-k", detector.confirm_k,
-                      "threshold method: confirmed when slow in k ... (persistence)")
-          ->capture_default_str(),
-      cmd->add_option("--confirm-n", detector.confirm_n, "... of the last n windows")
-          ->capture_default_str(),
-      cmd->add_option("--false-alarm-budget", detector.false_alarm_budget,
-                      "sequential method: chance of any false confirmation in a run of "
-                      "500 sampled windows")
-          ->capture_default_str()};
+  // One flag per row of the settings table, bound to its member of args.detector (numbers) or
+  // to a string (choices), showing the default.
+  const auto& settings = detector_settings();
+  args.choices.assign(settings.size(), std::string());
+  args.options.clear();
+  for (std::size_t i = 0; i < settings.size(); ++i) {
+    const DetectorSetting& s = settings[i];
+    const std::string flag = s.flag(), help(s.help);
+    CLI::Option* opt = nullptr;
+    switch (s.type) {
+      case DetectorSetting::Type::number:
+        opt = cmd->add_option(flag, args.detector.*(s.number), help);
+        break;
+      case DetectorSetting::Type::integer:
+        opt = cmd->add_option(flag, args.detector.*(s.integer), help);
+        break;
+      case DetectorSetting::Type::choice:
+        args.choices[i] = s.value(args.detector);
+        opt = cmd->add_option(flag, args.choices[i], help)
+                  ->check(CLI::IsMember(
+                      std::vector<std::string>(s.choices.begin(), s.choices.end())));
+        break;
+    }
+    args.options.push_back(opt->capture_default_str());
+  }
   cmd->add_option("--preset", args.preset,
                   "Settings by name, under any flag given: default (the benchmark's best: "
                   "sequential, docs/detection.md), rfc (the RFC's rule exactly: threshold, mean, "
                   "1.2x, 5 ms, 2 of 3), recommended (= default)")
-      ->check(CLI::IsMember({"default", "rfc", "recommended"}));
+      ->check(CLI::IsMember(std::vector<std::string>(detector_presets().begin(),
+                                                     detector_presets().end())));
 }
 
 DetectorOptions DetectorArgs::resolve(std::size_t world_size) const {
-  DetectorOptions o = detector;
-  o.ref = parse_reference(ref);
-  o.method = parse_method(method);
-  if (!preset.empty()) {
-    // A flag given on the command line wins over the preset's value.
-    const auto given = [this](const char* flag) {
-      for (const CLI::Option* opt : options)
-        if (opt->check_name(flag)) return opt->count() > 0;
-      return false;
-    };
-    const DetectorOptions p = DetectorOptions::preset(preset, static_cast<int>(world_size));
-    if (!given("--method")) o.method = p.method;
-    if (!given("--ref")) o.ref = p.ref;
-    if (!given("--relative-threshold")) o.relative_threshold = p.relative_threshold;
-    if (!given("--absolute-ms-threshold")) o.absolute_ms_threshold = p.absolute_ms_threshold;
-    if (!given("--mad-z")) o.mad_z = p.mad_z;
-    if (!given("--confirm-k")) o.confirm_k = p.confirm_k;
-    if (!given("--confirm-n")) o.confirm_n = p.confirm_n;
-    if (!given("--false-alarm-budget")) o.false_alarm_budget = p.false_alarm_budget;
+  // The flags given, on top of the preset (or the defaults): resolve_detector_options' rule,
+  // the same as Python's.
+  const auto& settings = detector_settings();
+  std::vector<std::pair<std::string, DetectorSettingValue>> given;
+  for (std::size_t i = 0; i < settings.size(); ++i) {
+    if (options[i]->count() == 0) continue;
+    const DetectorSetting& s = settings[i];
+    DetectorSettingValue value;
+    switch (s.type) {
+      case DetectorSetting::Type::number:
+        value = detector.*(s.number);
+        break;
+      case DetectorSetting::Type::integer:
+        value = static_cast<std::int64_t>(detector.*(s.integer));
+        break;
+      case DetectorSetting::Type::choice:
+        value = choices[i];
+        break;
+    }
+    given.emplace_back(std::string(s.name), std::move(value));
   }
-  o.validate();
-  return o;
+  return resolve_detector_options(preset, static_cast<int>(world_size), given);
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -86,8 +85,10 @@ void write_file(const std::string& path, const std::string& text) {
 void add_analyze(CLI::App& app, AnalyzeArgs& args) {
   auto* cmd = app.add_subcommand(
       "analyze", "Find confirmed stragglers, waiting ranks and the likely bottleneck in a run "
-                 "directory of rank-*.jsonl sample logs");
-  cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
+                 "directory of rank-*.jsonl sample logs or of per-rank profiler traces");
+  cmd->add_option("RUN_DIR", args.run_dir,
+                  "Directory holding rank-*.jsonl (laggard.sample/1) or PyTorch profiler traces "
+                  "(*.json, *.json.gz)")
       ->required();
   add_detector_options(cmd, args.det);
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
@@ -107,7 +108,7 @@ std::string who(int rank, const std::string& host, const std::string& cohort) {
 }
 
 void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& stats,
-                const DetectorOptions& opt) {
+                const DetectorOptions& opt, RunFormat format) {
   std::cout << "laggard analyze " << args.run_dir << "\n";
   std::cout << "  " << sum.ranks << " ranks (world size " << sum.world_size << "), "
             << sum.windows << " sampled steps (" << sum.first_step << ".." << sum.last_step
@@ -156,16 +157,20 @@ void print_text(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& 
     std::cout << " (" << fixed(100.0 * sum.mean_whatif_saving_ms / sum.mean_step_ms, 1)
               << "% of the " << fixed(sum.mean_step_ms, 1) << " ms step)";
   std::cout << " saved if every rank ran each stage at the reference time\n";
-  std::cout << "Input: " << stats.files << " files, " << stats.malformed << " malformed lines, "
-            << stats.duplicates << " duplicates, " << stats.out_of_order
-            << " out-of-order lines skipped\n";
+  if (format == RunFormat::profiler_traces)
+    std::cout << "Input: " << stats.files << " profiler traces, " << stats.malformed
+              << " malformed events skipped\n";
+  else
+    std::cout << "Input: " << stats.files << " files, " << stats.malformed << " malformed lines, "
+              << stats.duplicates << " duplicates, " << stats.out_of_order
+              << " out-of-order lines skipped\n";
   for (const auto& e : stats.errors) std::cout << "  skipped " << printable(e.message()) << "\n";
   if (stats.malformed > stats.errors.size())
     std::cout << "  ... and " << (stats.malformed - stats.errors.size()) << " more\n";
 }
 
 Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& stats,
-             const DetectorOptions& opt) {
+             const DetectorOptions& opt, RunFormat format) {
   Json j;
   j["run_dir"] = args.run_dir;
   j["ranks"] = sum.ranks;
@@ -224,6 +229,7 @@ Json to_json(const AnalyzeArgs& args, const RunSummary& sum, const RunStats& sta
   Json errors = Json::array();
   for (const auto& e : stats.errors)
     errors.push_back({{"file", e.file}, {"line", e.line}, {"what", e.what}});
+  (void)format;
   j["input"] = {{"files", stats.files},         {"malformed", stats.malformed},
                 {"duplicates", stats.duplicates}, {"out_of_order", stats.out_of_order},
                 {"bytes", stats.bytes},         {"errors", errors}};
@@ -241,26 +247,29 @@ void require_samples(const std::string& run_dir, const RunSummary& sum, const Ru
 }
 
 int run_analyze(const AnalyzeArgs& args) {
-  RunReader reader(args.run_dir);
-  const DetectorOptions opt = args.det.resolve(reader.files().size());
-  RunAnalysis analysis(opt);
   Progress progress("reading " + args.run_dir, !args.quiet);
+  const auto reader = open_run(args.run_dir, progress_options(progress));
+  const DetectorOptions opt = args.det.resolve(reader->files().size());
+  RunAnalysis analysis(opt);
   Window window;
-  while (reader.next(window)) {
+  while (reader->next(window)) {
     analysis.add(window);
-    progress.update(reader.bytes_read(), reader.bytes_total());
+    progress.update(reader->bytes_read(), reader->bytes_total());
   }
   progress.finish();
-  const RunStats& stats = reader.stats();
+  const RunStats& stats = reader->stats();
   const RunSummary sum = analysis.summary();
   require_samples(args.run_dir, sum, stats);
   warn_input(args.run_dir, stats);
   if (args.json)
-    std::cout << to_json(args, sum, stats, opt).dump(2, ' ', false, kJsonReplace) << "\n";
+    std::cout << to_json(args, sum, stats, opt, reader->format()).dump(2, ' ', false, kJsonReplace)
+              << "\n";
   else
-    print_text(args, sum, stats, opt);
+    print_text(args, sum, stats, opt, reader->format());
   if (stats.malformed > 0 && !args.quiet)
-    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in "
+    std::cerr << "laggard: skipped " << stats.malformed
+              << (reader->format() == RunFormat::profiler_traces ? " malformed event(s) in "
+                                                                 : " malformed line(s) in ")
               << args.run_dir << "\n";
   return kExitOk;
 }

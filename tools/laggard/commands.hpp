@@ -21,13 +21,13 @@ struct UsageError {
   std::string what;
 };
 
-/// Detector flags shared by analyze and report: a preset, then the flags given on top of it.
+/// Detector flags shared by analyze and report (one per row of laggard/detector_settings.hpp's
+/// table): a preset, then the flags given on top of it.
 struct DetectorArgs {
-  std::string ref = to_string(DetectorOptions{}.ref);
-  std::string method = to_string(DetectorOptions{}.method);
   std::string preset;  ///< "", "default", "recommended" (the same) or "rfc"
-  DetectorOptions detector;
-  std::vector<CLI::Option*> options;  ///< the flags, to tell given from default
+  DetectorOptions detector;          ///< numbers given are parsed into their members
+  std::vector<std::string> choices;  ///< per setting: a choice's name as given (others unused)
+  std::vector<CLI::Option*> options;  ///< per setting: its flag, to tell given from default
   /// The options to run with; throws std::invalid_argument for invalid ones.
   DetectorOptions resolve(std::size_t world_size) const;
 };
@@ -65,6 +65,25 @@ struct ReportArgs {
   bool quiet = false;
 };
 
+struct TimelineArgs {
+  std::string run_dir;
+  bool per_step = false;
+  bool json = false;
+  bool quiet = false;
+};
+
+struct ScaleArgs {
+  std::vector<std::string> runs;
+  int baseline_size = 0;  ///< 0: the smallest
+  std::string scaling = "auto";
+  double relative_threshold = 0.05;
+  double alpha = 0.05;
+  int warmup = -1;
+  int min_steps = 5;
+  bool json = false;
+  bool quiet = false;
+};
+
 /// `laggard demo ARGS...`: every argument after `demo`, for `python3 -m laggard.demo`.
 struct DemoArgs {
   std::vector<std::string> args;
@@ -74,10 +93,14 @@ void add_analyze(CLI::App& app, AnalyzeArgs& args);
 void add_compare(CLI::App& app, CompareArgs& args);
 void add_report(CLI::App& app, ReportArgs& args);
 void add_demo(CLI::App& app, DemoArgs& args);
+void add_timeline(CLI::App& app, TimelineArgs& args);
+void add_scale(CLI::App& app, ScaleArgs& args);
 
 int run_analyze(const AnalyzeArgs& args);
 int run_compare(const CompareArgs& args);
 int run_report(const ReportArgs& args);
+int run_timeline(const TimelineArgs& args);
+int run_scale(const ScaleArgs& args);
 /// Replaces the process with the Python demo (execv); returns only by throwing UsageError.
 int run_demo(const DemoArgs& args);
 

@@ -14,7 +14,7 @@ void add_compare(CLI::App& app, CompareArgs& args) {
       "Name the first stage (pipeline order) that regressed against a baseline: two run "
       "directories (noise-aware, per stage and per rank), or two single vectors");
   cmd->add_option("BASELINE_RUN", args.baseline_dir,
-                  "Known-good run directory (rank-*.jsonl)");
+                  "Known-good run directory (rank-*.jsonl or profiler traces)");
   cmd->add_option("CURRENT_RUN", args.current_dir, "Run directory to judge against it");
   cmd->add_option("--warmup", args.warmup,
                   "Sampled steps skipped at the start of each run (default: max(2, 10%))");

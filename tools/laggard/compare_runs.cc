@@ -9,6 +9,7 @@
 #include "laggard/compare.hpp"
 #include "laggard/html_report.hpp"
 #include "laggard/jsonl.hpp"
+#include "laggard/source.hpp"
 #include "output.hpp"
 
 namespace laggard::cli {
@@ -24,17 +25,17 @@ struct LoadedRun {
 };
 
 LoadedRun load(const std::string& dir, const char* which, bool quiet) {
-  RunReader reader(dir);
   LoadedRun run;
   Progress progress(std::string("reading ") + which + " " + dir, !quiet);
+  const auto reader = open_run(dir, progress_options(progress));
   Window window;
-  while (reader.next(window)) {
+  while (reader->next(window)) {
     run.profile.add(window);
-    progress.update(reader.bytes_read(), reader.bytes_total());
+    progress.update(reader->bytes_read(), reader->bytes_total());
   }
   progress.finish();
-  run.stats = reader.stats();
-  run.files = reader.files();
+  run.stats = reader->stats();
+  run.files = reader->files();
   warn_input(dir, run.stats);
   if (run.profile.windows() == 0) {
     std::string why = "no well-formed samples in " + dir + " (" + which + ", " +

@@ -17,10 +17,14 @@ int main(int argc, char** argv) {
   CompareArgs compare;
   ReportArgs report;
   DemoArgs demo;
+  TimelineArgs timeline;
+  ScaleArgs scale;
   add_analyze(app, analyze);
   add_compare(app, compare);
   add_report(app, report);
   add_demo(app, demo);
+  add_timeline(app, timeline);
+  add_scale(app, scale);
 
   try {
     app.parse(argc, argv);
@@ -35,20 +39,26 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // The newer commands name themselves in their errors ("laggard timeline: ...").
+  std::string who = "laggard: ";
+  for (const char* name : {"timeline", "scale"})
+    if (app.got_subcommand(name)) who = std::string("laggard ") + name + ": ";
   try {
+    if (app.got_subcommand("timeline")) return run_timeline(timeline);
+    if (app.got_subcommand("scale")) return run_scale(scale);
     if (app.got_subcommand("analyze")) return run_analyze(analyze);
     if (app.got_subcommand("compare")) return run_compare(compare);
     if (app.got_subcommand("report")) return run_report(report);
     if (app.got_subcommand("demo")) return run_demo(demo);
   } catch (const UsageError& e) {
     // printable: a message may name a file of the run directory (a misnamed rank file, say)
-    std::cerr << "laggard: " << printable(e.what) << "\n";
+    std::cerr << who << printable(e.what) << "\n";
     return kExitUsage;
   } catch (const laggard::InputError& e) {
-    std::cerr << "laggard: " << printable(e.what()) << "\n";
+    std::cerr << who << printable(e.what()) << "\n";
     return kExitUsage;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "laggard: " << printable(e.what()) << "\n";
+    std::cerr << who << printable(e.what()) << "\n";
     return kExitUsage;
   }
   return kExitUsage;

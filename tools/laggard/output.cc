@@ -211,4 +211,12 @@ void Progress::finish() {
   shown_ = false;
 }
 
+TraceOptions progress_options(Progress& progress) {
+  TraceOptions options;
+  options.progress = [&progress](std::uint64_t done, std::uint64_t total) {
+    progress.update(done, total);
+  };
+  return options;
+}
+
 }  // namespace laggard::cli

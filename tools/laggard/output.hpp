@@ -11,6 +11,7 @@
 
 #include "laggard/detector.hpp"
 #include "laggard/jsonl.hpp"
+#include "laggard/trace.hpp"
 
 namespace laggard::cli {
 
@@ -59,5 +60,8 @@ class Progress {
   bool shown_ = false;
   std::chrono::steady_clock::time_point last_{};
 };
+
+/// Trace-reading options that report to `progress` while a directory of traces is read.
+TraceOptions progress_options(Progress& progress);
 
 }  // namespace laggard::cli

@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "laggard/html_report.hpp"
 #include "laggard/jsonl.hpp"
+#include "laggard/source.hpp"
 #include "laggard/summary.hpp"
 #include "output.hpp"
 
@@ -14,7 +15,8 @@ void add_report(CLI::App& app, ReportArgs& args) {
       "report",
       "Write a self-contained HTML report of a run: ranks x stages heatmap, step time "
       "with onsets, confirmed stragglers");
-  cmd->add_option("RUN_DIR", args.run_dir, "Directory holding rank-*.jsonl (laggard.sample/1)")
+  cmd->add_option("RUN_DIR", args.run_dir,
+                  "Directory holding rank-*.jsonl (laggard.sample/1) or PyTorch profiler traces")
       ->required();
   cmd->add_option("-o,--output", args.output, "HTML file to write")->required();
   add_detector_options(cmd, args.det);
@@ -22,23 +24,23 @@ void add_report(CLI::App& app, ReportArgs& args) {
 }
 
 int run_report(const ReportArgs& args) {
-  RunReader reader(args.run_dir);
-  const DetectorOptions opt = args.det.resolve(reader.files().size());
+  Progress progress("reading " + args.run_dir, !args.quiet);
+  const auto reader = open_run(args.run_dir, progress_options(progress));
+  const DetectorOptions opt = args.det.resolve(reader->files().size());
   RunAnalysis analysis(opt);
   RunReportData data;
-  Progress progress("reading " + args.run_dir, !args.quiet);
   Window window;
-  while (reader.next(window)) {
+  while (reader->next(window)) {
     data.add(window, analysis.add(window));
-    progress.update(reader.bytes_read(), reader.bytes_total());
+    progress.update(reader->bytes_read(), reader->bytes_total());
   }
   progress.finish();
-  const RunStats& stats = reader.stats();
+  const RunStats& stats = reader->stats();
   const RunSummary sum = analysis.summary();
   require_samples(args.run_dir, sum, stats);
   warn_input(args.run_dir, stats);
   write_file_replacing(args.output, render_run_report(sum, data, {args.run_dir, opt, stats}),
-                       reader.files());
+                       reader->files());
   std::cout << "wrote " << args.output << ": " << sum.ranks << " ranks, " << sum.windows
             << " sampled steps, " << sum.stragglers.size() << " confirmed straggler"
             << (sum.stragglers.size() == 1 ? "" : "s") << ", step time onset "
@@ -46,7 +48,10 @@ int run_report(const ReportArgs& args) {
                                     : std::string("none"))
             << "\n";
   if (stats.malformed > 0 && !args.quiet)
-    std::cerr << "laggard: skipped " << stats.malformed << " malformed line(s) in " << args.run_dir
+    std::cerr << "laggard: skipped " << stats.malformed
+              << (reader->format() == RunFormat::profiler_traces ? " malformed event(s) in "
+                                                                 : " malformed line(s) in ")
+              << args.run_dir
               << "\n";
   return kExitOk;
 }

@@ -1,0 +1,61 @@
+// laggard._core's parts, one file each (python/src): what they share. Private to the module.
+//
+// GIL rules: the training-thread calls (a stage's begin and end, begin_step, end_step, add) keep
+// the GIL, because releasing and re-taking it costs more than the call and may hand the
+// interpreter to another thread mid-step. Everything that can take long (closing the engine,
+// analysing a window, reading a run directory) runs with the GIL released, and laggard's own
+// threads take it only to call Python: a sink, a transport written in Python, the log.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "laggard/laggard.hpp"
+
+namespace laggard::py_bindings {
+
+namespace py = pybind11;
+
+// conversions.cc: C++ results as Python objects, and back.
+StageKind kind_from(const py::handle& h);
+py::object metric_value(const MetricValue& v);
+py::dict metrics_dict(const Metrics& metrics);
+py::dict finding_dict(const RankFinding& f);
+py::dict report_dict(const Report& r, int local_rank);
+py::dict counters_dict(const RecorderCounters& c);
+StepSample parse_line(SampleParser& parser, const std::string& line);
+Window make_window(std::vector<StepSample> samples, std::optional<std::int64_t> step);
+
+/// What the training-thread builtins (hot_calls.cc) act on: the standalone Recorder or the
+/// engine's. begin_step/end_step go through the owner, which keeps its own step state.
+class HotTarget {
+ public:
+  virtual ~HotTarget() = default;
+  virtual Recorder& rec() = 0;
+  virtual bool begin_step(std::int64_t step) = 0;
+  virtual void end_step() = 0;
+};
+
+// hot_calls.cc: the CPython builtins and context manager of the training thread.
+void init_hot_types(py::module_& m);
+/// A context manager timing stage `id` of `target` (kept alive through `owner`).
+py::object section_scope(const py::object& owner, HotTarget& target, int id);
+/// (begin, end) builtins of stage `id`, ignoring their arguments.
+py::tuple stage_marks(const py::object& owner, HotTarget& target, int id);
+py::object cancel_mark(const py::object& owner, HotTarget& target, int id);
+/// (begin_step, end_step, set_stream) builtins.
+py::tuple step_calls(const py::object& owner, HotTarget& target);
+
+// The module's parts.
+void bind_model(py::module_& m);     // model.cc: stage kinds, samples, the JSONL parser, read_run
+void bind_analysis(py::module_& m);  // analysis.cc: detector options, Detector, first_regression
+void bind_recorder(py::module_& m);  // recorder.cc: the standalone Recorder
+void bind_hook_types(py::module_& m);  // hook_switch.cc: HookSwitch, MethodWrapper
+void bind_engine(py::module_& m);    // engine.cc: the live engine, its sinks and transports
+
+}  // namespace laggard::py_bindings

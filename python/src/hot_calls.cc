@@ -1,0 +1,177 @@
+// The training thread's calls into laggard: CPython builtins and one context-manager type.
+#include "bindings.hpp"
+
+namespace laggard::py_bindings {
+namespace {
+
+// Training-thread calls without pybind11's dispatcher.
+//
+// A pybind11 call is cheap in a loop (~0.5 µs) but not on a training thread: a training step
+// evicts the CPU caches, and the first call after it runs pybind11's generic dispatcher (function
+// record, argument casters, overload loop) from cold memory, ~8 µs more than a plain CPython
+// builtin (measured in bench/cold_calls.py). Sampled steps make ~10 such calls, so the calls the
+// training thread makes on a sampled step — the recorder's begin_step/end_step/set_stream, a
+// stage's begin and end, a section's __enter__/__exit__ — are CPython builtins and one small
+// context-manager type written against the C API. Each holds a strong reference to its owner
+// (a _core.Recorder or a _core.Engine).
+
+/// What the builtins are bound to (their `self`): the recorder and one stage id.
+struct HotHandle {
+  PyObject_HEAD
+  PyObject* owner;  // the _core.Recorder or _core.Engine, kept alive
+  HotTarget* target;
+  int id;
+};
+
+void hot_handle_dealloc(PyObject* self) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  Py_XDECREF(h->owner);
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);  // heap type instances own a reference to their type
+}
+
+PyObject* hot_begin(PyObject* self, PyObject* const*, Py_ssize_t) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  h->target->rec().begin(h->id);
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  h->target->rec().end(h->id);
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_cancel(PyObject* self, PyObject* const*, Py_ssize_t) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  h->target->rec().cancel(h->id);
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_begin_step(PyObject* self, PyObject* arg) {
+  const long long step = PyLong_AsLongLong(arg);
+  if (step == -1 && PyErr_Occurred()) return nullptr;
+  if (step < 0) {  // the log format has no negative steps; no C++ exception may cross here
+    PyErr_Format(PyExc_ValueError, "begin_step(%lld): the step must be >= 0; this step is not "
+                 "sampled", step);
+    return nullptr;
+  }
+  const bool sampled = reinterpret_cast<HotHandle*>(self)->target->begin_step(step);
+  return PyBool_FromLong(sampled);
+}
+
+PyObject* hot_end_step(PyObject* self, PyObject*) {
+  reinterpret_cast<HotHandle*>(self)->target->end_step();
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_set_stream(PyObject* self, PyObject* arg) {
+  const unsigned long long handle = PyLong_AsUnsignedLongLong(arg);
+  if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  if (TimingBackend* b = reinterpret_cast<HotHandle*>(self)->target->rec().backend())
+    b->set_stream(reinterpret_cast<void*>(static_cast<std::uintptr_t>(handle)));
+  Py_RETURN_NONE;
+}
+
+PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
+
+PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
+  reinterpret_cast<HotHandle*>(self)->target->rec().end(reinterpret_cast<HotHandle*>(self)->id);
+  Py_RETURN_FALSE;  // exceptions of the with-body pass through
+}
+
+PyObject* hot_scope_id(PyObject* self, void*) {
+  return PyLong_FromLong(reinterpret_cast<HotHandle*>(self)->id);
+}
+
+// Static: a builtin keeps a pointer to its PyMethodDef.
+PyMethodDef kHotBegin = {"begin", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_begin)),
+                         METH_FASTCALL, "Begins this stage (any arguments are ignored)."};
+PyMethodDef kHotEnd = {"end", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_end)),
+                       METH_FASTCALL, "Ends this stage (any arguments are ignored)."};
+PyMethodDef kHotCancel = {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_cancel)),
+                          METH_FASTCALL,
+                          "Drops this stage's open entry uncounted (any arguments are ignored)."};
+PyMethodDef kHotBeginStep = {"begin_step", hot_begin_step, METH_O,
+                             "Starts a step; returns whether it is sampled."};
+PyMethodDef kHotEndStep = {"end_step", hot_end_step, METH_NOARGS, "Ends the step."};
+PyMethodDef kHotSetStream = {"set_stream", hot_set_stream, METH_O,
+                             "Device backends: later marks go on this stream (an int handle)."};
+
+PyMethodDef kScopeMethods[] = {
+    {"__enter__", hot_enter, METH_NOARGS, nullptr},
+    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_exit)),
+     METH_FASTCALL, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+PyGetSetDef kScopeGetSet[] = {{"id", hot_scope_id, nullptr, "The stage id.", nullptr},
+                              {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot kHandleSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(hot_handle_dealloc)},
+                              {Py_tp_doc, const_cast<char*>("A recorder and a stage id, bound to "
+                                                            "laggard's training-thread builtins.")},
+                              {0, nullptr}};
+PyType_Spec kHandleSpec = {"laggard._core.RecorderHandle", sizeof(HotHandle), 0,
+                           Py_TPFLAGS_DEFAULT, kHandleSlots};
+PyType_Slot kScopeSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(hot_handle_dealloc)},
+    {Py_tp_methods, kScopeMethods},
+    {Py_tp_getset, kScopeGetSet},
+    {Py_tp_doc, const_cast<char*>("Context manager of one stage (Recorder.section): begin on "
+                                  "enter, end on exit.")},
+    {0, nullptr}};
+PyType_Spec kScopeSpec = {"laggard._core.SectionScope", sizeof(HotHandle), 0, Py_TPFLAGS_DEFAULT,
+                          kScopeSlots};
+
+PyTypeObject* g_handle_type = nullptr;  // set at module init, alive as long as the module
+PyTypeObject* g_scope_type = nullptr;
+
+py::object new_handle(PyTypeObject* type, const py::object& owner, HotTarget& target, int id) {
+  PyObject* obj = type->tp_alloc(type, 0);
+  if (!obj) throw py::error_already_set();
+  auto* h = reinterpret_cast<HotHandle*>(obj);
+  h->owner = owner.inc_ref().ptr();
+  h->target = &target;
+  h->id = id;
+  return py::reinterpret_steal<py::object>(obj);
+}
+
+py::object new_builtin(PyMethodDef* def, const py::object& handle) {
+  PyObject* fn = PyCFunction_NewEx(def, handle.ptr(), nullptr);
+  if (!fn) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
+
+
+}  // namespace
+
+void init_hot_types(py::module_& m) {
+  g_handle_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHandleSpec));
+  g_scope_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeSpec));
+  if (!g_handle_type || !g_scope_type) throw py::error_already_set();
+  m.attr("RecorderHandle") =
+      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(g_handle_type));
+  m.attr("SectionScope") =
+      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(g_scope_type));
+}
+
+py::object section_scope(const py::object& owner, HotTarget& target, int id) {
+  return new_handle(g_scope_type, owner, target, id);
+}
+
+py::tuple stage_marks(const py::object& owner, HotTarget& target, int id) {
+  py::object h = new_handle(g_handle_type, owner, target, id);
+  return py::make_tuple(new_builtin(&kHotBegin, h), new_builtin(&kHotEnd, h));
+}
+
+py::object cancel_mark(const py::object& owner, HotTarget& target, int id) {
+  return new_builtin(&kHotCancel, new_handle(g_handle_type, owner, target, id));
+}
+
+py::tuple step_calls(const py::object& owner, HotTarget& target) {
+  py::object h = new_handle(g_handle_type, owner, target, -1);
+  return py::make_tuple(new_builtin(&kHotBeginStep, h), new_builtin(&kHotEndStep, h),
+                        new_builtin(&kHotSetStream, h));
+}
+
+}  // namespace laggard::py_bindings

@@ -1,0 +1,669 @@
+// The fast path of the sample line parser (laggard/detail/sample_parser.hpp).
+//
+// simdjson's On-Demand parser first indexes every structural character of a line (a pass over
+// it and a call into the library per line), then walks the fields through that index: about
+// 0.7 µs for a line of 8 stages, most of `laggard analyze`'s reading. The lines laggard writes
+// are plain (ASCII, no escapes, no whitespace, a handful of known fields), so one forward pass
+// that checks each byte as it goes takes the line in under half of that (docs/performance.md).
+// It decides nothing about doubtful input: whatever it does not recognise is handed back, whole,
+// to the general parser.
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "laggard/detail/sample_parser.hpp"
+#include "laggard/export.hpp"
+#include "laggard/jsonl.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace laggard::detail {
+namespace {
+
+// Nesting allowed inside an unknown field before the line goes to the general parser (which
+// allows 1000 levels and words the error past that).
+constexpr int kMaxSkipDepth = 32;
+// More digits than this in an integer go to the general parser: every value below 10^18 fits
+// in an int64, and nothing here needs to know how simdjson treats larger ones.
+constexpr int kMaxIntegerDigits = 18;
+
+bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
+
+// A byte that may stand for itself inside a plain string: printable ASCII or DEL, neither the
+// quote nor the backslash. (Control characters are invalid JSON; escapes and UTF-8 are valid but
+// left to the general parser, which unescapes and checks them.)
+bool is_plain(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+}
+
+#if defined(__SSE2__)
+// Bit i set: p[i] is not plain, for the 16 bytes at p.
+int stop_mask(const char* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+  const __m128i backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+  // Signed: bytes >= 0x80 are negative, so "below 0x20" also finds them.
+  const __m128i control = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
+  return _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control));
+}
+#endif
+
+// The first byte in [p, end) that is not plain (is_plain), or `end`: 16 bytes at a time where
+// the line has them (SSE2, part of every x86-64).
+const char* plain_end(const char* p, const char* end) {
+#if defined(__SSE2__)
+  for (; end - p >= 16; p += 16)
+    if (const int mask = stop_mask(p)) return p + __builtin_ctz(static_cast<unsigned>(mask));
+#endif
+  while (p < end && is_plain(*p)) ++p;
+  return p;
+}
+
+// a[0, n) == b[0, n). Names are short: two overlapping loads of each side instead of a call to
+// memcmp, which cost more than the compare itself (18 such compares per line).
+bool same_bytes(const char* a, const char* b, std::size_t n) {
+  if (n >= 8 && n <= 16) {
+    std::uint64_t a0, a1, b0, b1;
+    std::memcpy(&a0, a, 8);
+    std::memcpy(&b0, b, 8);
+    std::memcpy(&a1, a + n - 8, 8);
+    std::memcpy(&b1, b + n - 8, 8);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  }
+  if (n >= 4 && n < 8) {
+    std::uint32_t a0, a1, b0, b1;
+    std::memcpy(&a0, a, 4);
+    std::memcpy(&b0, b, 4);
+    std::memcpy(&a1, a + n - 4, 4);
+    std::memcpy(&b1, b + n - 4, 4);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  }
+  if (n < 4) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (a[i] != b[i]) return false;
+    return true;
+  }
+  return std::memcmp(a, b, n) == 0;
+}
+
+// The fields of a sample and of a stage; bit positions in a `seen` mask.
+enum Field : unsigned {
+  kUnknown = 0,
+  kSchema,
+  kRank,
+  kWorldSize,
+  kStep,
+  kHost,
+  kCohort,
+  kStepMs,
+  kWork,
+  kStages,
+  kValues,
+  kResources,
+  kName,
+  kKind,
+  kMs,
+  kCalls
+};
+
+template <std::size_t N>
+bool is(std::string_view key, const char (&name)[N]) {
+  return std::memcmp(key.data(), name, N - 1) == 0;
+}
+
+Field sample_field(std::string_view key) {
+  switch (key.size()) {
+    case 4:
+      return is(key, "rank")   ? kRank
+             : is(key, "step") ? kStep
+             : is(key, "host") ? kHost
+             : is(key, "work") ? kWork
+                               : kUnknown;
+    case 6:
+      return is(key, "schema")   ? kSchema
+             : is(key, "cohort") ? kCohort
+             : is(key, "stages") ? kStages
+             : is(key, "values") ? kValues
+                                 : kUnknown;
+    case 7:
+      return is(key, "step_ms") ? kStepMs : kUnknown;
+    case 9:
+      return is(key, "resources") ? kResources : kUnknown;
+    case 10:
+      return is(key, "world_size") ? kWorldSize : kUnknown;
+    default:
+      return kUnknown;
+  }
+}
+
+Field stage_field(std::string_view key) {
+  switch (key.size()) {
+    case 2:
+      return is(key, "ms") ? kMs : kUnknown;
+    case 4:
+      return is(key, "name") ? kName : is(key, "kind") ? kKind : kUnknown;
+    case 5:
+      return is(key, "calls") ? kCalls : kUnknown;
+    default:
+      return kUnknown;
+  }
+}
+
+// A forward cursor over one line. Every member returns false as soon as the text is not what
+// it expects; the caller then gives the line up.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view line) : p_(line.data()), end_(line.data() + line.size()) {}
+
+  // JSON whitespace. laggard writes none, so the test is one compare in the common case.
+  void skip_space() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || *p_ == '\n')) ++p_;
+  }
+  bool at_end() {
+    skip_space();
+    return p_ == end_;
+  }
+  bool consume(char c) {
+    if (LAGGARD_LIKELY(p_ < end_ && *p_ == c)) {
+      ++p_;
+      return true;
+    }
+    skip_space();
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+
+  bool string(std::string_view& out) {
+    if (!consume('"')) return false;
+    const char* begin = p_;
+    p_ = plain_end(p_, end_);
+    if (p_ == end_ || *p_ != '"') return false;
+    out = std::string_view(begin, static_cast<std::size_t>(p_ - begin));
+    ++p_;
+    return true;
+  }
+
+  // A `"key":` (the key plain, as every key laggard writes).
+  bool key(std::string_view& out) { return string(out) && consume(':'); }
+
+  // A non-negative JSON integer no larger than `max`. A fraction, an exponent, a sign or more
+  // than kMaxIntegerDigits digits are left to the general parser.
+  bool count(std::uint64_t max, std::uint64_t& out) {
+    skip_space();
+    if (p_ == end_ || !is_digit(*p_)) return false;
+    std::uint64_t value = static_cast<std::uint64_t>(*p_++ - '0');
+    if (value != 0) {  // a leading 0 stands alone (JSON): a digit after it fails at the caller
+      int digits = 1;
+      while (p_ < end_ && is_digit(*p_)) {
+        if (++digits > kMaxIntegerDigits) return false;
+        value = value * 10 + static_cast<std::uint64_t>(*p_++ - '0');
+      }
+    }
+    if (p_ < end_ && (*p_ == '.' || *p_ == 'e' || *p_ == 'E')) return false;
+    if (value > max) return false;
+    out = value;
+    return true;
+  }
+
+  // A non-negative JSON number (a time, a count of work).
+  bool duration(double& out) { return number(out, /*negative_ok=*/false); }
+
+  // A recorded value or resource reading: any JSON number, or one of the strings the writer
+  // uses for what JSON has no number for ("NaN", "Infinity", "-Infinity").
+  bool named_value(double& out) {
+    skip_space();
+    if (p_ == end_ || *p_ != '"') return number(out, /*negative_ok=*/true);
+    if (take("\"NaN\"")) {
+      out = std::numeric_limits<double>::quiet_NaN();
+    } else if (take("\"Infinity\"")) {
+      out = std::numeric_limits<double>::infinity();
+    } else if (take("\"-Infinity\"")) {
+      out = -std::numeric_limits<double>::infinity();
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  bool literal(std::string_view word) {
+    skip_space();
+    if (static_cast<std::size_t>(end_ - p_) < word.size() ||
+        std::memcmp(p_, word.data(), word.size()) != 0)
+      return false;
+    p_ += word.size();
+    return true;
+  }
+  bool next_is(char c) {
+    skip_space();
+    return p_ < end_ && *p_ == c;
+  }
+
+  // Takes `text` when the line goes on with exactly that (no whitespace). A compare of constant
+  // length: the position after it does not wait for the line's bytes, so the scan runs ahead
+  // while they are checked, where scanning for a token's end would wait for each one.
+  template <std::size_t N>
+  bool take(const char (&text)[N]) {
+    constexpr std::size_t n = N - 1;
+    if (static_cast<std::size_t>(end_ - p_) < n || std::memcmp(p_, text, n) != 0) return false;
+    p_ += n;
+    return true;
+  }
+
+  // Takes the string `expected` (with its quotes) when the line goes on with it, plain. Names,
+  // kinds, hosts and cohorts repeat from line to line: the previous line's value is the guess.
+  bool same_string(std::string_view expected) {
+    const std::size_t n = expected.size();
+    if (static_cast<std::size_t>(end_ - p_) < n + 2 || p_[0] != '"' || p_[n + 1] != '"' ||
+        !same_bytes(p_ + 1, expected.data(), n) || !all_plain(p_ + 1, n))
+      return false;
+    p_ += n + 2;
+    return true;
+  }
+
+  // One of the kinds laggard writes, with its quotes: "compute", "communication", "data",
+  // "other" (compares of constant length, picked by the first letter).
+  bool kind_word(StageKind& kind) {
+    if (end_ - p_ < 2 || *p_ != '"') return false;
+    const char first = p_[1];
+    if (first == 'c' && take("\"compute\"")) {
+      kind = StageKind::compute;
+    } else if (first == 'c' && take("\"communication\"")) {
+      kind = StageKind::communication;
+    } else if (first == 'd' && take("\"data\"")) {
+      kind = StageKind::data;
+    } else if (first == 'o' && take("\"other\"")) {
+      kind = StageKind::other;
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // Any JSON value, checked and passed over (fields laggard does not read must still be valid:
+  // the general parser refuses a line with broken JSON anywhere).
+  bool skip_value(int depth) {
+    skip_space();
+    if (p_ == end_) return false;
+    switch (*p_) {
+      case '"': {
+        std::string_view text;
+        return string(text);
+      }
+      case '{': {
+        if (depth >= kMaxSkipDepth) return false;
+        ++p_;
+        if (next_is('}')) return consume('}');
+        do {
+          std::string_view name;
+          if (!key(name) || !skip_value(depth + 1)) return false;
+        } while (consume(','));
+        return consume('}');
+      }
+      case '[': {
+        if (depth >= kMaxSkipDepth) return false;
+        ++p_;
+        if (next_is(']')) return consume(']');
+        do {
+          if (!skip_value(depth + 1)) return false;
+        } while (consume(','));
+        return consume(']');
+      }
+      case 't':
+        return literal("true");
+      case 'f':
+        return literal("false");
+      case 'n':
+        return literal("null");
+      default: {
+        const char* begin = p_;
+        bool integer = true;
+        if (!number_text(/*negative_ok=*/true, &integer)) return false;
+        if (integer) {
+          const auto digits = p_ - begin - (*begin == '-' ? 1 : 0);
+          return digits <= kMaxIntegerDigits;
+        }
+        double value;
+        const auto result = std::from_chars(begin, p_, value);
+        return result.ec == std::errc() && result.ptr == p_;
+      }
+    }
+  }
+
+ private:
+  // A JSON number as the nearest double. std::from_chars finds its end and rounds correctly, as
+  // simdjson does, so both give the same double; what it accepts beyond JSON's grammar (a '+',
+  // a leading '.', leading zeros, "1." or "1.e5", inf, nan) is refused after. Out of range: not
+  // here either.
+  bool number(double& out, bool negative_ok) {
+    skip_space();
+    const char* begin = p_;
+    const char* digits = negative_ok && p_ < end_ && *p_ == '-' ? p_ + 1 : p_;
+    if (digits == end_ || !is_digit(*digits)) return false;
+    const auto result = std::from_chars(begin, end_, out);
+    if (result.ec != std::errc()) return false;
+    p_ = result.ptr;
+    if (*digits == '0' && p_ - digits > 1 && is_digit(digits[1])) return false;
+    if (!is_digit(p_[-1])) return false;  // "1." (with an exponent it would end in a digit)
+    const void* dot = std::memchr(digits, '.', static_cast<std::size_t>(p_ - digits));
+    return dot == nullptr || is_digit(static_cast<const char*>(dot)[1]);  // not "1.e5"
+  }
+
+  bool all_plain(const char* p, std::size_t n) const {
+#if defined(__SSE2__)
+    if (n <= 16 && end_ - p >= 16) {
+      const int mask = stop_mask(p) & ((1 << n) - 1);
+      return mask == 0;
+    }
+#endif
+    return plain_end(p, p + n) == p + n;
+  }
+
+  // Passes over the text of a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+  bool number_text(bool negative_ok, bool* integer = nullptr) {
+    if (p_ < end_ && *p_ == '-') {
+      if (!negative_ok) return false;
+      ++p_;
+    }
+    if (p_ == end_ || !is_digit(*p_)) return false;
+    if (*p_++ != '0')
+      while (p_ < end_ && is_digit(*p_)) ++p_;
+    bool whole = true;
+    if (p_ < end_ && *p_ == '.') {
+      whole = false;
+      if (++p_ == end_ || !is_digit(*p_)) return false;
+      while (p_ < end_ && is_digit(*p_)) ++p_;
+    }
+    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+      whole = false;
+      ++p_;
+      if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (p_ == end_ || !is_digit(*p_)) return false;
+      while (p_ < end_ && is_digit(*p_)) ++p_;
+    }
+    if (integer) *integer = whole;
+    return true;
+  }
+
+  const char* p_;
+  const char* end_;
+};
+
+constexpr unsigned bit(Field f) { return 1u << f; }
+
+// `{"name":value,...}` into `out`, reusing its entries. A name given twice is the general
+// parser's to refuse.
+bool named_values(Scanner& s, std::vector<NamedValue>& out) {
+  if (!s.consume('{')) return false;
+  std::size_t count = 0;
+  if (s.next_is('}')) {
+    s.consume('}');
+  } else {
+    do {
+      std::string_view name;
+      double value;
+      if (!s.key(name) || !s.named_value(value)) return false;
+      for (std::size_t i = 0; i < count; ++i)
+        if (out[i].name == name) return false;
+      if (count == out.size()) out.emplace_back();
+      NamedValue& slot = out[count++];
+      if (slot.name != name) slot.name.assign(name.data(), name.size());
+      slot.value = value;
+    } while (s.consume(','));
+    if (!s.consume('}')) return false;
+  }
+  out.resize(count);
+  return true;
+}
+
+// ---- the layout laggard writes (append_sample_json) -------------------------------------------
+
+// A stage as laggard writes it: {"name":"...","kind":"...","ms":...,"calls":...}. Leaves `stage`
+// as it was when the text is anything else.
+bool canonical_stage(Scanner& s, StageTime& stage) {
+  if (!s.take("{\"name\":")) return false;
+  std::string_view name;
+  const bool same_name = s.same_string(stage.name);
+  if (!same_name && !s.string(name)) return false;
+  if (!s.take(",\"kind\":")) return false;
+  StageKind kind;
+  if (!s.kind_word(kind)) {
+    std::string_view text;
+    if (!s.string(text)) return false;
+    const auto parsed = parse_stage_kind(text);
+    if (!parsed) return false;
+    kind = *parsed;
+  }
+  double ms;
+  std::uint64_t calls;
+  if (!s.take(",\"ms\":") || !s.duration(ms) || !s.take(",\"calls\":") ||
+      !s.count(std::numeric_limits<std::uint32_t>::max(), calls) || !s.take("}"))
+    return false;
+  if (!same_name) stage.name.assign(name.data(), name.size());
+  stage.kind = kind;
+  stage.ms = ms;
+  stage.calls = static_cast<std::uint32_t>(calls);
+  return true;
+}
+
+// A whole line in append_sample_json's layout: its fields in its order, no whitespace.
+bool canonical_sample(Scanner& s, StepSample& out) {
+  std::uint64_t rank, world_size, step;
+  double step_ms, work = std::numeric_limits<double>::quiet_NaN();
+  std::string_view host, cohort;
+  if (!s.take("{\"schema\":\"laggard.sample/1\",\"rank\":") ||
+      !s.count(static_cast<std::uint64_t>(std::numeric_limits<int>::max()), rank) ||
+      !s.take(",\"world_size\":") ||
+      !s.count(static_cast<std::uint64_t>(std::numeric_limits<int>::max()), world_size) ||
+      world_size < 1 || rank >= world_size || !s.take(",\"step\":") ||
+      !s.count(static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), step) ||
+      !s.take(",\"host\":"))
+    return false;
+  const bool same_host = s.same_string(out.host);
+  if ((!same_host && !s.string(host)) || !s.take(",\"cohort\":")) return false;
+  const bool same_cohort = s.same_string(out.cohort);
+  if ((!same_cohort && !s.string(cohort)) || !s.take(",\"step_ms\":") || !s.duration(step_ms))
+    return false;
+  if (s.take(",\"work\":") && !s.duration(work)) return false;
+  if (!s.take(",\"stages\":[")) return false;
+  std::size_t count = 0;
+  if (!s.take("]")) {
+    do {
+      if (count == out.stages.size()) out.stages.emplace_back();
+      if (!canonical_stage(s, out.stages[count])) return false;
+      ++count;
+    } while (s.take(","));
+    if (!s.take("]")) return false;
+  }
+  out.stages.resize(count);
+  // Then the optional values and resources, in that order.
+  if (s.take(",\"values\":")) {
+    if (!named_values(s, out.values)) return false;
+  } else {
+    out.values.clear();
+  }
+  if (s.take(",\"resources\":")) {
+    if (!named_values(s, out.resources)) return false;
+  } else {
+    out.resources.clear();
+  }
+  if (!s.take("}") || !s.at_end()) return false;
+  out.rank = static_cast<int>(rank);
+  out.world_size = static_cast<int>(world_size);
+  out.step = static_cast<std::int64_t>(step);
+  out.step_ms = step_ms;
+  out.work = work;
+  if (!same_host) out.host.assign(host.data(), host.size());
+  if (!same_cohort) out.cohort.assign(cohort.data(), cohort.size());
+  return true;
+}
+
+// ---- any order, any extra fields --------------------------------------------------------------
+
+bool parse_stage(Scanner& s, StageTime& stage) {
+  if (!s.consume('{')) return false;
+  unsigned seen = 0;
+  std::string_view name, kind_text;
+  double ms = 0.0;
+  std::uint64_t calls = 1;  // missing: entered once
+  do {
+    std::string_view key;
+    if (!s.key(key)) return false;
+    const Field field = stage_field(key);
+    if (field != kUnknown) {
+      if (seen & bit(field)) return false;  // a repeated field: the general parser's rules
+      seen |= bit(field);
+    }
+    bool ok;
+    switch (field) {
+      case kName:
+        ok = s.string(name);
+        break;
+      case kKind:
+        ok = s.string(kind_text);
+        break;
+      case kMs:
+        ok = s.duration(ms);
+        break;
+      case kCalls:
+        ok = s.count(std::numeric_limits<std::uint32_t>::max(), calls);
+        break;
+      default:
+        ok = s.skip_value(1);
+    }
+    if (!ok) return false;
+  } while (s.consume(','));
+  if (!s.consume('}')) return false;
+  if ((seen & (bit(kName) | bit(kMs))) != (bit(kName) | bit(kMs))) return false;
+  StageKind kind;
+  if (seen & bit(kKind)) {
+    const auto parsed = parse_stage_kind(kind_text);
+    if (!parsed) return false;
+    kind = *parsed;
+  } else {
+    kind = default_stage_kind(name);
+  }
+  // Names repeat line after line: comparing is cheaper than assigning the same bytes again.
+  if (stage.name != name) stage.name.assign(name.data(), name.size());
+  stage.kind = kind;
+  stage.ms = ms;
+  stage.calls = static_cast<std::uint32_t>(calls);
+  return true;
+}
+
+bool parse_stages(Scanner& s, StepSample& out) {
+  if (!s.consume('[')) return false;
+  std::size_t count = 0;
+  if (s.next_is(']')) {
+    s.consume(']');
+  } else {
+    do {
+      if (count == out.stages.size()) out.stages.emplace_back();
+      if (!parse_stage(s, out.stages[count])) return false;
+      ++count;
+    } while (s.consume(','));
+    if (!s.consume(']')) return false;
+  }
+  out.stages.resize(count);
+  return true;
+}
+
+void assign(std::string& target, bool present, std::string_view text) {
+  if (!present)
+    target.clear();
+  else if (target != text)
+    target.assign(text.data(), text.size());
+}
+
+// Fields in any order, unknown fields checked and passed over, whitespace anywhere JSON allows.
+bool any_sample(Scanner& s, StepSample& out) {
+  if (!s.consume('{') || s.next_is('}')) return false;
+  unsigned seen = 0;
+  std::uint64_t rank = 0, world_size = 0, step = 0;
+  double step_ms = 0.0, work = std::numeric_limits<double>::quiet_NaN();
+  std::string_view host, cohort;
+  do {
+    std::string_view key;
+    if (!s.key(key)) return false;
+    const Field field = sample_field(key);
+    if (field != kUnknown) {
+      if (seen & bit(field)) return false;
+      seen |= bit(field);
+    }
+    bool ok;
+    switch (field) {
+      case kSchema: {
+        std::string_view schema;
+        ok = s.string(schema) && schema == kSampleSchema;
+        break;
+      }
+      case kRank:
+        ok = s.count(static_cast<std::uint64_t>(std::numeric_limits<int>::max()), rank);
+        break;
+      case kWorldSize:
+        ok = s.count(static_cast<std::uint64_t>(std::numeric_limits<int>::max()), world_size) &&
+             world_size >= 1;
+        break;
+      case kStep:
+        ok = s.count(static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), step);
+        break;
+      case kHost:
+        ok = s.string(host);
+        break;
+      case kCohort:
+        ok = s.string(cohort);
+        break;
+      case kStepMs:
+        ok = s.duration(step_ms);
+        break;
+      case kWork:
+        // null is how some writers spell "not recorded" (the general parser's rule too).
+        ok = s.next_is('n') ? s.literal("null") : s.duration(work);
+        break;
+      case kStages:
+        ok = parse_stages(s, out);
+        break;
+      case kValues:
+        ok = named_values(s, out.values);
+        break;
+      case kResources:
+        ok = named_values(s, out.resources);
+        break;
+      default:
+        ok = s.skip_value(1);
+    }
+    if (!ok) return false;
+  } while (s.consume(','));
+  if (!s.consume('}') || !s.at_end()) return false;
+  constexpr unsigned kRequired =
+      bit(kSchema) | bit(kRank) | bit(kWorldSize) | bit(kStep) | bit(kStepMs) | bit(kStages);
+  if ((seen & kRequired) != kRequired || rank >= world_size) return false;
+  out.rank = static_cast<int>(rank);
+  out.world_size = static_cast<int>(world_size);
+  out.step = static_cast<std::int64_t>(step);
+  out.step_ms = step_ms;
+  out.work = work;
+  assign(out.host, (seen & bit(kHost)) != 0, host);
+  assign(out.cohort, (seen & bit(kCohort)) != 0, cohort);
+  if (!(seen & bit(kValues))) out.values.clear();
+  if (!(seen & bit(kResources))) out.resources.clear();
+  return true;
+}
+
+}  // namespace
+
+bool parse_sample_fast(std::string_view line, StepSample& out) {
+  Scanner canonical(line);
+  if (LAGGARD_LIKELY(canonical_sample(canonical, out))) return true;
+  Scanner any(line);
+  return any_sample(any, out);
+}
+
+}  // namespace laggard::detail

@@ -1,0 +1,247 @@
+#include "live/gather.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "laggard/log.hpp"
+
+namespace laggard {
+
+Gather::Gather(Transport& transport, int rank, int world_size, Options options,
+               ErrorCounter& errors)
+    : transport_(transport),
+      rank_(rank),
+      world_size_(std::max(1, world_size)),
+      options_(options),
+      errors_(errors),
+      links_(transport.links()),
+      forwarded_ranks_(static_cast<std::size_t>(std::max(1, world_size)), 0) {
+  own_counts_.rank = rank;
+  for (int child : links_.children) children_.try_emplace(child);
+}
+
+void Gather::start_batch() {
+  encoder_.begin(next_seq_);
+  batch_open_ = true;
+  batch_started_ = Clock::now();
+  batch_own_ = 0;
+}
+
+void Gather::add_own(const StepSample& sample) {
+  if (root()) return;
+  if (!batch_open_) start_batch();
+  encoder_.add(sample);
+  ++batch_own_;
+}
+
+void Gather::set_own_counts(std::uint64_t dropped, std::uint64_t errors) {
+  if (own_counts_.dropped != dropped || own_counts_.errors != errors) counts_dirty_ = true;
+  own_counts_.dropped = dropped;
+  own_counts_.errors = errors;
+}
+
+std::size_t Gather::unacked_limit() const {
+  return options_.max_unacked_samples * (1 + forwarded_rank_count_);
+}
+
+void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>& samples,
+                  std::size_t& used, std::vector<wire::RankCounts>& counts) {
+  transport_.progress();
+  // Broken links first, then what arrived before they broke (a last acknowledgement, a final
+  // batch), so that a peer that closed after its last word is not taken for a failure.
+  broken_.clear();
+  transport_.broken_links(broken_);
+  receive(now, samples, used, counts);
+  send_acks();
+  for (const auto& [peer, why] : broken_) {
+    const auto child = children_.find(peer);
+    const bool said_last = (peer == links_.parent && final_acked()) ||
+                           (child != children_.end() && child->second.final);
+    if (said_last) {
+      log_message(LogLevel::debug, "laggard side channel: the link to rank " +
+                                       std::to_string(peer) + " closed after its last batch");
+      continue;
+    }
+    errors_.report("side channel", why);
+    if (peer == links_.parent) presumed_down_ = true;  // nothing it was sent can be confirmed
+  }
+  if (root()) return;
+  if (!presumed_down_ && !outstanding_.empty() && now - last_progress_ > options_.peer_timeout) {
+    presumed_down_ = true;
+    errors_.report("side channel",
+                   "rank " + std::to_string(links_.parent) + " (this rank's parent in the gather "
+                   "tree) acknowledged nothing for " +
+                       std::to_string(std::chrono::duration<double>(now - last_progress_).count()) +
+                       " s (" + std::to_string(unacked_samples_) +
+                       " samples outstanding): presumed down; samples are dropped until it "
+                       "answers again (the rank log still gets every sample)");
+  }
+  const bool due = batch_open_ && (flush_now || now - batch_started_ >= options_.batch_period ||
+                                   encoder_.samples() >= options_.max_batch_samples);
+  if (due || (counts_dirty_ && (flush_now || outstanding_.empty()))) flush(now, false);
+}
+
+void Gather::send_final(Clock::time_point now) {
+  if (root()) return;
+  counts_dirty_ = true;
+  flush(now, true);
+  if (!outstanding_.empty()) final_seq_ = outstanding_.back().seq;
+}
+
+void Gather::flush(Clock::time_point now, bool final) {
+  if (!batch_open_) start_batch();
+  own_counts_.final = final;
+  encoder_.add(own_counts_);
+  for (const auto& [r, c] : forwarded_counts_) encoder_.add(c);
+  const std::size_t samples = encoder_.samples();
+  const std::size_t own = batch_own_;
+  batch_open_ = false;
+  batch_own_ = 0;
+  const auto drop = [&](const std::string& why) {
+    encoder_.rollback();
+    own_dropped_ += own;
+    forward_dropped_ += samples - own;
+    counts_dirty_ = true;
+    if (samples > 0 || final) {
+      // The samples are counted (send_dropped, forward_dropped); the first drop after a
+      // delivery is also a counted failure, the rest of the episode a warning.
+      if (!dropping_) errors_.report("side channel", why);
+      else errors_.warn("side channel", why);
+      dropping_ = true;
+    }
+  };
+  if (!transport_.healthy()) return drop("the side channel is down; samples are dropped");
+  if (presumed_down_)
+    return drop("rank " + std::to_string(links_.parent) +
+                " is presumed down; samples are dropped (the rank log still has them)");
+  if (samples > 0 && unacked_samples_ + samples > unacked_limit())
+    return drop("rank " + std::to_string(links_.parent) + " is behind (" +
+                std::to_string(unacked_samples_) + " samples unacknowledged); " +
+                std::to_string(samples) + " samples are dropped");
+  if (outstanding_.empty()) last_progress_ = now;  // the silence clock starts now
+  bool ok = false;
+  try {
+    ok = transport_.send(links_.parent, encoder_.message());
+  } catch (...) {
+    encoder_.rollback();
+    own_dropped_ += own;
+    forward_dropped_ += samples - own;
+    counts_dirty_ = true;
+    throw;  // the Analyzer counts it
+  }
+  if (!ok)
+    return drop("the link to rank " + std::to_string(links_.parent) +
+                " refused a batch; its samples are dropped");
+  encoder_.commit();
+  dropping_ = false;
+  outstanding_.push_back(Outstanding{next_seq_, samples, own});
+  unacked_samples_ += samples;
+  ++next_seq_;
+  counts_dirty_ = false;
+}
+
+void Gather::receive(Clock::time_point now, std::vector<StepSample>& samples, std::size_t& used,
+                     std::vector<wire::RankCounts>& counts) {
+  inbox_.clear();
+  transport_.receive(inbox_);
+  for (TransportMessage& m : inbox_) {
+    wire::Decoder::Header h;
+    if (!wire::Decoder::header(m.bytes, h, error_)) {
+      ++malformed_;
+      errors_.warn("malformed sample", "a message from rank " + std::to_string(m.peer) +
+                                           " was discarded: " + error_);
+      continue;
+    }
+    if (h.kind == wire::Kind::ack) {
+      if (m.peer == links_.parent) on_ack(h.seq, now);
+      continue;
+    }
+    Child& child = children_[m.peer];
+    child.received = std::max(child.received, h.seq);
+    const std::size_t first_count = counts.size();
+    bool ok;
+    if (root()) {
+      ok = child.decoder.decode(m.bytes, samples, used, counts, error_);
+    } else {
+      std::size_t n = 0;
+      ok = child.decoder.decode(m.bytes, scratch_, n, counts, error_);
+      if (n > 0 && !batch_open_) start_batch();
+      for (std::size_t i = 0; i < n; ++i) {
+        const StepSample& s = scratch_[i];
+        encoder_.add(s);
+        if (s.rank >= 0 && s.rank < world_size_ && !forwarded_ranks_[static_cast<std::size_t>(s.rank)]) {
+          forwarded_ranks_[static_cast<std::size_t>(s.rank)] = 1;
+          ++forwarded_rank_count_;
+        }
+      }
+      forwarded_ += n;
+    }
+    if (!ok) {
+      ++malformed_;
+      errors_.warn("malformed sample", "a batch from rank " + std::to_string(m.peer) +
+                                           " was cut short: " + error_);
+    }
+    for (std::size_t i = first_count; i < counts.size(); ++i) {
+      const wire::RankCounts& c = counts[i];
+      if (c.rank == m.peer && c.final && !child.final) {
+        child.final = true;
+        if (std::binary_search(links_.children.begin(), links_.children.end(), m.peer))
+          ++children_final_;
+      }
+    }
+    if (!root()) {  // forwarded: the latest of each rank goes up with the next batch
+      for (std::size_t i = first_count; i < counts.size(); ++i)
+        forwarded_counts_[counts[i].rank] = counts[i];
+      if (counts.size() > first_count) counts_dirty_ = true;
+      counts.resize(first_count);
+    }
+  }
+}
+
+void Gather::on_ack(std::uint64_t seq, Clock::time_point now) {
+  if (seq <= acked_) return;
+  acked_ = seq;
+  last_progress_ = now;
+  while (!outstanding_.empty() && outstanding_.front().seq <= acked_) {
+    own_acked_ += outstanding_.front().own;
+    unacked_samples_ -= outstanding_.front().samples;
+    outstanding_.pop_front();
+  }
+  if (presumed_down_) {
+    presumed_down_ = false;
+    log_message(LogLevel::info, "laggard side channel: rank " + std::to_string(links_.parent) +
+                                    " acknowledges again; sending resumes");
+  }
+}
+
+void Gather::send_acks() {
+  for (auto& [peer, child] : children_) {
+    if (child.received <= child.acked) continue;
+    std::string msg = wire::ack_message(child.received);
+    if (transport_.send(peer, msg)) child.acked = child.received;
+  }
+}
+
+bool Gather::settled() const noexcept {
+  for (const auto& [peer, child] : children_)
+    if (child.received > child.acked) return false;
+  return root() || (outstanding_.empty() && !batch_open_) || presumed_down_;
+}
+
+void Gather::abandon() {
+  for (const Outstanding& o : outstanding_) {
+    own_dropped_ += o.own;
+    forward_dropped_ += o.samples - o.own;
+  }
+  outstanding_.clear();
+  unacked_samples_ = 0;
+  if (batch_open_) {
+    own_dropped_ += batch_own_;
+    forward_dropped_ += encoder_.samples() - batch_own_;
+    encoder_.rollback();
+    batch_open_ = false;
+    batch_own_ = 0;
+  }
+}
+
+}  // namespace laggard

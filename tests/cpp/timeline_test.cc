@@ -1,0 +1,120 @@
+// Tests for the timeline analysis (src/analysis/timeline.cc): collectives matched across ranks,
+// the wait inside them, and which bubbles are named.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "laggard/timeline.hpp"
+#include "laggard/trace.hpp"
+
+namespace laggard {
+namespace {
+
+const std::string kData = LAGGARD_TEST_DATA;
+
+RankTrace rank_with(int rank, std::vector<double> collective_ms, double data_wait = 0.0,
+                    double launch = 0.0) {
+  RankTrace t;
+  t.info.rank = rank;
+  t.info.host = "h" + std::to_string(rank / 2);
+  t.has_device_activity = true;
+  for (int step = 0; step < 4; ++step) {
+    StepTimeline x;
+    x.step = step;
+    x.window_ms = x.step_ms = 100.0;
+    x.data_wait_ms = data_wait;
+    x.launch_wait_ms = launch;
+    x.busy_ms = 100.0 - data_wait - launch;
+    for (std::uint32_t i = 0; i < collective_ms.size(); ++i) {
+      CollectiveKernel c;
+      c.step = step;
+      c.ordinal = i;
+      c.group = 1;
+      c.signature = 42 + i;
+      c.ms = collective_ms[i];
+      c.name = "allreduce";
+      t.collectives.push_back(c);
+      x.comm_ms += c.ms;
+    }
+    t.timeline.push_back(x);
+  }
+  return t;
+}
+
+TEST(Timeline, TheWaitInsideACollectiveIsItsTimeOverTheShortest) {
+  // Rank 2 arrives last: its kernels are the shortest; the others wait 8 and 3 ms longer.
+  std::vector<RankTrace> ranks = {rank_with(0, {10, 5}), rank_with(1, {10, 5}),
+                                  rank_with(2, {2, 2}), rank_with(3, {10, 5})};
+  const TimelineSummary s = analyze_timeline(ranks);
+  EXPECT_EQ(s.collectives_matched, 8u);
+  EXPECT_EQ(s.collectives_mismatched, 0u);
+  EXPECT_DOUBLE_EQ(ranks[0].timeline[0].comm_wait_ms, 8.0 + 3.0);
+  EXPECT_DOUBLE_EQ(ranks[2].timeline[0].comm_wait_ms, 0.0);
+  ASSERT_EQ(s.ranks.size(), 4u);
+  EXPECT_EQ(s.ranks[2].arrived_last, 8u);
+  EXPECT_EQ(s.ranks[2].collectives, 8u);
+  ASSERT_FALSE(s.findings.empty());
+  const TimelineFinding& f = s.findings.front();
+  EXPECT_EQ(f.kind, TimelineFinding::Kind::late_arrival);
+  EXPECT_EQ(f.ranks, std::vector<int>{2});
+  EXPECT_DOUBLE_EQ(f.others_wait_ms, 11.0);
+}
+
+TEST(Timeline, OneRanksBubbleAgainstTheMedianAndTheWholeJobs) {
+  std::vector<RankTrace> ranks = {rank_with(0, {}, 1.0), rank_with(1, {}, 30.0),
+                                  rank_with(2, {}, 1.0), rank_with(3, {}, 1.0, 20.0)};
+  TimelineSummary s = analyze_timeline(ranks);
+  ASSERT_EQ(s.findings.size(), 2u);
+  EXPECT_EQ(s.findings[0].kind, TimelineFinding::Kind::data_wait);
+  EXPECT_EQ(s.findings[0].ranks, std::vector<int>{1});
+  EXPECT_FALSE(s.findings[0].every_rank);
+  EXPECT_DOUBLE_EQ(s.findings[0].ms_per_step, 30.0);
+  EXPECT_DOUBLE_EQ(s.findings[0].median_ms, 1.0);
+  EXPECT_EQ(s.findings[1].kind, TimelineFinding::Kind::launch_bound);
+  EXPECT_EQ(s.findings[1].ranks, std::vector<int>{3});
+  // Every rank starved alike: the job's bubble, not one rank's.
+  std::vector<RankTrace> all = {rank_with(0, {}, 20.0), rank_with(1, {}, 21.0),
+                                rank_with(2, {}, 20.0)};
+  s = analyze_timeline(all);
+  ASSERT_EQ(s.findings.size(), 1u);
+  EXPECT_TRUE(s.findings[0].every_rank);
+  EXPECT_EQ(s.findings[0].ranks.size(), 3u);
+  // Small bubbles are no finding.
+  std::vector<RankTrace> calm = {rank_with(0, {}, 1.0), rank_with(1, {}, 2.0)};
+  EXPECT_TRUE(analyze_timeline(calm).findings.empty());
+}
+
+TEST(Timeline, CollectivesThatDifferAreNotCompared) {
+  std::vector<RankTrace> ranks = {rank_with(0, {10}), rank_with(1, {4}), rank_with(2, {10})};
+  for (auto& c : ranks[1].collectives) c.signature = 7;  // another collective at that place
+  const TimelineSummary s = analyze_timeline(ranks);
+  EXPECT_EQ(s.collectives_mismatched, 4u);
+  EXPECT_DOUBLE_EQ(ranks[0].timeline[0].comm_wait_ms, 0.0);
+  EXPECT_EQ(s.ranks[1].collectives, 0u);
+}
+
+TEST(Timeline, FromTracesWithADataStallAndALaunchBoundRank) {
+  TraceRunReader reader(kData + "/trace-bubbles");
+  reader.load();
+  std::vector<RankTrace> ranks = reader.ranks();
+  const TimelineSummary s = analyze_timeline(ranks);
+  ASSERT_EQ(s.ranks.size(), 4u);
+  EXPECT_EQ(s.ranks_without_device, 0u);
+  std::vector<TimelineFinding::Kind> kinds;
+  for (const auto& f : s.findings) kinds.push_back(f.kind);
+  ASSERT_GE(s.findings.size(), 3u);
+  EXPECT_EQ(s.findings[0].kind, TimelineFinding::Kind::late_arrival);
+  EXPECT_EQ(s.findings[0].ranks, std::vector<int>{1});
+  EXPECT_EQ(s.findings[1].kind, TimelineFinding::Kind::data_wait);
+  EXPECT_EQ(s.findings[1].ranks, std::vector<int>{1});
+  EXPECT_EQ(s.findings[2].kind, TimelineFinding::Kind::launch_bound);
+  EXPECT_EQ(s.findings[2].ranks, std::vector<int>{3});
+  for (const RankTrace& r : ranks)
+    for (const StepTimeline& x : r.timeline)
+      EXPECT_NEAR(x.busy_ms + x.copy_ms + x.data_wait_ms + x.launch_wait_ms + x.other_idle_ms,
+                  x.window_ms, 1e-6);
+}
+
+}  // namespace
+}  // namespace laggard
