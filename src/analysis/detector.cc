@@ -1068,6 +1068,7 @@ constexpr double kPriorSigma = 0.05;
 constexpr double kMinSigma = 0.005;
 constexpr double kLevelAlpha = 0.1;  // EWMA of each rank's log-ratio (noise estimate only)
 constexpr double kScaleAlpha = 0.1;  // EWMA of ln(sigma) of a (cohort, stage)
+constexpr double kSqrt2 = 1.4142135623730951;
 constexpr double kPausePrior = 1000.0;  // rank-windows pause_rate counts for
 const double kLogPause = std::log(1.5);  // a pause: at least 1.5x the median
 
@@ -1361,10 +1362,17 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     // Noise: the median over ranks of each rank's deviation from its own level (its persistent
     // offset taken out), so one slow or paused rank does not move it; over 1,024 ranks at most
     // (every n/1,024-th), which estimates a median as well at a fraction of the cost.
+    // Two ranks are the exception: their log-ratios to the midpoint mirror each other, so one
+    // rank's onset moves both away from their levels and would read as noise for as long as the
+    // levels take to follow. Their noise is the change from the previous window instead (/ sqrt 2:
+    // the difference of two draws), which a persistent shift moves once.
     const std::size_t stride = n > 2048 ? n / 1024 : 1;
+    const bool pair_noise = n == 2;
     scratch.clear();
     for (std::size_t j = 0; j < n; j += stride)
-      if (seen[j] > 0) scratch.push_back(std::fabs(static_cast<double>(x[j] - level[j])));
+      if (seen[j] > 0)
+        scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[j] - last[j])) / kSqrt2
+                                     : std::fabs(static_cast<double>(x[j] - level[j])));
     // Pauses: 1.5x the median straight after a window at most relative_threshold (a straggler's
     // onset counts once; its later windows do not).
     if (comparable) {
@@ -1408,9 +1416,13 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     if (scratch.size() >= 2) {
       const double window_sigma = std::max(
           kMinSigma, kMadToSigma * detail::median_inplace(scratch.data(), scratch.size()));
-      track.log_scale = track.scale_windows == 0 ? std::log(window_sigma)
-                                                 : (1.0 - kScaleAlpha) * track.log_scale +
-                                                       kScaleAlpha * std::log(window_sigma);
+      // A pair's first windows (warm-up, an onset) count as a running mean, not as the estimate.
+      const double alpha =
+          pair_noise ? std::max(kScaleAlpha, 1.0 / static_cast<double>(track.scale_windows + 1))
+                     : kScaleAlpha;
+      track.log_scale = track.scale_windows == 0
+                            ? std::log(window_sigma)
+                            : (1.0 - alpha) * track.log_scale + alpha * std::log(window_sigma);
       ++track.scale_windows;
     }
     for (int rank : f.flagged_ranks) {

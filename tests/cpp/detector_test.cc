@@ -1067,5 +1067,41 @@ TEST(Sequential, TheSlowRankOfTwoIsNamedWhenCommunicationIsTimed) {
   EXPECT_EQ(confirmed_pairs(d), (std::vector<std::pair<int, std::string>>{{1, "forward"}}));
 }
 
+TEST(Sequential, AnOnsetAfterAWarmUpWindowIsNamedInAPair) {
+  // Two ranks (a pipeline stage's data-parallel pair): the first window is a warm-up where both
+  // are slow alike, rank 1's forward is 1.5x from the second on. The onset moves both ranks'
+  // log-ratios to their midpoint at once; it must not be read as the pair's noise.
+  Detector d;
+  int confirmed_at = -1;
+  for (int w = 0; w < 15; ++w) {
+    const Report r = d.observe(noisy_window(2, w, [&](Window& win) {
+      if (w == 0) {
+        win.samples[0].stages[1].ms *= 2.2;
+        win.samples[1].stages[1].ms *= 2.5;
+      } else {
+        win.samples[1].stages[1].ms *= 1.5;
+      }
+    }));
+    const bool named = std::any_of(r.stragglers.begin(), r.stragglers.end(), [](const auto& f) {
+      return f.confirmed && f.rank == 1 && f.stage == "forward";
+    });
+    if (named && confirmed_at < 0) confirmed_at = w;
+  }
+  EXPECT_GE(confirmed_at, 1);
+  EXPECT_LE(confirmed_at, 10);
+  EXPECT_EQ(confirmed_pairs(d), (std::vector<std::pair<int, std::string>>{{1, "forward"}}));
+}
+
+TEST(Sequential, APairThatOnlyJittersConfirmsNobodyAfterAWarmUp) {
+  Detector d;
+  for (int w = 0; w < 300; ++w)
+    d.observe(noisy_window(2, w, [&](Window& win) {
+      const double jitter = 0.03 * std::sin(3.1 * w);  // 3 % on rank 1 alone
+      win.samples[1].stages[1].ms *= 1.0 + jitter;
+      if (w == 0) win.samples[0].stages[2].ms *= 3.0;  // one warm-up window
+    }));
+  EXPECT_TRUE(d.confirmed().empty());
+}
+
 }  // namespace
 }  // namespace laggard
