@@ -84,6 +84,17 @@ struct ScaleArgs {
   bool quiet = false;
 };
 
+struct DivergeArgs {
+  std::string run_a, run_b;
+  std::string value;   ///< empty: every value both runs recorded
+  double rtol = 0.0;   ///< 0: bit for bit
+  int context = 2;     ///< steps shown on each side of the divergent one
+  bool json = false;
+};
+
+/// Exit code of `laggard diverge` when the runs differ (as diff(1)).
+inline constexpr int kExitDiverged = 1;
+
 /// `laggard demo ARGS...`: every argument after `demo`, for `python3 -m laggard.demo`.
 struct DemoArgs {
   std::vector<std::string> args;
@@ -95,12 +106,15 @@ void add_report(CLI::App& app, ReportArgs& args);
 void add_demo(CLI::App& app, DemoArgs& args);
 void add_timeline(CLI::App& app, TimelineArgs& args);
 void add_scale(CLI::App& app, ScaleArgs& args);
+void add_diverge(CLI::App& app, DivergeArgs& args);
 
 int run_analyze(const AnalyzeArgs& args);
 int run_compare(const CompareArgs& args);
 int run_report(const ReportArgs& args);
 int run_timeline(const TimelineArgs& args);
 int run_scale(const ScaleArgs& args);
+/// 0: the same values; kExitDiverged: they differ (the first step printed); 2: bad input.
+int run_diverge(const DivergeArgs& args);
 /// Replaces the process with the Python demo (execv); returns only by throwing UsageError.
 int run_demo(const DemoArgs& args);
 

@@ -19,12 +19,14 @@ int main(int argc, char** argv) {
   DemoArgs demo;
   TimelineArgs timeline;
   ScaleArgs scale;
+  DivergeArgs diverge;
   add_analyze(app, analyze);
   add_compare(app, compare);
   add_report(app, report);
   add_demo(app, demo);
   add_timeline(app, timeline);
   add_scale(app, scale);
+  add_diverge(app, diverge);
 
   try {
     app.parse(argc, argv);
@@ -41,11 +43,12 @@ int main(int argc, char** argv) {
 
   // The newer commands name themselves in their errors ("laggard timeline: ...").
   std::string who = "laggard: ";
-  for (const char* name : {"timeline", "scale"})
+  for (const char* name : {"timeline", "scale", "diverge"})
     if (app.got_subcommand(name)) who = std::string("laggard ") + name + ": ";
   try {
     if (app.got_subcommand("timeline")) return run_timeline(timeline);
     if (app.got_subcommand("scale")) return run_scale(scale);
+    if (app.got_subcommand("diverge")) return run_diverge(diverge);
     if (app.got_subcommand("analyze")) return run_analyze(analyze);
     if (app.got_subcommand("compare")) return run_compare(compare);
     if (app.got_subcommand("report")) return run_report(report);
