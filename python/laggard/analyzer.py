@@ -129,8 +129,8 @@ class Analyzer:
     method: "sequential" (evidence over windows against a false-alarm budget) or "threshold"
       (the RFC's per-window rule with confirm_k of confirm_n persistence).
     preset: None (the defaults, with any setting given on top), "default"/"recommended" (the
-      same) or "rfc" (the RFC's rule exactly: threshold, mean, 1.2x, 5 ms, 2 of 3); a preset
-      replaces every detector setting.
+      same) or "rfc" (the RFC's rule exactly: threshold, mean, 1.2x, 5 ms, 2 of 3); the settings
+      given win over the preset's (as with `laggard analyze --preset P --FLAG V`).
     queue_capacity: samples waiting for the rank log (and again for the side channel) before
       new ones are dropped.
     side_channel_timeout_s: silence after which a rank presumes its parent in the gather tree
@@ -218,11 +218,15 @@ class Analyzer:
         def opt(value, kind):
             return None if value is None else kind(value)
 
-        options = _core.DetectorOptions(
-            method=method, ref=ref, relative_threshold=opt(relative_threshold, float),
-            absolute_ms_threshold=opt(absolute_ms_threshold, float), mad_z=opt(mad_z, float),
-            confirm_k=opt(confirm_k, int), confirm_n=opt(confirm_n, int),
-            false_alarm_budget=opt(false_alarm_budget, float))
+        # The settings given, resolved after the world size is known: a preset, then these on
+        # top of it, as `laggard analyze --preset P --FLAG V` resolves them.
+        settings = {name: value for name, value in (
+            ("method", method), ("ref", ref),
+            ("relative_threshold", opt(relative_threshold, float)),
+            ("absolute_ms_threshold", opt(absolute_ms_threshold, float)),
+            ("mad_z", opt(mad_z, float)), ("confirm_k", opt(confirm_k, int)),
+            ("confirm_n", opt(confirm_n, int)),
+            ("false_alarm_budget", opt(false_alarm_budget, float))) if value is not None}
         sink_list = [as_sink(s) for s in (sinks or ())]
 
         torch = _torch_if_imported()
@@ -248,8 +252,8 @@ class Analyzer:
         if world_size is not None:
             self.world_size = int(world_size)
         self.analysis_rank = int(analysis_rank)
-        if preset is not None:
-            options = _core.DetectorOptions.preset(str(preset), int(self.world_size))
+        options = _core.detector_options(None if preset is None else str(preset),
+                                         int(self.world_size), **settings)
         self.detector_options = options
         self.options.update(method=options.method.name, ref=options.ref.name,
                             relative_threshold=options.relative_threshold,
