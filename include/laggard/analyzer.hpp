@@ -234,6 +234,19 @@ class LAGGARD_API Analyzer {
     if (LAGGARD_LIKELY(!sampled_)) return;
     recorder_->add(id, ms, calls);
   }
+  /// Attaches a scalar (loss, grad norm, tokens; NaN and infinities kept bit for bit) to this
+  /// step's sample `values` (no-op if not sampled: one branch). Sampled: no allocation after a
+  /// name's first sight; names beyond Recorder::kMaxValues are dropped and counted. The
+  /// correctness gate reads these values. Training thread only.
+  void record(std::string_view name, double value) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    recorder_->record(name, value);
+  }
+  /// The same for a resource reading (`resources`; names in docs/formats.md).
+  void record_resource(std::string_view name, double value) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    recorder_->record_resource(name, value);
+  }
   /// CUDA timing: later events are recorded on `cu_stream` (a CUstream). No-op otherwise.
   void set_stream(void* cu_stream) noexcept;
 

@@ -50,6 +50,7 @@ struct RecorderCounters {
   std::uint64_t dropped_intervals = 0;  ///< device intervals beyond the per-step pool
   std::uint64_t dropped_steps = 0;      ///< device steps dropped (pending queue full, errors)
   std::uint64_t unbalanced = 0;         ///< end without begin, or step ended inside a section
+  std::uint64_t dropped_values = 0;     ///< values/resources beyond kMaxValues names
 };
 
 /// Records stage times on sampled steps. One per training thread; not thread-safe.
@@ -60,6 +61,8 @@ struct RecorderCounters {
 class LAGGARD_API Recorder {
  public:
   static constexpr int kMaxStages = 32;
+  /// Distinct names of recorded values (and, separately, of resource readings) a recorder keeps.
+  static constexpr int kMaxValues = 32;
   using StageId = int;
   using SampleCallback = std::function<void(const StepSample&)>;
 
@@ -94,6 +97,21 @@ class LAGGARD_API Recorder {
   /// current step. No-op when the step is not sampled. Training thread only.
   void add(StageId id, double ms, std::uint32_t calls = 1) noexcept;
 
+  /// Attaches `value` (any double, NaN and infinities kept bit for bit) to the current sampled
+  /// step's `values` under `name`; a second record of a name in the step replaces the first.
+  /// Not sampled: one branch. Sampled: a scan of at most kMaxValues names; allocates only on the
+  /// first sight of a name longer than the reserved 32 characters. Names beyond kMaxValues are
+  /// dropped and counted (dropped_values). Training thread only.
+  void record(std::string_view name, double value) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    record_slow(values_, name, value);
+  }
+  /// The same for a resource reading (the sample's `resources`, names in docs/formats.md).
+  void record_resource(std::string_view name, double value) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    record_slow(resources_, name, value);
+  }
+
   /// The device backend, or nullptr for the host clock.
   TimingBackend* backend() noexcept { return backend_.get(); }
 
@@ -116,6 +134,16 @@ class LAGGARD_API Recorder {
   }
 
  private:
+  /// The named values of the step being recorded: names kept across steps (first-seen order),
+  /// `set` cleared at each sampled begin_step.
+  struct NamedSlots {
+    std::array<std::string, kMaxValues> names{};
+    std::array<double, kMaxValues> value{};
+    std::array<bool, kMaxValues> set{};
+    int count = 0;
+  };
+  void record_slow(NamedSlots& slots, std::string_view name, double value) noexcept;
+  static void copy_named(const NamedSlots& from, std::vector<NamedValue>& to);
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
   /// steady_clock over the recorder's lifetime.
@@ -123,7 +151,8 @@ class LAGGARD_API Recorder {
   void calibrate() noexcept;
   void begin_slow(StageId id) noexcept;
   void end_slow(StageId id) noexcept;
-  void emit(std::int64_t step, double step_ms, const double* ms, const std::uint32_t* calls);
+  void emit(std::int64_t step, double step_ms, const double* ms, const std::uint32_t* calls,
+            const NamedSlots& values, const NamedSlots& resources);
 
   struct Slot {
     std::string name;
@@ -150,6 +179,8 @@ class LAGGARD_API Recorder {
   std::chrono::steady_clock::time_point calib_time0_{};
   double ms_per_tick_ = 1e-6;
   RecorderCounters counters_;
+  NamedSlots values_;
+  NamedSlots resources_;
   SampleCallback callback_;
   StepSample scratch_;  ///< reused for every emitted sample
   std::unique_ptr<Pending[]> pending_;

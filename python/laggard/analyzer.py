@@ -482,6 +482,16 @@ class Analyzer:
         except Exception as e:
             self._errors.report("add", e)
 
+    def record(self, name, value):
+        """Attaches a scalar (loss, grad norm, tokens) to this sampled step's `values`, bit for
+        bit (NaN and infinities kept). Not sampled or disabled: one check, nothing else."""
+        if not self._sampled:
+            return
+        try:
+            self._recorder.record(str(name), float(value))
+        except Exception as e:
+            self._errors.report("record", e)
+
     def end_step(self):
         """Ends the step. A sampled step's sample goes to the background thread; its report
         appears at a later step (see latest_metrics)."""

@@ -72,7 +72,8 @@ py::dict counters_dict(const RecorderCounters& c) {
   return py::dict("sampled_steps"_a = c.sampled_steps, "samples_emitted"_a = c.samples_emitted,
                   "dropped_stages"_a = c.dropped_stages,
                   "dropped_intervals"_a = c.dropped_intervals,
-                  "dropped_steps"_a = c.dropped_steps, "unbalanced"_a = c.unbalanced);
+                  "dropped_steps"_a = c.dropped_steps, "unbalanced"_a = c.unbalanced,
+                  "dropped_values"_a = c.dropped_values);
 }
 
 StepSample parse_line(SampleParser& parser, const std::string& line) {

@@ -453,6 +453,12 @@ void bind_engine(py::module_& m) {
            [](PyEngine& e, int id, double ms, std::uint32_t calls) { e.an().add(id, ms, calls); },
            "id"_a, "ms"_a, "calls"_a = 1)
       .def("cancel", [](PyEngine& e, int id) { e.rec().cancel(id); }, "id"_a)
+      .def("record", [](PyEngine& e, std::string_view name, double value) {
+             e.rec().record(name, value);
+           }, "Attaches a value to this sampled step's `values`.", "name"_a, "value"_a)
+      .def("record_resource", [](PyEngine& e, std::string_view name, double value) {
+             e.rec().record_resource(name, value);
+           }, "Attaches a reading to this sampled step's `resources`.", "name"_a, "value"_a)
       // pybind11 forms of the training-thread calls (bench/cold_calls.py compares them with the
       // builtins of step_calls() and marks()).
       .def("begin_step", &PyEngine::begin_step, "step"_a)

@@ -115,6 +115,12 @@ void bind_recorder(py::module_& m) {
           "add",
           [](PyRecorder& r, int id, double ms, std::uint32_t calls) { r.rec().add(id, ms, calls); },
           "id"_a, "ms"_a, "calls"_a = 1)
+      .def("record", [](PyRecorder& r, std::string_view name, double value) {
+             r.rec().record(name, value);
+           }, "Attaches a value to this sampled step's `values`.", "name"_a, "value"_a)
+      .def("record_resource", [](PyRecorder& r, std::string_view name, double value) {
+             r.rec().record_resource(name, value);
+           }, "Attaches a reading to this sampled step's `resources`.", "name"_a, "value"_a)
       .def("poll", [](PyRecorder& r) { r.rec().poll(); })
       .def("sampled", [](PyRecorder& r) { return r.rec().sampled(); })
       .def_property_readonly("step", [](PyRecorder& r) { return r.rec().step(); })

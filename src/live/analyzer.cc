@@ -831,7 +831,8 @@ AnalyzerCounters Analyzer::counters() const noexcept {
     const RecorderCounters& r = impl_->recorder->counters();
     c.sampled_steps = r.sampled_steps;
     c.samples_emitted = r.samples_emitted;
-    c.recorder_dropped = r.dropped_stages + r.dropped_intervals + r.dropped_steps;
+    c.recorder_dropped =
+        r.dropped_stages + r.dropped_intervals + r.dropped_steps + r.dropped_values;
     c.recorder = r;
   }
   const auto get = [](const std::atomic<std::uint64_t>& a) {

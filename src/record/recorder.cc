@@ -43,6 +43,8 @@ struct Recorder::Pending {
   std::array<std::uint32_t, kMaxIntervals> start_mark{};
   std::array<double, kMaxStages> ms{};
   std::array<std::uint32_t, kMaxStages> calls{};
+  NamedSlots values;  // copied at end_step: the step's values wait with its device intervals
+  NamedSlots resources;
 };
 
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backend)
@@ -61,6 +63,11 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backe
     pending_.reset(new Pending[regions]);
   }
   scratch_.stages.reserve(kMaxStages);
+  // Reserved up front so that recording a value on a sampled step never allocates.
+  scratch_.values.reserve(kMaxValues);
+  scratch_.resources.reserve(kMaxValues);
+  for (NamedSlots* slots : {&values_, &resources_})
+    for (std::string& n : slots->names) n.reserve(32);
   use_tsc_ = invariant_tsc();
   calib_time0_ = std::chrono::steady_clock::now();
   calib_ticks0_ = ticks();
@@ -113,6 +120,8 @@ void Recorder::begin_step(std::int64_t step) noexcept {
     slots_[i].calls = 0;
     slots_[i].open = false;
   }
+  values_.set.fill(false);
+  resources_.set.fill(false);
   if (backend_) {
     const int regions = options_.max_pending_steps + 1;
     if (pending_count_ == options_.max_pending_steps) {  // device fell behind: drop the oldest
@@ -216,7 +225,10 @@ void Recorder::end_step() noexcept {
   }
   if (backend_) {
     const int regions = options_.max_pending_steps + 1;
-    pending_[(pending_head_ + pending_count_) % regions].step_ms = step_ms;
+    Pending& p = pending_[(pending_head_ + pending_count_) % regions];
+    p.step_ms = step_ms;
+    p.values = values_;
+    p.resources = resources_;
     ++pending_count_;
     poll();
     return;
@@ -228,7 +240,7 @@ void Recorder::end_step() noexcept {
     ms[i] = static_cast<double>(slots_[i].ticks) * ms_per_tick_ + slots_[i].added_ms;
     calls[i] = slots_[i].calls;
   }
-  emit(step_, step_ms, ms.data(), calls.data());
+  emit(step_, step_ms, ms.data(), calls.data(), values_, resources_);
 }
 
 void Recorder::poll() noexcept {
@@ -246,7 +258,7 @@ void Recorder::poll() noexcept {
       ++p.resolved;
     }
     if (p.resolved == p.intervals) {
-      emit(p.step, p.step_ms, p.ms.data(), p.calls.data());
+      emit(p.step, p.step_ms, p.ms.data(), p.calls.data(), p.values, p.resources);
     } else {
       ++counters_.dropped_steps;
     }
@@ -255,8 +267,44 @@ void Recorder::poll() noexcept {
   }
 }
 
+void Recorder::record_slow(NamedSlots& slots, std::string_view name, double value) noexcept {
+  for (int i = 0; i < slots.count; ++i) {
+    if (slots.names[i] == name) {
+      slots.value[i] = value;
+      slots.set[i] = true;
+      return;
+    }
+  }
+  if (slots.count == kMaxValues) {
+    ++counters_.dropped_values;
+    return;
+  }
+  try {
+    slots.names[slots.count].assign(name.data(), name.size());
+  } catch (...) {  // out of memory for a long name: the value is lost, not the step
+    ++counters_.dropped_values;
+    return;
+  }
+  slots.value[slots.count] = value;
+  slots.set[slots.count] = true;
+  ++slots.count;
+}
+
+void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to) {
+  std::size_t n = 0;
+  for (int i = 0; i < from.count; ++i) {
+    if (!from.set[i]) continue;
+    if (to.size() <= n) to.emplace_back();
+    NamedValue& v = to[n++];
+    if (v.name != from.names[i]) v.name = from.names[i];
+    v.value = from.value[i];
+  }
+  to.resize(n);
+}
+
 void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
-                    const std::uint32_t* calls) {
+                    const std::uint32_t* calls, const NamedSlots& values,
+                    const NamedSlots& resources) {
   scratch_.rank = options_.rank.rank;
   scratch_.world_size = options_.rank.world_size;
   scratch_.step = step;
@@ -274,6 +322,8 @@ void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
     st.calls = calls[i];
   }
   scratch_.stages.resize(n);
+  copy_named(values, scratch_.values);
+  copy_named(resources, scratch_.resources);
   ++counters_.samples_emitted;
   if (callback_) {
     try {

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -289,6 +292,41 @@ TEST(Recorder, DeviceErrorDropsTheStep) {
   r.end_step();
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(r.counters().dropped_steps, 1u);
+}
+
+TEST(Recorder, RecordedValuesLandInSampledStepsOnlyBitForBit) {
+  std::vector<StepSample> got;
+  Recorder r({/*interval=*/2, {0, 1, 0, "", ""}, 4});
+  r.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int step = 0; step < 4; ++step) {
+    r.begin_step(step);
+    r.record("loss", step == 2 ? nan : 0.1 + 0.2);
+    if (step == 0) r.record("tokens", 4096.0);
+    r.record_resource("host_gc_pause_ms", -std::numeric_limits<double>::infinity());
+    r.end_step();
+  }
+  ASSERT_EQ(got.size(), 2u);  // steps 0 and 2; the values of steps 1 and 3 went nowhere
+  ASSERT_EQ(got[0].values.size(), 2u);
+  EXPECT_EQ(got[0].values[0].name, "loss");
+  EXPECT_EQ(got[0].values[0].value, 0.1 + 0.2);
+  EXPECT_EQ(got[0].find_value("tokens")->value, 4096.0);
+  ASSERT_EQ(got[1].values.size(), 1u);  // tokens was not recorded in step 2
+  EXPECT_TRUE(std::isnan(got[1].values[0].value));
+  ASSERT_EQ(got[1].resources.size(), 1u);
+  EXPECT_TRUE(std::isinf(got[1].resources[0].value));
+}
+
+TEST(Recorder, ValuesBeyondTheSlotsAreDroppedAndCounted) {
+  std::vector<StepSample> got;
+  Recorder r({/*interval=*/1, {0, 1, 0, "", ""}, 4});
+  r.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  r.begin_step(0);
+  for (int i = 0; i < Recorder::kMaxValues + 3; ++i) r.record("v" + std::to_string(i), i);
+  r.end_step();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].values.size(), static_cast<std::size_t>(Recorder::kMaxValues));
+  EXPECT_EQ(r.counters().dropped_values, 3u);
 }
 
 }  // namespace

@@ -425,3 +425,16 @@ def test_rank_log_and_reports_written_by_the_background_thread(tmp_path):
         assert r["straggler/ranks"] == 1.0 and r["straggler/report_errors"] == 0.0
         assert r["stragglers"] == [] and r["waiting"] == []
         assert "straggler/forward/mean_ms" in r and "straggler/confirmed" in r
+
+
+def test_record_lands_in_the_rank_log_on_sampled_steps_only(tmp_path):
+    log_dir = tmp_path / "run"
+    an = laggard.Analyzer(enabled=True, interval=2, log_dir=str(log_dir))
+    for step in range(4):
+        an.begin_step(step)
+        an.record("loss", float("inf") if step == 2 else 1.0 / 3.0)
+        an.end_step()
+    an.close()
+    lines = (log_dir / "rank-0.jsonl").read_text().splitlines()
+    assert [json.loads(line)["values"] for line in lines] == [
+        {"loss": 1.0 / 3.0}, {"loss": "Infinity"}]

@@ -106,6 +106,22 @@ def test_recorder_samples_every_interval_and_counts():
     assert rec.backend_name == "host-clock"
 
 
+def test_recorder_record_attaches_values_to_sampled_steps_bit_for_bit():
+    rec = _core.Recorder(interval=2, rank=0, world_size=1)
+    lines = []
+    rec.on_sample(lambda s: lines.append(s.to_json()))
+    for step in range(4):
+        rec.begin_step(step)
+        rec.record("loss", float("nan") if step == 2 else 0.1 + 0.2)
+        rec.record_resource("host_gc_pause_ms", 1.5)
+        rec.end_step()
+    samples = [_core.StepSample.from_json(line) for line in lines]
+    assert [s.step for s in samples] == [0, 2]
+    assert json.loads(lines[0])["values"] == {"loss": 0.1 + 0.2}
+    assert json.loads(lines[1])["values"] == {"loss": "NaN"}
+    assert json.loads(lines[1])["resources"] == {"host_gc_pause_ms": 1.5}
+
+
 def test_recorder_rejects_bad_settings():
     with pytest.raises(ValueError, match="interval"):
         _core.Recorder(interval=-1)
