@@ -52,6 +52,14 @@ struct Side {
   }
 };
 
+// The window's samples in rank order (reusing `out`'s storage).
+void by_rank(const Window& w, std::vector<const StepSample*>& out) {
+  out.clear();
+  for (const StepSample& s : w.samples) out.push_back(&s);
+  std::sort(out.begin(), out.end(),
+            [](const StepSample* x, const StepSample* y) { return x->rank < y->rank; });
+}
+
 void keep(std::deque<Window>& history, const Window& w, int limit) {
   if (limit <= 0) return;
   history.push_back(w);
@@ -73,6 +81,7 @@ DivergenceResult find_divergence(RunSource& a, RunSource& b, const DivergenceOpt
   std::deque<Window> history_a, history_b;  // the windows before the current step, per side
   const int context = std::max(0, options.context);
   std::size_t steps_in_common = 0;
+  std::vector<const StepSample*> ordered_a, ordered_b;
 
   while (sa.has && sb.has) {
     if (sa.window.step < sb.window.step) {
@@ -91,16 +100,25 @@ DivergenceResult find_divergence(RunSource& a, RunSource& b, const DivergenceOpt
     bool compared = false;
     const Window& wa = sa.window;
     const Window& wb = sb.window;
-    std::vector<const StepSample*> ordered;
-    for (const StepSample& s : wa.samples) ordered.push_back(&s);
-    std::sort(ordered.begin(), ordered.end(),
-              [](const StepSample* x, const StepSample* y) { return x->rank < y->rank; });
-    for (const StepSample* pa : ordered) {
-      const StepSample* pb = sample_of(wb, pa->rank);
-      if (pb == nullptr) {
+    // Both windows by rank, walked together: linear in ranks, not a scan of one per rank of
+    // the other.
+    by_rank(wa, ordered_a);
+    by_rank(wb, ordered_b);
+    std::size_t ia = 0, ib = 0;
+    while (ia < ordered_a.size() || ib < ordered_b.size()) {
+      if (ib == ordered_b.size() ||
+          (ia < ordered_a.size() && ordered_a[ia]->rank < ordered_b[ib]->rank)) {
         ++out.ranks_only;
+        ++ia;
         continue;
       }
+      if (ia == ordered_a.size() || ordered_b[ib]->rank < ordered_a[ia]->rank) {
+        ++out.ranks_only;
+        ++ib;
+        continue;
+      }
+      const StepSample* pa = ordered_a[ia++];
+      const StepSample* pb = ordered_b[ib++];
       for (const NamedValue& v : pa->values) {
         if (!options.value.empty() && v.name != options.value) continue;
         const NamedValue* w = pb->find_value(v.name);
@@ -111,8 +129,6 @@ DivergenceResult find_divergence(RunSource& a, RunSource& b, const DivergenceOpt
         out.at_step.push_back({pa->rank, v.name, v.value, w->value});
       }
     }
-    for (const StepSample& s : wb.samples)
-      if (sample_of(wa, s.rank) == nullptr) ++out.ranks_only;
     if (compared) ++out.steps_compared;
     if (!out.at_step.empty()) {
       const auto& first = out.at_step.front();
