@@ -1,9 +1,14 @@
 """Starts real rank processes for the multi-process tests.
 
-run_ranks forks the test process (torch is already imported there, which saves each rank
-seconds of import time on a 2-core machine) into `n` processes with the environment a launcher
-gives (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), each running
-ddp_worker.main(argv). Results come back through the files the ranks write.
+Ranks are forked from a fork server (`rank_context()`): a clean process started once, with
+torch and the trainers' libraries imported, which saves each rank seconds of import time on a
+2-core machine. They are not forked from the pytest process itself: after earlier tests it holds
+threads (gloo's loops, a tracker's service threads) whose locks a forked child can inherit held,
+and ranks forked from it hung before training now and then.
+
+run_ranks starts `n` such processes with the environment a launcher gives (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT), each running ddp_worker.main(argv). Results come back
+through the files the ranks write.
 """
 
 import json
@@ -11,6 +16,18 @@ import multiprocessing
 import os
 
 from laggard.launch import free_port
+
+# Imported once by the fork server, inherited by every rank it forks (a module that is not
+# installed is skipped by the server).
+_PRELOAD = ["torch", "torch.distributed", "laggard", "laggard.torch", "transformers", "lightning",
+            "megatron.core", "megatron.core.pipeline_parallel"]
+
+
+def rank_context():
+    """The multiprocessing context the rank processes start from: the fork server."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
 
 
 def _child(rank, world, port, argv):
@@ -28,10 +45,8 @@ def _child(rank, world, port, argv):
 
 def run_ranks(n, argv, out_dir, timeout_s=90):
     """Runs ddp_worker on n ranks; returns the per-rank result dicts (rank order)."""
-    import torch  # noqa: F401 — imported once here, inherited by every forked rank
-
     os.makedirs(str(out_dir), exist_ok=True)
-    ctx = multiprocessing.get_context("fork")
+    ctx = rank_context()
     port = free_port()
     argv = ["--out", str(out_dir)] + list(argv)
     procs = [ctx.Process(target=_child, args=(r, n, port, argv)) for r in range(n)]

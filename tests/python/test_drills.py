@@ -9,7 +9,6 @@ training collectives (or a job whose data-parallel groups do not include it).
 """
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from laggard.launch import free_port  # noqa: E402
+from ranks import rank_context  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 
@@ -41,7 +41,7 @@ def _child(rank, world, port, cfg):
 
 
 def start_ranks(n, cfg):
-    ctx = multiprocessing.get_context("fork")
+    ctx = rank_context()
     port = free_port()
     procs = [ctx.Process(target=_child, args=(r, n, port, cfg)) for r in range(n)]
     for p in procs:

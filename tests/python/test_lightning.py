@@ -7,7 +7,6 @@ PrometheusSink on the analysis rank serves them (scraped over HTTP during the fi
 
 import csv
 import json
-import multiprocessing
 import os
 import socket
 import sys
@@ -16,7 +15,7 @@ import pytest
 
 from laggard import _core
 from laggard.launch import free_port
-from ranks import join_ranks
+from ranks import join_ranks, rank_context
 
 pytestmark = pytest.mark.multiproc
 
@@ -46,13 +45,11 @@ def _child(rank, port, cfg):
 
 
 def fit(tmp_path, slow="none", slow_rank=-1, slow_ms=0.0):
-    import lightning  # noqa: F401 — imported once here, inherited by every forked rank
-
     import laggard.lightning  # noqa: F401
 
     cfg = {"out": str(tmp_path), "log_dir": str(tmp_path / "laggard"), "steps": STEPS,
            "interval": INTERVAL, "slow": slow, "slow_rank": slow_rank, "slow_ms": slow_ms}
-    ctx = multiprocessing.get_context("fork")
+    ctx = rank_context()
     port = free_port()
     procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
     return join_ranks(procs, str(tmp_path), timeout_s=180)

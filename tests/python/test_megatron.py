@@ -188,14 +188,11 @@ def test_inner_megatron_timers_keep_their_own_timing_and_log(tmp_path):
 
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory):
-    import multiprocessing
-
-    import megatron.core.pipeline_parallel  # noqa: F401 — imported once, inherited by the ranks
     from laggard.launch import free_port
-    from ranks import join_ranks
+    from ranks import join_ranks, rank_context
 
     out = tmp_path_factory.mktemp("megatron")
-    ctx = multiprocessing.get_context("fork")
+    ctx = rank_context()
     port = free_port()
     argv = ["--out", str(out), "--slow-rank", "1", "--steps", "30", "--interval", "2"]
     procs = [ctx.Process(target=_rank, args=(r, 4, port, argv)) for r in range(4)]

@@ -2,7 +2,6 @@
 torch.compile'd model under DDP, and ranks that train in subgroups while laggard's side channel
 spans every rank. Real gloo ranks on the CPU (modern_worker.py)."""
 
-import multiprocessing
 import os
 
 import pytest
@@ -13,7 +12,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 import laggard  # noqa: E402
 from laggard.launch import free_port  # noqa: E402
-from ranks import join_ranks  # noqa: E402
+from ranks import join_ranks, rank_context  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 STEPS, INTERVAL = 24, 2
@@ -36,7 +35,7 @@ def _rank(rank, world, port, argv):
 
 
 def run(n, out, *argv):
-    ctx = multiprocessing.get_context("fork")
+    ctx = rank_context()
     port = free_port()
     argv = ["--out", str(out), "--steps", str(STEPS), "--interval", str(INTERVAL)] + list(argv)
     procs = [ctx.Process(target=_rank, args=(r, n, port, argv)) for r in range(n)]

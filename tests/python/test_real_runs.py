@@ -21,7 +21,6 @@ LAGGARD_REAL_RUNS_PRESET=recommended runs the same with that preset (by hand, fo
 """
 
 import json
-import multiprocessing
 import os
 import statistics
 import sys
@@ -34,7 +33,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 from laggard import _core  # noqa: E402
 from laggard.launch import free_port  # noqa: E402
-from ranks import join_ranks  # noqa: E402
+from ranks import join_ranks, rank_context  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 
@@ -76,10 +75,8 @@ def _child(rank, port, cfg):
 
 
 def run_ranks(cfg, timeout_s=120):
-    """Forks WORLD ranks of real_run_worker (torch is imported here once and inherited)."""
-    import laggard.torch  # noqa: F401 — loaded before the fork, shared by every rank
-
-    ctx = multiprocessing.get_context("fork")
+    """Starts WORLD ranks of real_run_worker (from the fork server: ranks.rank_context)."""
+    ctx = rank_context()
     port = free_port()
     procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
     return join_ranks(procs, cfg["out"], timeout_s)

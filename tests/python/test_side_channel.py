@@ -9,7 +9,6 @@ links.
 """
 
 import json
-import multiprocessing
 import os
 import time
 
@@ -18,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from laggard.launch import free_port  # noqa: E402
+from ranks import rank_context  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 
@@ -80,7 +80,7 @@ def _rank(rank, port, out):
 
 
 def test_gloo_side_channel_connects_only_tree_links_and_delivers_every_window(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    ctx = rank_context()
     port = free_port()
     procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path))) for r in range(WORLD)]
     for p in procs:

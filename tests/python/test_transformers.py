@@ -6,7 +6,6 @@ names nobody.
 """
 
 import json
-import multiprocessing
 import os
 import sys
 
@@ -14,7 +13,7 @@ import pytest
 
 from laggard import _core
 from laggard.launch import free_port
-from ranks import join_ranks
+from ranks import join_ranks, rank_context
 
 STEPS = 30
 INTERVAL = 2
@@ -41,15 +40,12 @@ def _child(rank, world, port, cfg):
 
 
 def train(tmp_path, world, slow_rank=-1, slow_ms=0.0, slow="forward"):
-    import transformers  # noqa: F401 — imported once here, inherited by every forked rank
-    from transformers import Trainer  # noqa: F401
-
     import laggard.transformers  # noqa: F401
 
     cfg = {"out": str(tmp_path), "log_dir": str(tmp_path / "laggard"), "steps": STEPS,
            "interval": INTERVAL, "logging_steps": 5, "slow_rank": slow_rank,
            "slow_ms": slow_ms, "slow": slow}
-    ctx = multiprocessing.get_context("fork")
+    ctx = rank_context()
     port = free_port()
     procs = [ctx.Process(target=_child, args=(r, world, port, cfg)) for r in range(world)]
     return join_ranks(procs, str(tmp_path), timeout_s=180)

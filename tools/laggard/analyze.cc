@@ -53,11 +53,15 @@ void add_detector_options(CLI::App* cmd, DetectorArgs& args) {
 DetectorOptions DetectorArgs::resolve(std::size_t world_size) const {
   // The flags given, on top of the preset (or the defaults): resolve_detector_options' rule,
   // the same as Python's.
+  // Arguments built in code rather than by add_detector_flags (no flags registered) give the
+  // settings whose value differs from the default.
   const auto& settings = detector_settings();
+  const bool from_flags = options.size() == settings.size();
+  const DetectorOptions defaults{};
   std::vector<std::pair<std::string, DetectorSettingValue>> given;
   for (std::size_t i = 0; i < settings.size(); ++i) {
-    if (options[i]->count() == 0) continue;
     const DetectorSetting& s = settings[i];
+    if (from_flags ? options[i]->count() == 0 : s.value(detector) == s.value(defaults)) continue;
     DetectorSettingValue value;
     switch (s.type) {
       case DetectorSetting::Type::number:
@@ -67,7 +71,7 @@ DetectorOptions DetectorArgs::resolve(std::size_t world_size) const {
         value = static_cast<std::int64_t>(detector.*(s.integer));
         break;
       case DetectorSetting::Type::choice:
-        value = choices[i];
+        value = from_flags ? choices[i] : s.value(detector);
         break;
     }
     given.emplace_back(std::string(s.name), std::move(value));
