@@ -7,6 +7,7 @@
 #include "laggard/cuda.hpp"
 #include "laggard/detector.hpp"
 #include "laggard/detector_settings.hpp"
+#include "laggard/diagnose.hpp"
 #include "laggard/divergence.hpp"
 #include "laggard/export.hpp"
 #include "laggard/html_report.hpp"

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "laggard/cuda.hpp"
+#include "laggard/diagnose.hpp"
 #include "laggard/jsonl.hpp"
 #include "live/error_counter.hpp"
 #include "live/gather.hpp"
@@ -140,6 +142,13 @@ struct Background {
 
   mutable std::mutex analysis_mu;
   std::optional<RunAnalysis> analysis;
+  // The triage chain's live part (docs/triage.md): the correctness gate over recorded values, and
+  // the resource readings that give a confirmed straggler its reason. Background thread only.
+  std::optional<CorrectnessGate> gate;
+  ResourceProfile resources;
+  std::size_t correctness_warned = 0;  // findings looked at for a warning
+  std::set<std::pair<int, std::string>> correctness_said;  // (rank, value) warned about
+  void triage(const Window& window, Report& report, Metrics& metrics);
 
   std::atomic<std::uint64_t> samples_logged{0}, log_lost{0}, samples_sent{0}, send_dropped{0},
       samples_received{0}, late_samples{0}, malformed{0}, windows{0}, incomplete{0}, reports{0},
@@ -157,7 +166,7 @@ struct Background {
   void drain_ring();
   void deliver();
   void analyse(bool final);
-  void publish(std::int64_t step, Report&& report);
+  void publish(std::int64_t step, Report&& report, Metrics&& extra = {});
   void finish() noexcept;
   void close_sinks() noexcept;
   void mirror_counts();
@@ -384,17 +393,72 @@ void Background::analyse(bool final) {
       std::lock_guard<std::mutex> lock(analysis_mu);
       report = analysis->add(window);
     }
+    Metrics extra;
+    try {
+      triage(window, report, extra);
+    } catch (const std::exception& e) {
+      errors.report("triage", e.what());
+    }
     // This rank's own sample reached the live analysis when its window is analysed.
     for (const StepSample& s : window.samples)
       if (s.rank == rank) samples_sent.store(++own_analysed, std::memory_order_relaxed);
     for (StepSample& s : window.samples) spare.push_back(std::move(s));
     window.samples.clear();
-    publish(window.step, std::move(report));
+    publish(window.step, std::move(report), std::move(extra));
   }
 }
 
-void Background::publish(std::int64_t step, Report&& report) {
+void Background::triage(const Window& window, Report& report, Metrics& metrics) {
+  if (!gate) return;
+  gate->add(window);
+  resources.add(window);
+  // Correctness first: a warning for each (rank, value) the first time it fails, the count and
+  // the first finding as metrics.
+  const auto& found = gate->findings();
+  for (; correctness_warned < found.size(); ++correctness_warned) {
+    const CorrectnessFinding& f = found[correctness_warned];
+    if (!correctness_said.insert({f.rank, f.name}).second) continue;
+    log_message(LogLevel::warning,
+                "laggard: correctness: '" + f.name + "' " +
+                    (f.kind == CorrectnessFinding::Kind::non_finite ? "is not finite"
+                                                                    : "jumped out of its range") +
+                    " at step " + std::to_string(f.step) + " on rank " + std::to_string(f.rank) +
+                    ": performance findings after it may be symptoms");
+  }
+  if (gate->values_seen() > 0) {
+    metrics["straggler/correctness/findings"] = static_cast<double>(gate->findings_total());
+    if (!found.empty()) {
+      const CorrectnessFinding& f = found.front();
+      metrics["straggler/correctness/first"] =
+          f.name + " " + to_string(f.kind) + " at step " + std::to_string(f.step) + " on rank " +
+          std::to_string(f.rank);
+    }
+  }
+  // Reasons of the confirmed stragglers (at most 8 a window: each reads every rank's readings).
+  if (!resources.any()) return;
+  std::size_t explained = 0;
+  std::map<int, bool> done;
+  for (const RankFinding& f : report.stragglers) {
+    if (!f.confirmed || done[f.rank] || explained >= 8) continue;
+    done[f.rank] = true;
+    ++explained;
+    const std::vector<Reason> why = resource_reasons(resources, f.rank);
+    const std::string key = "straggler/" + std::to_string(f.rank) + "/reason";
+    if (why.empty()) {
+      metrics[key] = std::string("unknown");
+      continue;
+    }
+    std::string codes;
+    for (const Reason& r : why) codes += (codes.empty() ? "" : ",") + r.code;
+    metrics[key] = codes;
+    report.hints.push_back("measured: rank " + std::to_string(f.rank) + " " + why.front().code +
+                           " (" + why.front().evidence + ")");
+  }
+}
+
+void Background::publish(std::int64_t step, Report&& report, Metrics&& extra) {
   Metrics metrics = report.metrics(rank);
+  for (auto& [key, value] : extra) metrics[key] = std::move(value);
   std::uint64_t remote_err = 0;
   std::uint64_t dropped =
       ring.dropped() + handoff.dropped() + late_samples.load(std::memory_order_relaxed);
@@ -626,6 +690,7 @@ Analyzer::Analyzer(AnalyzerOptions options) {
       // `laggard analyze` of the rank logs still gives them.
       onsets.per_rank = bg->world_size <= options.rank_onsets_max_ranks;
       bg->analysis.emplace(options.detector(), onsets);
+      bg->gate.emplace();
       bg->assembler.emplace(bg->world_size, seconds(options.window_timeout_s),
                             options.max_pending_windows);
       if (!wanted)  // nobody else will send: windows do not wait for the others

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -278,6 +279,52 @@ TEST(Analyzer, FourThreadRanksConfirmTheSlowRankNotTheWaitingOnes) {
     EXPECT_EQ(ranks[r]->counters().samples_sent, static_cast<std::uint64_t>(kSteps));
     EXPECT_EQ(ranks[r]->counters().send_dropped, 0u);
   }
+}
+
+TEST(Analyzer, LiveTriageWarnsOfANanLossAndGivesTheStragglerItsReason) {
+  // 4 thread ranks: rank 2 slow in forward with 30 ms of GC pauses a step (its readings say
+  // so), rank 1's loss NaN at step 10. The analysis rank warns once about the loss, counts it
+  // in straggler/correctness/*, and gives rank 2 its reason (docs/triage.md).
+  constexpr int kRanks = 4;
+  constexpr int kSteps = 24;
+  CapturedLog log;
+  std::vector<std::unique_ptr<Analyzer>> ranks(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    auto o = enabled_options(r, kRanks);
+    o.channel = "live-triage";
+    o.max_pending_windows = 64;
+    ranks[r] = std::make_unique<Analyzer>(o);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&ranks, r] {
+      Analyzer& an = *ranks[r];
+      const auto fwd = an.stage("forward");
+      const auto comm = an.stage("communication");
+      for (int step = 0; step < kSteps; ++step) {
+        an.begin_step(step);
+        const bool slow = r == 2 && step >= 4;
+        an.add(fwd, slow ? 40.0 : 10.0);
+        an.add(comm, slow ? 2.0 : 32.0);
+        an.record("loss", r == 1 && step >= 10 ? std::nan("") : 2.0 - 0.01 * step);
+        an.record_resource("host_gc_pause_ms", slow ? 30.0 : 0.2);
+        an.end_step();
+      }
+      an.close();
+    });
+  }
+  for (auto& t : threads) t.join();
+  const Metrics m = ranks[0]->latest_metrics();
+  EXPECT_EQ(text(m, "straggler/confirmed"), "2:forward");
+  EXPECT_DOUBLE_EQ(number(m, "straggler/correctness/findings"), 14.0);
+  EXPECT_EQ(text(m, "straggler/correctness/first"), "loss non_finite at step 10 on rank 1");
+  EXPECT_EQ(text(m, "straggler/2/reason"), "gc_pauses");
+  EXPECT_NE(text(m, "straggler/hints").find("measured: rank 2 gc_pauses (Python garbage "
+                                            "collection"),
+            std::string::npos)
+      << text(m, "straggler/hints");
+  EXPECT_EQ(log.count("correctness: 'loss' is not finite at step 10 on rank 1"), 1u) << log.all();
+  for (int r = 1; r < kRanks; ++r) EXPECT_TRUE(ranks[r]->latest_metrics().empty());
 }
 
 TEST(Analyzer, FailingSinkIsCountedAndItsWarningRateLimited) {

@@ -92,6 +92,14 @@ struct DivergeArgs {
   bool json = false;
 };
 
+struct DiagnoseArgs {
+  std::string run_dir;
+  std::string baseline_dir;  ///< empty: no regression layer
+  DetectorArgs det;
+  bool json = false;
+  bool quiet = false;
+};
+
 /// Exit code of `laggard diverge` when the runs differ (as diff(1)).
 inline constexpr int kExitDiverged = 1;
 
@@ -107,6 +115,7 @@ void add_demo(CLI::App& app, DemoArgs& args);
 void add_timeline(CLI::App& app, TimelineArgs& args);
 void add_scale(CLI::App& app, ScaleArgs& args);
 void add_diverge(CLI::App& app, DivergeArgs& args);
+void add_diagnose(CLI::App& app, DiagnoseArgs& args);
 
 int run_analyze(const AnalyzeArgs& args);
 int run_compare(const CompareArgs& args);
@@ -115,6 +124,8 @@ int run_timeline(const TimelineArgs& args);
 int run_scale(const ScaleArgs& args);
 /// 0: the same values; kExitDiverged: they differ (the first step printed); 2: bad input.
 int run_diverge(const DivergeArgs& args);
+/// The triage chain; 0 whatever it finds, 2 on bad input.
+int run_diagnose(const DiagnoseArgs& args);
 /// Replaces the process with the Python demo (execv); returns only by throwing UsageError.
 int run_demo(const DemoArgs& args);
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   TimelineArgs timeline;
   ScaleArgs scale;
   DivergeArgs diverge;
+  DiagnoseArgs diagnose;
   add_analyze(app, analyze);
   add_compare(app, compare);
   add_report(app, report);
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   add_timeline(app, timeline);
   add_scale(app, scale);
   add_diverge(app, diverge);
+  add_diagnose(app, diagnose);
 
   try {
     app.parse(argc, argv);
@@ -43,12 +45,13 @@ int main(int argc, char** argv) {
 
   // The newer commands name themselves in their errors ("laggard timeline: ...").
   std::string who = "laggard: ";
-  for (const char* name : {"timeline", "scale", "diverge"})
+  for (const char* name : {"timeline", "scale", "diverge", "diagnose"})
     if (app.got_subcommand(name)) who = std::string("laggard ") + name + ": ";
   try {
     if (app.got_subcommand("timeline")) return run_timeline(timeline);
     if (app.got_subcommand("scale")) return run_scale(scale);
     if (app.got_subcommand("diverge")) return run_diverge(diverge);
+    if (app.got_subcommand("diagnose")) return run_diagnose(diagnose);
     if (app.got_subcommand("analyze")) return run_analyze(analyze);
     if (app.got_subcommand("compare")) return run_compare(compare);
     if (app.got_subcommand("report")) return run_report(report);
