@@ -1,5 +1,6 @@
 // libFuzzer target: a run directory through the `laggard` program's own commands: analyze (text
-// and --json), compare (the run against itself) and report (the HTML file).
+// and --json), compare (the run against itself), report (the HTML file) and diagnose (against
+// itself as the baseline).
 //
 // The input is split at each byte 0x1e (ASCII record separator) into rank-0.jsonl,
 // rank-1.jsonl, ... (at most 8 files). Properties: no crash, no exception other than the
@@ -68,6 +69,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   compare.resamples = 100;
   compare.quiet = true;
   expect_result_or_refusal([&] { return laggard::cli::run_compare(compare); });
+  laggard::cli::DiagnoseArgs diagnose;
+  diagnose.run_dir = diagnose.baseline_dir = dir.string();
+  diagnose.json = true;
+  diagnose.quiet = true;
+  expect_result_or_refusal([&] { return laggard::cli::run_diagnose(diagnose); });
   laggard::cli::ReportArgs report;
   report.run_dir = dir.string();
   report.output = (laggard::fuzz::scratch_dir() / "report.html").string();

@@ -187,7 +187,8 @@ class LAGGARD_API RunDiagnosis {
  public:
   /// Throws std::invalid_argument for invalid options.
   explicit RunDiagnosis(DetectorOptions detector = {}, CorrectnessOptions correctness = {});
-  void add(const Window& window);
+  /// Adds one window; returns the detector's report of it (valid until the next call).
+  const Report& add(const Window& window);
   /// The chain. `traces`: the timeline of profiler traces (replaces the sample logs' timeline),
   /// `comparison`: the run against a baseline (the regression layer; not measured without).
   Diagnosis finish(const TimelineSummary* traces = nullptr,

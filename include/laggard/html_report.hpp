@@ -4,12 +4,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "laggard/compare.hpp"
 #include "laggard/detector.hpp"
+#include "laggard/diagnose.hpp"
 #include "laggard/export.hpp"
 #include "laggard/jsonl.hpp"
 #include "laggard/model.hpp"
@@ -88,9 +90,11 @@ struct RunReportInput {
   std::string run_dir;
   DetectorOptions options;
   RunStats stats;
+  /// The triage chain (laggard diagnose), shown as the report's first section when given.
+  std::optional<Diagnosis> triage;
 };
 
-/// The run report: summary cards, the ranks × stages heatmap (median t / ref; at most 64 ranks
+/// The run report: summary cards, the triage chain (when given), the ranks × stages heatmap (median t / ref; at most 64 ranks
 /// drawn, the slowest first, when the world is larger), the step time over steps with the
 /// detected onsets marked, and the tables of confirmed stragglers (with their evidence), slow
 /// hosts and waiting ranks. Every text from the logs is escaped. Thread-safe (pure).

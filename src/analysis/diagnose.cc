@@ -414,11 +414,12 @@ const char* to_string(DiagnosisLayer::Status status) noexcept {
 RunDiagnosis::RunDiagnosis(DetectorOptions detector, CorrectnessOptions correctness)
     : analysis_(detector), gate_(correctness) {}
 
-void RunDiagnosis::add(const Window& window) {
-  analysis_.add(window);
+const Report& RunDiagnosis::add(const Window& window) {
+  const Report& report = analysis_.add(window);
   gate_.add(window);
   resources_.add(window);
   timeline_.add(window);
+  return report;
 }
 
 namespace {

@@ -121,6 +121,37 @@ TEST(RunReport, SelfContainedEscapedAndComplete) {
   EXPECT_NE(html.find("data-ready"), std::string::npos);
 }
 
+TEST(RunReport, TheTriageChainComesFirstWithTheLayerToLookAt) {
+  RunDiagnosis diagnosis;
+  RunReportData data;
+  for (int i = 0; i < 30; ++i) {
+    Window w = window(10 * i, {60, i >= 10 ? 90.0 : 60.0, 60, 60}, "node-1");
+    for (StepSample& s : w.samples)
+      s.values.push_back({"<loss>", s.rank == 3 && i == 20 ? std::nan("") : 2.0});
+    data.add(w, diagnosis.add(w));
+  }
+  RunReportInput input{"run", {}, {}, diagnosis.finish()};
+  const std::string html = render_run_report(diagnosis.analysis().summary(), data, input);
+  const std::size_t triage = html.find("id=\"triage\"");
+  ASSERT_NE(triage, std::string::npos);
+  EXPECT_LT(triage, html.find("id=\"stragglers\""));
+  EXPECT_NE(html.find("Look first at <b>correctness</b>: &#39;&lt;loss&gt;&#39; is NaN at step 200 "
+                      "on rank 3"),
+            std::string::npos)
+      << html.substr(triage, 600);
+  EXPECT_NE(html.find("<tr class=\"origin\" data-layer=\"correctness\">"), std::string::npos);
+  EXPECT_NE(html.find("data-layer=\"stragglers\"><td class=\"n\">4</td><td>stragglers</td><td><span "
+                      "class=\"badge v-regressed\">fail</span>"),
+            std::string::npos);
+  EXPECT_NE(html.find("data-layer=\"regression\"><td class=\"n\">5</td><td>regression</td><td><span "
+                      "class=\"badge v-unknown\">not measured</span>"),
+            std::string::npos);
+  // Without a chain, no section.
+  EXPECT_EQ(render_run_report(diagnosis.analysis().summary(), data, {"run", {}, {}})
+                .find("id=\"triage\""),
+            std::string::npos);
+}
+
 // Steps near 2^63: the chart's x of a point (the middle of its steps) is taken in doubles; the
 // sum of two such steps in an int64 overflowed (undefined behaviour) and drew the line back
 // across the chart, with a "-0" tick.

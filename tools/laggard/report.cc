@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "laggard/diagnose.hpp"
 #include "laggard/html_report.hpp"
 #include "laggard/jsonl.hpp"
 #include "laggard/source.hpp"
@@ -27,19 +28,23 @@ int run_report(const ReportArgs& args) {
   Progress progress("reading " + args.run_dir, !args.quiet);
   const auto reader = open_run(args.run_dir, progress_options(progress));
   const DetectorOptions opt = args.det.resolve(reader->files().size());
-  RunAnalysis analysis(opt);
+  // The run's triage chain comes with it (its RunAnalysis is the report's).
+  RunDiagnosis diagnosis(opt);
   RunReportData data;
   Window window;
   while (reader->next(window)) {
-    data.add(window, analysis.add(window));
+    data.add(window, diagnosis.add(window));
     progress.update(reader->bytes_read(), reader->bytes_total());
   }
   progress.finish();
   const RunStats& stats = reader->stats();
-  const RunSummary sum = analysis.summary();
+  const RunSummary sum = diagnosis.analysis().summary();
   require_samples(args.run_dir, sum, stats);
   warn_input(args.run_dir, stats);
-  write_file_replacing(args.output, render_run_report(sum, data, {args.run_dir, opt, stats}),
+  // Profiler traces: the chain's timeline from the samples' stages (`laggard diagnose` reads
+  // the device timeline of the traces).
+  write_file_replacing(args.output,
+                       render_run_report(sum, data, {args.run_dir, opt, stats, diagnosis.finish()}),
                        reader->files());
   std::cout << "wrote " << args.output << ": " << sum.ranks << " ranks, " << sum.windows
             << " sampled steps, " << sum.stragglers.size() << " confirmed straggler"

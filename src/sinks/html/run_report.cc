@@ -98,6 +98,49 @@ void stragglers(std::string& out, const RunSummary& sum, const RunReportData& /*
   out += "</section>\n";
 }
 
+// The triage chain, in order, each layer with its status and findings, the first failing one
+// marked as where to look (docs/triage.md).
+void triage_chain(std::string& out, const RunSummary& /*sum*/, const RunReportData& /*data*/,
+                  const RunReportInput& input) {
+  if (!input.triage) return;
+  const Diagnosis& d = *input.triage;
+  out += "<section id=\"triage\"><h2>Triage chain</h2>\n";
+  if (d.first_failing < 0) {
+    out += "<p class=\"callout ok\">No layer failed.</p>\n";
+  } else {
+    const DiagnosisLayer& l = d.layers[static_cast<std::size_t>(d.first_failing)];
+    out += "<p class=\"callout\">Look first at <b>" + html_escape(l.name) + "</b>" +
+           (l.findings.empty() ? std::string()
+                               : ": " + html_escape(l.findings.front().text)) +
+           ". Findings of later layers may be symptoms of it.</p>\n";
+  }
+  out += "<table><thead><tr><th>#</th><th>layer</th><th>status</th><th>what was checked</th>"
+         "<th>findings</th></tr></thead><tbody>\n";
+  for (std::size_t i = 0; i < d.layers.size(); ++i) {
+    const DiagnosisLayer& l = d.layers[i];
+    const char* badge = l.status == DiagnosisLayer::Status::fail   ? "v-regressed"
+                        : l.status == DiagnosisLayer::Status::pass ? "v-same"
+                                                                   : "v-unknown";
+    const char* label = l.status == DiagnosisLayer::Status::fail   ? "fail"
+                        : l.status == DiagnosisLayer::Status::pass ? "pass"
+                                                                   : "not measured";
+    out += "<tr" + std::string(static_cast<int>(i) == d.first_failing ? " class=\"origin\"" : "") +
+           " data-layer=\"" + html_escape(l.name) + "\"><td class=\"n\">" + std::to_string(i + 1) +
+           "</td><td>" + html_escape(l.name) + "</td><td><span class=\"badge " + badge + "\">" +
+           label + "</span></td><td>" + html_escape(l.summary) + "</td><td>";
+    if (l.findings.empty()) out += "–";
+    else {
+      out += "<ul>";
+      for (const DiagnosisFinding& f : l.findings)
+        out += "<li>" + html_escape(f.text) +
+               (f.explained_by_stragglers ? " <i>(a wait: see stragglers)</i>" : "") + "</li>";
+      out += "</ul>";
+    }
+    out += "</td></tr>\n";
+  }
+  out += "</tbody></table>\n</section>\n";
+}
+
 // The ranks × stages heatmap of the median t / ref (at most 64 ranks).
 void slowdown_heatmap(std::string& out, const RunSummary& sum, const RunReportData& data,
                       const RunReportInput& /*input*/) {
@@ -274,8 +317,9 @@ void input_stats(std::string& out, const RunSummary& /*sum*/, const RunReportDat
 
 using Section = void (*)(std::string& out, const RunSummary& sum, const RunReportData& data,
                          const RunReportInput& input);
-constexpr Section kSections[] = {header,    cards,      stragglers, slowdown_heatmap,
-                                 step_time, slow_hosts, waiting,    input_stats};
+constexpr Section kSections[] = {header,           cards,     triage_chain, stragglers,
+                                 slowdown_heatmap, step_time, slow_hosts,   waiting,
+                                 input_stats};
 
 }  // namespace
 
