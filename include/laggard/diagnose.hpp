@@ -146,9 +146,15 @@ class LAGGARD_API SampleTimeline {
   const std::vector<Rank>& ranks() const noexcept { return ranks_; }
 
  private:
+  struct Comm {
+    std::string cohort;
+    std::string name;
+    std::vector<double> ms;  ///< this window's times
+    double fastest = 0.0;    ///< NaN with fewer than 2
+  };
   std::vector<Rank> ranks_;
   std::vector<std::int32_t> slot_;
-  std::map<std::string, std::vector<double>> scratch_;
+  std::vector<Comm> comm_;
 };
 
 // -- the chain ------------------------------------------------------------------------------
@@ -185,8 +191,10 @@ struct Diagnosis {
 /// ResourceProfile, SampleTimeline), then assembles the chain. Not thread-safe.
 class LAGGARD_API RunDiagnosis {
  public:
-  /// Throws std::invalid_argument for invalid options.
-  explicit RunDiagnosis(DetectorOptions detector = {}, CorrectnessOptions correctness = {});
+  /// Throws std::invalid_argument for invalid options. `chain` false: only the run analysis is
+  /// fed (`laggard analyze`, which prints no chain, pays nothing for it).
+  explicit RunDiagnosis(DetectorOptions detector = {}, CorrectnessOptions correctness = {},
+                        bool chain = true);
   /// Adds one window; returns the detector's report of it (valid until the next call).
   const Report& add(const Window& window);
   /// The chain. `traces`: the timeline of profiler traces (replaces the sample logs' timeline),
@@ -202,6 +210,7 @@ class LAGGARD_API RunDiagnosis {
   CorrectnessGate gate_;
   ResourceProfile resources_;
   SampleTimeline timeline_;
+  bool chain_ = true;
 };
 
 }  // namespace laggard

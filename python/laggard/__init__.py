@@ -29,6 +29,7 @@ __all__ = [
     "NOOP_SECTION",
     "first_regression",
     "read_run",
+    "analyze_run",
 ]
 
 
@@ -55,3 +56,23 @@ def read_run(run_dir):
     from . import _core
 
     return _core.read_run(str(run_dir))
+
+
+def analyze_run(run_dir, options=None, baseline_dir=None, outputs=("text", "json")):
+    """Reads and analyses a recorded run (rank logs or profiler traces) in this process, as
+    `laggard analyze`, `laggard diagnose` and `laggard report` do, and returns its outputs:
+    ``{"windows": N, "text": ..., "json": ..., ...}`` for each name in `outputs` — ``text`` and
+    ``json`` (the summary), ``diagnosis_text`` and ``diagnosis_json`` (the triage chain, with
+    `baseline_dir` its regression layer) and ``html`` (the report page). The JSON outputs are
+    parsed into dicts. `options`: a _core.DetectorOptions (default: the defaults). Raises
+    laggard._core.InputError (an OSError) for a run that cannot be read."""
+    import json
+
+    from . import _core
+
+    out = _core.analyze_run(str(run_dir), options if options is not None else
+                            _core.DetectorOptions(), str(baseline_dir or ""), list(outputs))
+    for key in ("json", "diagnosis_json"):
+        if key in out:
+            out[key] = json.loads(out[key])
+    return out

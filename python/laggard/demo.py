@@ -11,8 +11,8 @@ milliseconds (a sleep, as a GPU kernel would be a wait for the host), so that st
 milliseconds as on a real job rather than scheduler noise of a busy CPU: the slowdown multiplies
 the stand-in. While the ranks train, a step counter runs on stderr (only on a terminal) and the
 analysis rank's live verdicts are printed as they arrive; at the end the demo prints the
-`laggard analyze` summary of the run directory it wrote (the C++ program: $LAGGARD_CLI, the
-program that started the demo, a build tree's build*/tools/laggard, or `laggard` on PATH).
+`laggard analyze` summary of the run directory it wrote, rendered in this process by the library
+the program renders it with (laggard.analyze_run: the same text, byte for byte).
 
 `--slowdown 1` is a healthy run: the demo then says that no straggler was found. Ctrl-C stops
 every rank at the same step (they close the analyzer, so every log line is complete) and prints
@@ -25,11 +25,8 @@ Exit status: 0 the run finished (whatever the verdict), 1 a rank failed, 2 bad u
 import argparse
 import datetime
 import glob
-import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -358,27 +355,6 @@ def say(progress, text=""):
     print(text, flush=True)
 
 
-def find_cli():
-    """The `laggard` program: $LAGGARD_CLI, the one inside this package (pip install), a build
-    tree next to this package, or PATH."""
-    env = os.environ.get("LAGGARD_CLI")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    from . import cli
-
-    if cli.path() is not None:
-        return cli.path()
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))  # <source>/python/laggard -> <source>
-    candidates = [os.path.join(root, "build", "tools", "laggard")]
-    candidates += sorted(glob.glob(os.path.join(root, "build*", "tools", "laggard")),
-                         key=lambda p: -os.path.getmtime(p))
-    for c in candidates:
-        if os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return shutil.which("laggard")
-
-
 def detector_cli_args(args):
     """`laggard analyze` flags for the settings given (none: the same defaults)."""
     out = ["--preset", args.preset] if args.preset is not None else []
@@ -389,48 +365,23 @@ def detector_cli_args(args):
 
 
 def analyze(args, out):
-    """Prints the `laggard analyze` summary of `out`; returns the confirmed (rank, stage, x)."""
-    cli = find_cli()
-    if cli is not None:
-        cmd = [cli, "analyze", out, "-q"] + detector_cli_args(args)
-        text = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True)
-        if text.returncode != 0:
-            print("laggard analyze failed (%d): %s" % (text.returncode, text.stderr.strip()),
-                  flush=True)
-            return None
-        print("$ laggard analyze %s" % " ".join([out] + detector_cli_args(args)))
-        print(text.stdout.rstrip("\n"), flush=True)
-        js = subprocess.run(cmd + ["--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            universal_newlines=True)
-        if js.returncode == 0:
-            data = json.loads(js.stdout)
-            return [(s["rank"], s["stage"], s.get("typical_slowdown") or float("nan"))
-                    for s in data["stragglers"]]
+    """Prints the `laggard analyze` summary of `out` (laggard.analyze_run: the library's own
+    rendering, as the program prints it); returns the confirmed (rank, stage, x), or None when
+    the run could not be analysed."""
+    from . import analyze_run
+
+    try:
+        result = analyze_run(out, detector_options(args))
+    except Exception as e:  # an unreadable run directory: said, not raised
+        print("laggard analyze failed: %s" % e, flush=True)
         return None
-    return _analyze_in_python(args, out)
-
-
-def _analyze_in_python(args, out):
-    """Without the C++ program: the same detector over the run through laggard._core."""
-    from . import _core
-
-    windows, stats = _core.read_run(out)
-    det = _core.Detector(detector_options(args))
-    for step, samples in windows:
-        det.observe(samples, step)
-    print("(the laggard program was not found: set LAGGARD_CLI or build it, then run "
-          "`laggard analyze %s` for the full summary; the detector through laggard._core:)" %
-          out)
-    confirmed = det.confirmed()
-    print("  %d sampled steps analysed" % len(windows))
-    for f in confirmed:
-        print("  rank %d in %s: %.2fx the reference, confirmed at step %d" % (
-            f["rank"], f["stage"], f["slowdown"], f["first_confirmed_step"]))
-    if not confirmed:
-        print("  no confirmed straggler")
-    sys.stdout.flush()
-    return [(f["rank"], f["stage"], f["slowdown"]) for f in confirmed]
+    if result["windows"] == 0:
+        print("laggard analyze: no well-formed samples in %s" % out, flush=True)
+        return None
+    print("$ laggard analyze %s" % " ".join([out] + detector_cli_args(args)))
+    print(result["text"].rstrip("\n"), flush=True)
+    return [(s["rank"], s["stage"], s.get("typical_slowdown") or float("nan"))
+            for s in result["json"]["stragglers"]]
 
 
 def main(argv=None):

@@ -1,5 +1,7 @@
-// laggard._core: detector settings, the Detector over windows, first_regression.
+// laggard._core: detector settings, the Detector over windows, the offline outputs of a run
+// (analyze_run), first_regression.
 #include "bindings.hpp"
+#include "laggard/run_output.hpp"
 
 #include <string>
 #include <utility>
@@ -146,6 +148,45 @@ void bind_analysis(py::module_& m) {
       },
       "The RFC rule for one window, without persistence.", "samples"_a,
       "options"_a = DetectorOptions{}, "step"_a = py::none(), "local_rank"_a = 0);
+
+  m.def(
+      "analyze_run",
+      [](const std::string& run_dir, const DetectorOptions& options,
+         const std::string& baseline_dir, const std::vector<std::string>& outputs) {
+        // The offline outputs (laggard/run_output.hpp), rendered as the program renders them.
+        std::vector<RunOutput> wanted;
+        for (const std::string& name : outputs) {
+          if (name == "text") wanted.push_back(RunOutput::text);
+          else if (name == "json") wanted.push_back(RunOutput::json);
+          else if (name == "diagnosis_text") wanted.push_back(RunOutput::diagnosis_text);
+          else if (name == "diagnosis_json") wanted.push_back(RunOutput::diagnosis_json);
+          else if (name == "html") wanted.push_back(RunOutput::html);
+          else
+            throw std::invalid_argument("analyze_run: unknown output '" + name +
+                                        "' (text, json, diagnosis_text, diagnosis_json, html)");
+        }
+        std::vector<std::string> rendered(wanted.size());
+        std::int64_t windows = 0;
+        {
+          py::gil_scoped_release nogil;
+          AnalyzeRunOptions how;
+          how.detector = [&options](std::size_t) { return options; };
+          how.baseline_dir = baseline_dir;
+          how.report_data = false;
+          for (RunOutput w : wanted) how.report_data |= w == RunOutput::html;
+          const RunResult run = analyze_run(run_dir, how);
+          windows = run.summary.windows;
+          for (std::size_t i = 0; i < wanted.size(); ++i) rendered[i] = render(run, wanted[i]);
+        }
+        py::dict out;
+        out["windows"] = windows;
+        for (std::size_t i = 0; i < wanted.size(); ++i) out[py::str(outputs[i])] = rendered[i];
+        return out;
+      },
+      "Reads and analyses a run (rank logs or profiler traces) as `laggard analyze`, `diagnose` "
+      "and `report` do; returns {'windows': N, output: text} for each output asked for.",
+      "run_dir"_a, "options"_a = DetectorOptions{}, "baseline_dir"_a = "",
+      "outputs"_a = std::vector<std::string>{"text", "json"});
 
   m.def(
       "first_regression",

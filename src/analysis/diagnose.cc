@@ -366,15 +366,21 @@ std::vector<Reason> resource_reasons(const ResourceProfile& p, int rank) {
 
 void SampleTimeline::add(const Window& window) {
   // Per cohort and communication stage, the fastest rank's time: the transfer itself; what the
-  // others spent beyond it, they waited.
-  for (auto& [key, v] : scratch_) v.clear();
+  // others spent beyond it, they waited. A window has a handful of such stages: a linear search
+  // that allocates nothing once they are known.
+  for (Comm& c : comm_) c.ms.clear();
+  const auto find = [this](const std::string& cohort, const std::string& name) -> Comm& {
+    for (Comm& c : comm_)
+      if (c.name == name && c.cohort == cohort) return c;
+    comm_.push_back({cohort, name, {}, 0.0});
+    return comm_.back();
+  };
   for (const StepSample& s : window.samples)
     for (const StageTime& st : s.stages)
       if (st.kind == StageKind::communication && std::isfinite(st.ms))
-        scratch_[s.cohort + '\x1f' + st.name].push_back(st.ms);
-  std::map<std::string, double> fastest;
-  for (const auto& [key, v] : scratch_)
-    if (v.size() >= 2) fastest[key] = *std::min_element(v.begin(), v.end());
+        find(s.cohort, st.name).ms.push_back(st.ms);
+  for (Comm& c : comm_)
+    c.fastest = c.ms.size() >= 2 ? *std::min_element(c.ms.begin(), c.ms.end()) : std::nan("");
 
   for (const StepSample& s : window.samples) {
     Rank& r = slot_for(ranks_, slot_, s);
@@ -389,8 +395,8 @@ void SampleTimeline::add(const Window& window) {
       if (st.kind == StageKind::data) r.data_ms += st.ms;
       if (st.kind == StageKind::communication) {
         r.comm_ms += st.ms;
-        const auto it = fastest.find(s.cohort + '\x1f' + st.name);
-        if (it != fastest.end()) r.comm_wait_ms += st.ms - it->second;
+        const double fastest = find(s.cohort, st.name).fastest;
+        if (std::isfinite(fastest)) r.comm_wait_ms += st.ms - fastest;
       }
     }
     if (!s.stages.empty()) r.untimed_ms += std::max(0.0, s.step_ms - covered);
@@ -411,11 +417,12 @@ const char* to_string(DiagnosisLayer::Status status) noexcept {
   return "not_measured";
 }
 
-RunDiagnosis::RunDiagnosis(DetectorOptions detector, CorrectnessOptions correctness)
-    : analysis_(detector), gate_(correctness) {}
+RunDiagnosis::RunDiagnosis(DetectorOptions detector, CorrectnessOptions correctness, bool chain)
+    : analysis_(detector), gate_(correctness), chain_(chain) {}
 
 const Report& RunDiagnosis::add(const Window& window) {
   const Report& report = analysis_.add(window);
+  if (!chain_) return report;
   gate_.add(window);
   resources_.add(window);
   timeline_.add(window);

@@ -8,9 +8,12 @@
 
 #include "laggard/detector.hpp"
 #include "laggard/jsonl.hpp"
+#include "laggard/run_output.hpp"
 #include "laggard/summary.hpp"
 
 namespace laggard::cli {
+
+class Progress;
 
 /// Exit codes: 0 success, 2 bad usage or unreadable input (reason on stderr).
 inline constexpr int kExitOk = 0;
@@ -129,6 +132,11 @@ int run_diagnose(const DiagnoseArgs& args);
 /// Replaces the process with the Python demo (execv); returns only by throwing UsageError.
 int run_demo(const DemoArgs& args);
 
+/// How analyze, report and diagnose read a run: the detector flags resolved for its size, the
+/// progress shown on `progress`.
+AnalyzeRunOptions read_options(const DetectorArgs& det, Progress& progress);
+/// "laggard: skipped N malformed line(s) in DIR" on stderr, unless quiet.
+void warn_skipped(const RunResult& run, bool quiet);
 /// The detector's options (--ref, thresholds, persistence), shared by analyze and report.
 void add_detector_options(CLI::App* cmd, DetectorArgs& args);
 /// Throws UsageError (exit 2) naming the run and its first bad line when no window was read.

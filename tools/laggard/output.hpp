@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "laggard/detail/text.hpp"
 #include "laggard/detector.hpp"
 #include "laggard/jsonl.hpp"
 #include "laggard/trace.hpp"
@@ -20,16 +21,10 @@ using Json = nlohmann::ordered_json;
 /// each bad byte as U+FFFD. The default would throw, and abort the program.
 inline constexpr auto kJsonReplace = Json::error_handler_t::replace;
 
-/// Fixed-point text with `digits` decimals ("12.30"). Absurd figures stay short: a magnitude of
-/// 1e12 or more is written in 4 significant digits ("1.798e+308"), a non-finite one as "n/a".
-std::string fixed(double value, int digits);
-/// `text` (a host, stage or cohort name from the input) safe for a terminal: control characters
-/// (ESC, BEL, NUL, ..., DEL) and bytes that are not UTF-8 become \xHH, the C1 controls
-/// (U+0080-U+009F: CSI is ESC [ in one character) \u00HH, so that no input can move the cursor,
-/// recolour or beep. Other UTF-8 is kept as it is.
-std::string printable(std::string_view text);
-/// "0,1,2"
-std::string join_ints(const std::vector<int>& values, const char* sep = ",");
+// Numbers and names from the input, safe for a terminal (laggard/detail/text.hpp).
+using detail::fixed;
+using detail::join_ints;
+using detail::printable;
 /// Metrics as a JSON object (numbers stay numbers, text stays text; NaN becomes null).
 Json metrics_json(const Metrics& metrics);
 /// A finite number, or null.

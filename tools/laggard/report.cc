@@ -26,38 +26,20 @@ void add_report(CLI::App& app, ReportArgs& args) {
 
 int run_report(const ReportArgs& args) {
   Progress progress("reading " + args.run_dir, !args.quiet);
-  const auto reader = open_run(args.run_dir, progress_options(progress));
-  const DetectorOptions opt = args.det.resolve(reader->files().size());
-  // The run's triage chain comes with it (its RunAnalysis is the report's).
-  RunDiagnosis diagnosis(opt);
-  RunReportData data;
-  Window window;
-  while (reader->next(window)) {
-    data.add(window, diagnosis.add(window));
-    progress.update(reader->bytes_read(), reader->bytes_total());
-  }
+  // The triage chain comes with it, as the page's first section.
+  const RunResult run = analyze_run(args.run_dir, read_options(args.det, progress));
   progress.finish();
-  const RunStats& stats = reader->stats();
-  const RunSummary sum = diagnosis.analysis().summary();
-  require_samples(args.run_dir, sum, stats);
-  warn_input(args.run_dir, stats);
-  // Profiler traces: the chain's timeline from the samples' stages (`laggard diagnose` reads
-  // the device timeline of the traces).
-  write_file_replacing(args.output,
-                       render_run_report(sum, data, {args.run_dir, opt, stats, diagnosis.finish()}),
-                       reader->files());
+  const RunSummary& sum = run.summary;
+  require_samples(args.run_dir, sum, run.input.stats);
+  warn_input(args.run_dir, run.input.stats);
+  write_file_replacing(args.output, render(run, RunOutput::html), run.input.files);
   std::cout << "wrote " << args.output << ": " << sum.ranks << " ranks, " << sum.windows
             << " sampled steps, " << sum.stragglers.size() << " confirmed straggler"
             << (sum.stragglers.size() == 1 ? "" : "s") << ", step time onset "
             << (sum.step_time_onset ? "at step " + std::to_string(*sum.step_time_onset)
                                     : std::string("none"))
             << "\n";
-  if (stats.malformed > 0 && !args.quiet)
-    std::cerr << "laggard: skipped " << stats.malformed
-              << (reader->format() == RunFormat::profiler_traces ? " malformed event(s) in "
-                                                                 : " malformed line(s) in ")
-              << args.run_dir
-              << "\n";
+  warn_skipped(run, args.quiet);
   return kExitOk;
 }
 
