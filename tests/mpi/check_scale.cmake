@@ -1,9 +1,19 @@
 # Runs tests/mpi/gather_scale under mpiexec with NP ranks and checks what it printed.
 #   -DNP=64 -DMPIEXEC=... -DNP_FLAG=-n -DMPI_FLAGS=a|b -DPROGRAM=... -DSTEPS=30
+#   [-DPER_HOST=4 -DFAN_OUT=2 -DLIMIT_S=170]
 string(REPLACE "|" ";" MPI_FLAGS "${MPI_FLAGS}")
+if(NOT DEFINED PER_HOST)
+  set(PER_HOST 4)
+endif()
+if(NOT DEFINED FAN_OUT)
+  set(FAN_OUT 2)
+endif()
+if(NOT DEFINED LIMIT_S)
+  set(LIMIT_S 170)
+endif()
 execute_process(COMMAND ${MPIEXEC} ${NP_FLAG} ${NP} ${MPI_FLAGS} ${PROGRAM} --steps ${STEPS}
-                        --stages 16 --ranks-per-host 4 --fan-out 2
-  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 170)
+                        --stages 16 --ranks-per-host ${PER_HOST} --fan-out ${FAN_OUT}
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT ${LIMIT_S})
 set(all "stdout:\n${out}\nstderr:\n${err}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "exit code ${rc}, expected 0\n${all}")
