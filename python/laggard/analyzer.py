@@ -83,6 +83,19 @@ def _seconds_setting(name, value):
     return value
 
 
+def _mpi_env_rank():
+    """(rank, size) from an MPI launcher's environment (Open MPI, MPICH/PMI, PMIx), or None."""
+    for r, n in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                 ("PMIX_RANK", "PMIX_SIZE")):
+        try:
+            rank, size = int(os.environ[r]), int(os.environ[n])
+        except (KeyError, ValueError):
+            continue
+        if 0 <= rank < size:
+            return rank, size
+    return None
+
+
 def _env_rank():
     """(rank, world_size) from the launcher's RANK and WORLD_SIZE (torchrun, Slurm wrappers), or
     None when they are absent or unusable (then a warning says why)."""
@@ -140,8 +153,8 @@ class Analyzer:
       torch.distributed initialized to span several ranks).
     transport: the side channel. None: gloo over torch.distributed when it is initialized with
       several ranks (laggard.transport.GlooTransport), else none; "local" (ranks that are
-      threads of this process, with `channel`), "mpi" when the engine was built with it, or an
-      object with GlooTransport's methods.
+      threads of this process, with `channel`), "mpi" (laggard.mpi: MPI_COMM_WORLD under
+      mpirun, rank and size from it), or an object with GlooTransport's methods.
     fan_out: host leaders per leader in the gather tree (docs/design.md).
     """
 
@@ -229,8 +242,23 @@ class Analyzer:
             ("false_alarm_budget", opt(false_alarm_budget, float))) if value is not None}
         sink_list = [as_sink(s) for s in (sinks or ())]
 
+        if transport == "mpi":
+            # The MPI side channel (laggard.mpi): rank and size from MPI_COMM_WORLD.
+            try:
+                from . import mpi as _mpi
+
+                mpi_rank, mpi_size = _mpi.setup()
+                rank = mpi_rank if rank is None else rank
+                world_size = mpi_size if world_size is None else world_size
+            except Exception as e:
+                self._errors.report("side channel setup", e)
+                transport = "none"
+                # Still each rank its own log: the launcher's rank and size.
+                env = _mpi_env_rank()
+                if env is not None and rank is None and world_size is None:
+                    rank, world_size = env
         torch = _torch_if_imported()
-        info = _dist_info(torch)
+        info = None if transport == "mpi" else _dist_info(torch)
         if info is not None:
             self.rank, self.world_size = info
         elif rank is None and world_size is None:

@@ -424,6 +424,22 @@ void bind_engine(py::module_& m) {
       },
       "Keeps `obj` alive until the process ends.", "obj"_a);
   m.def(
+      "register_transport_capsule",
+      [](const std::string& name, py::capsule factory) {
+        // A transport built in another extension module (laggard._mpi): its factory function,
+        // registered in this module's registry; everything it creates runs that module's code.
+        using Create = std::unique_ptr<Transport> (*)(const TransportSetup&);
+        if (std::string(factory.name() ? factory.name() : "") != "laggard.transport_factory")
+          throw std::invalid_argument("register_transport_capsule: not a laggard transport "
+                                      "factory capsule");
+        const auto create = reinterpret_cast<Create>(factory.get_pointer());
+        register_transport(name, [create](const TransportSetup& setup) { return create(setup); });
+      },
+      "Registers a transport factory exported by another module (laggard._mpi.factory) under "
+      "`name`.",
+      "name"_a, "factory"_a);
+  m.def("transport_names", &transport_names, "The registered transports' names, sorted.");
+  m.def(
       "gather_tree",
       [](int rank, int world_size, int root, const std::vector<int>& host_of, int fan_out) {
         const TreeLinks l = gather_tree(rank, world_size, root, host_of, fan_out);
