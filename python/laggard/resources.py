@@ -432,8 +432,7 @@ class ResourceSampler:
         self._gc = GcWatch() if gc_pauses else None
         self._gc_attached = False
         self._wait_before_ms = None  # the latest batch fetch outside a sampled step
-        self._wait_in_step_ms = 0.0  # fetches during the sampled step
-        self._wait_seen = False
+        self._wait_in_step_ms = None  # the sum of the fetches during the sampled step
         self._last_sampled = None  # monotonic time of the previous sampled step's end
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -481,11 +480,11 @@ class ResourceSampler:
     # -- the training thread -----------------------------------------------------------------
 
     def add_data_wait(self, ms, in_sampled_step):
-        """A batch fetch of `ms` (laggard.torch.timed_batches): during a sampled step it adds to
-        that step's wait; otherwise it is the wait before the next step (the latest one kept)."""
-        self._wait_seen = True
+        """A batch fetch of `ms` (laggard.torch.timed_batches, the Lightning callback). A sampled
+        step's host_data_wait_ms is the sum of the fetches made during it, or, when it made none,
+        the latest fetch before it (the loop fetched its batch, then began the step)."""
         if in_sampled_step:
-            self._wait_in_step_ms += ms
+            self._wait_in_step_ms = (self._wait_in_step_ms or 0.0) + ms
         else:
             self._wait_before_ms = ms
 
@@ -514,13 +513,12 @@ class ResourceSampler:
                 pass
             state = watch.state
             pairs = (("host_gc_pause_ms", state[0] * 1000.0), ("host_gc_collections", state[1]))
-        if self._wait_seen:
-            before = self._wait_before_ms
-            if before is not None or self._wait_in_step_ms:
-                wait = self._wait_in_step_ms + (before if before is not None else 0.0)
-                pairs += (("host_data_wait_ms", wait),)
-            self._wait_before_ms = None
-            self._wait_in_step_ms = 0.0
+        wait = self._wait_in_step_ms
+        if wait is None:
+            wait = self._wait_before_ms
+        if wait is not None:
+            pairs += (("host_data_wait_ms", wait),)
+            self._wait_before_ms = self._wait_in_step_ms = None
         now = time.monotonic()
         latest = self._latest
         if latest is not None and now - latest[0] <= max(5.0, 4.0 * self.period_s):
