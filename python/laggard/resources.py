@@ -10,9 +10,10 @@ written as 0):
          the next batch (laggard.torch.timed_batches, the Lightning callback) in the step.
   gpu    NVML (nvidia-ml-py's `pynvml`, imported when the Analyzer starts, initialised on the
          sampler thread): clocks, throttle reasons, temperature, power, ECC, PCIe, utilisation,
-         memory of the rank's device. No pynvml, no driver, no GPU: no gpu_* readings.
-  cuda   PyTorch's caching allocator (torch.cuda.memory_stats) once the program has initialised
-         CUDA.
+         memory of the rank's device (the training thread's current CUDA device, noted at the
+         first sampled step after the program has initialised CUDA; laggard never initialises
+         it). No pynvml, no driver, no GPU: no gpu_* readings.
+  cuda   PyTorch's caching allocator (torch.cuda.memory_stats) of that device.
 
 Where the work happens: the reads (NVML, /proc, the allocator's statistics) run on one
 background thread ("laggard-resources"), which refreshes them about as often as steps are
@@ -420,12 +421,21 @@ class ResourceSampler:
     GC and data-wait figures. Training thread: step_begin, step_end, add_data_wait; the rest
     belongs to the thread that made it (start, close) or to the sampler thread (refresh).
 
-    sources: the _Source objects to read (make_sources() builds the usual ones). period_s: how
-    often the thread refreshes; None follows the time between sampled steps."""
+    sources: the _Source objects to read (make_sampler() builds the usual ones). period_s: how
+    often the thread refreshes; None follows the time between sampled steps. cuda_torch: torch,
+    where it has CUDA: once the program has initialised CUDA, a sampled step notes the training
+    thread's current device, and the sampler thread adds that GPU's sources (gpu_sources, with
+    `nvml`, the pynvml module or None)."""
 
-    def __init__(self, errors, sources, period_s=None, gc_pauses=True):
+    def __init__(self, errors, sources, period_s=None, gc_pauses=True, cuda_torch=None,
+                 nvml=None):
         self._errors = errors
         self._sources = list(sources)
+        self._cuda_torch = cuda_torch  # until the training thread's CUDA device is known
+        self._torch = cuda_torch
+        self._nvml = nvml
+        self._cuda_index = None  # that device, for the sampler thread to add its sources
+        self._gpu_added = False
         self._fixed_period = period_s
         self.period_s = DEFAULT_PERIOD_S if period_s is None else float(period_s)
         self._latest = None  # (monotonic time, tuple of (name, value)): published whole
@@ -443,8 +453,10 @@ class ResourceSampler:
     # -- the sampler thread ------------------------------------------------------------------
 
     def start(self):
-        if self._thread is not None or not self._sources:
+        if self._thread is not None:
             return
+        if self._cuda_torch is not None:
+            self._find_cuda_device()
         self._thread = threading.Thread(target=self._run, name="laggard-resources", daemon=True)
         self._thread.start()
 
@@ -460,6 +472,13 @@ class ResourceSampler:
     def refresh(self):
         """Reads every source and publishes the result (the sampler thread; tests call it)."""
         t0 = time.thread_time()
+        if self._cuda_index is not None and not self._gpu_added:
+            self._gpu_added = True
+            try:
+                self._sources = self._sources + gpu_sources(
+                    self._errors, self._torch, self._cuda_index, self._nvml)
+            except Exception as e:
+                self._errors.report("resources gpu", e)
         out = {}
         for source in self._sources:
             try:
@@ -478,6 +497,20 @@ class ResourceSampler:
         return dict(latest[1]) if latest is not None else {}
 
     # -- the training thread -----------------------------------------------------------------
+
+    def _find_cuda_device(self):
+        """The training thread's CUDA device, once CUDA is initialised (one check per sampled
+        step until then)."""
+        torch = self._cuda_torch
+        try:
+            if not torch.cuda.is_initialized():
+                return
+            self._cuda_index = int(torch.cuda.current_device())
+        except Exception as e:
+            log_once("resources-cuda", logging.INFO, "laggard: no GPU readings: %s: %s",
+                     type(e).__name__, e)
+        self._cuda_torch = None
+        self._wake.set()  # the sampler thread adds the GPU's sources now
 
     def add_data_wait(self, ms, in_sampled_step):
         """A batch fetch of `ms` (laggard.torch.timed_batches, the Lightning callback). A sampled
@@ -525,6 +558,8 @@ class ResourceSampler:
             pairs += latest[1]
         if pairs:
             record(pairs)
+        if self._cuda_torch is not None:
+            self._find_cuda_device()
         last, self._last_sampled = self._last_sampled, now
         if last is not None and self._fixed_period is None:
             # The thread refreshes about as often as steps are sampled (read at its next wait).
@@ -567,44 +602,52 @@ def _import_pynvml():
         return None
 
 
-def _cuda_device(torch):
-    """(the CUDA index of this thread's current device, its NVML index or UUID), or None when
-    torch has no usable CUDA. Called on the training thread (the current device is per
-    thread)."""
-    if torch is None:
-        return None
+def _nvml_device(torch, index):
+    """The NVML UUID of CUDA device `index` (torch's device properties), else its NVML index or
+    UUID from CUDA_VISIBLE_DEVICES (CUDA may order devices otherwise than NVML: the UUID is
+    what is sure)."""
     try:
-        if not torch.cuda.is_available():
-            return None
-        index = int(torch.cuda.current_device())
-        try:
-            uuid = str(torch.cuda.get_device_properties(index).uuid)
-            nvml_device = uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid
-        except Exception:  # older torch: from CUDA_VISIBLE_DEVICES
-            nvml_device = nvml_device_index(index, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        return index, nvml_device
-    except Exception as e:
-        log_once("resources-cuda", logging.INFO, "laggard: no GPU readings: %s: %s",
-                 type(e).__name__, e)
-        return None
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        if uuid:
+            return uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid
+    except Exception:  # an older torch
+        pass
+    return nvml_device_index(index, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-def make_sources(errors, torch=None, nvml="auto"):
-    """The usual sources for the calling (training) thread: host; NVML and the CUDA allocator
-    when torch has CUDA. nvml: "auto" (import pynvml), None (no GPU readings) or a module."""
-    sources = [HostSource(errors, threading.get_ident(), threading.get_native_id())]
-    device = _cuda_device(torch)
-    if device is not None:
-        index, nvml_device = device
-        if nvml == "auto":
-            nvml = _import_pynvml()
-        if nvml is not None and nvml_device is not None:
-            sources.append(NvmlSource(errors, nvml, nvml_device))
-        sources.append(CudaAllocatorSource(errors, torch, index))
+def gpu_sources(errors, torch, index, nvml):
+    """NVML (when `nvml`, the pynvml module, is given and the device maps to it) and the CUDA
+    allocator of CUDA device `index`."""
+    sources = []
+    if nvml is not None:
+        device = _nvml_device(torch, index)
+        if device is not None:
+            sources.append(NvmlSource(errors, nvml, device))
+        else:
+            log_once("resources-nvml-map", logging.INFO, "laggard: no GPU readings: CUDA device "
+                     "%d is not found in CUDA_VISIBLE_DEVICES=%r", index,
+                     os.environ.get("CUDA_VISIBLE_DEVICES"))
+    sources.append(CudaAllocatorSource(errors, torch, index))
     return sources
 
 
-def make_sampler(errors, period_s=None):
-    """The ResourceSampler an Analyzer starts (torch looked at only when already imported)."""
-    torch = sys.modules.get("torch")
-    return ResourceSampler(errors, make_sources(errors, torch), period_s=period_s)
+def _cuda_available(torch):
+    try:
+        return torch is not None and bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def make_sampler(errors, period_s=None, torch="auto", nvml="auto"):
+    """The ResourceSampler an Analyzer starts, on the training thread: the host source, and
+    where torch has CUDA, the GPU's once the program has initialised CUDA (laggard never does
+    it). torch: "auto" (the module if the program imported it) or a module; nvml: "auto"
+    (import pynvml), None or a module."""
+    if torch == "auto":
+        torch = sys.modules.get("torch")
+    sources = [HostSource(errors, threading.get_ident(), threading.get_native_id())]
+    cuda = torch if _cuda_available(torch) else None
+    if cuda is not None and nvml == "auto":
+        nvml = _import_pynvml()  # here, not on the sampler thread: its import may warn
+    return ResourceSampler(errors, sources, period_s=period_s, cuda_torch=cuda,
+                           nvml=nvml if cuda is not None else None)

@@ -223,8 +223,62 @@ def test_no_gpu_here_means_no_gpu_sources():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    names = [type(s).__name__ for s in resources.make_sources(ErrorCounter(), torch)]
-    assert names == ["HostSource"]
+    s = resources.make_sampler(ErrorCounter(), torch=torch)
+    assert [type(x).__name__ for x in s._sources] == ["HostSource"]
+    assert s._cuda_torch is None and s._nvml is None
+    s.refresh()
+    assert [type(x).__name__ for x in s._sources] == ["HostSource"]
+
+
+class FakeTorch:
+    """torch with CUDA, as far as laggard.resources looks at it."""
+
+    def __init__(self, stats):
+        self.cuda = FakeCuda(False, stats)
+        self.cuda.is_available = lambda: True
+        self.cuda.current_device = lambda: 1
+        self.cuda.get_device_properties = lambda i: types.SimpleNamespace(
+            uuid="8c3f2b1e-aaaa-bbbb-cccc-%012d" % i)
+
+
+def test_gpu_sources_come_once_the_program_has_initialised_cuda():
+    torch = FakeTorch({"allocated_bytes.all.current": 1024 ** 2,
+                       "reserved_bytes.all.current": 2 * 1024 ** 2, "num_alloc_retries": 0})
+    nvml = fake_nvml()
+    s = resources.make_sampler(ErrorCounter(), torch=torch, nvml=nvml)
+    s.refresh()
+    assert [type(x).__name__ for x in s._sources] == ["HostSource"]  # CUDA not initialised
+    s.step_begin()
+    s.step_end(collect([]))
+    assert s._cuda_index is None and s._cuda_torch is torch  # still waiting, checked again
+    torch.cuda._initialized = True  # the program moved its model to the GPU
+    s.step_begin()
+    s.step_end(collect([]))
+    assert s._cuda_index == 1 and s._cuda_torch is None  # no more checks
+    out = s.refresh()
+    assert [type(x).__name__ for x in s._sources] == ["HostSource", "NvmlSource",
+                                                      "CudaAllocatorSource"]
+    assert s._sources[1]._handle == ("handle", "GPU-8c3f2b1e-aaaa-bbbb-cccc-000000000001")
+    assert {k: out[k] for k in EXPECTED_GPU} == EXPECTED_GPU
+    assert (out["cuda_allocated_mib"], out["cuda_reserved_mib"], out["cuda_alloc_retries"]) == \
+        (1.0, 2.0, 0.0)
+    assert torch.cuda.devices == [1]
+    got = []
+    s.step_begin()
+    s.step_end(collect(got))
+    assert dict(got)["gpu_throttle_thermal"] == 1.0
+    s.close()
+    assert nvml.calls[-1] == "shutdown"
+
+
+def test_without_pynvml_the_allocator_readings_remain():
+    torch = FakeTorch({"num_alloc_retries": 3})
+    torch.cuda._initialized = True
+    s = resources.make_sampler(ErrorCounter(), torch=torch, nvml=None)
+    s._find_cuda_device()
+    out = s.refresh()
+    assert [type(x).__name__ for x in s._sources] == ["HostSource", "CudaAllocatorSource"]
+    assert out["cuda_alloc_retries"] == 3.0 and not any(k.startswith("gpu_") for k in out)
 
 
 class FakeCuda:
