@@ -82,8 +82,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2000, help="timed steps per case (2000)")
     p.add_argument("--dims", default="128,256,256,16", help="MLP layer sizes (128,256,256,16)")
-    p.add_argument("--period-s", type=float, default=0.25,
-                   help="the sampler thread's refresh period (0.25 s, the shortest automatic)")
+    p.add_argument("--period-s", type=float, default=1.0,
+                   help="the sampler thread's refresh period (1 s, the shortest automatic)")
     p.add_argument("--no-gpu-readings", dest="gpu", action="store_false",
                    help="the host readings only (what a CPU machine records)")
     a = p.parse_args(argv)

@@ -147,7 +147,7 @@ class Analyzer:
       GC pauses, data wait, the GPU through NVML, the CUDA allocator; laggard.resources,
       docs/formats.md). True (the default): a background thread reads them; False: none.
     resources_period_s: how often that thread reads; None follows the time between sampled
-      steps (0.25 s to 5 s).
+      steps (1 s to 5 s).
     """
 
     def __init__(self, enabled=True, interval=10, relative_threshold=None,

@@ -17,7 +17,7 @@ written as 0):
 
 Where the work happens: the reads (NVML, /proc, the allocator's statistics) run on one
 background thread ("laggard-resources"), which refreshes them about as often as steps are
-sampled (the time between sampled steps, kept between 0.25 s and 5 s) and publishes them as one
+sampled (the time between sampled steps, kept between 1 s and 5 s) and publishes them as one
 tuple. On a sampled step the training thread only adds the GC callback at begin_step, takes it
 out at end_step and hands the latest readings, with the step's GC and data-wait figures, to the
 recorder in one call (ResourceSampler.step_end; the engine's record_resources builtin).
@@ -44,7 +44,7 @@ THROTTLE_SW_THERMAL = 0x20
 THROTTLE_HW_THERMAL = 0x40
 THROTTLE_HW_POWER_BRAKE = 0x80
 
-MIN_PERIOD_S = 0.25
+MIN_PERIOD_S = 1.0  # a read holds the GIL ~0.5 ms (bench/resources_overhead.py): <= 0.05 %
 MAX_PERIOD_S = 5.0
 DEFAULT_PERIOD_S = 1.0
 MiB = 1024.0 * 1024.0
