@@ -36,9 +36,9 @@ the current stream; nothing here synchronizes the device or calls a collective):
 Values: on sampled steps, the loss (values["loss"]): the one-element floating tensor that the
 model's torch.autograd.backward call starts from (loss.backward()); where that call is not
 wrapped (FSDP2, hooks only), the forward output's `loss` (an attribute, as Hugging Face model
-outputs have, or a dict key). Reading it is `.item()`, which waits for the device to compute it (a GPU
-sync, as a training loop's own `loss.item()`): only on sampled steps, before the backward is
-started (record_loss=False: never).
+outputs have, or a dict key). Reading it is `.item()`, which waits for the device to compute it
+(a GPU sync, as a training loop's own `loss.item()`): only on sampled steps, before the
+backward is started (record_loss=False: never).
 
 Batches: timed_batches(loader, analyzer) times each fetch for the resource host_data_wait_ms.
 
