@@ -568,6 +568,9 @@ class ResourceSampler:
                                                   0.8 * self.period_s + 0.2 * gap))
 
     def close(self, timeout_s=2.0):
+        """Stops the sampler thread (waiting at most timeout_s) and closes the sources (NVML's
+        shutdown), unless the thread is still inside a read (a hung driver): then they stay open
+        and the daemon thread is left behind."""
         if self._gc_attached:
             self._gc_attached = False
             self._gc.detach()
@@ -576,6 +579,11 @@ class ResourceSampler:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
+            if thread.is_alive():
+                log_once("resources-close", logging.WARNING, "laggard: the resource sampler "
+                         "did not stop within %.1f s (a read still running); left behind",
+                         timeout_s)
+                return
         for source in self._sources:
             try:
                 source.close()

@@ -676,3 +676,26 @@ def test_instrument_records_a_hugging_face_style_output_loss_without_the_call_wr
     an.end_step()
     an.close()
     assert rank_samples(tmp_path)[0].values["loss"] == expected
+
+
+def test_close_leaves_a_hung_read_behind_without_closing_its_source():
+    release = threading.Event()
+
+    class Hung(Recorded):
+        closed = False
+
+        def read(self):
+            release.wait(10)
+            return {}
+
+        def close(self):
+            Hung.closed = True
+
+    s = resources.ResourceSampler(ErrorCounter(), [Hung(ErrorCounter(), {})], period_s=0.05)
+    s.start()
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    s.close(timeout_s=0.2)
+    assert time.monotonic() - t0 < 2.0  # close is bounded
+    assert not Hung.closed  # the read is still running: its source stays open
+    release.set()
