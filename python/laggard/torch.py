@@ -1,7 +1,8 @@
 """Automatic stages for PyTorch: laggard.torch.instrument(analyzer, model=..., optimizer=...).
 
 Stages (all measured on sampled steps only, by the C++ recorder: host clock, or CUDA events on
-the current stream; nothing here synchronizes the device or calls a collective):
+the current stream; nothing here calls a collective, and nothing synchronizes the device but the
+loss's .item() on sampled steps, see Values below):
 
   forward        the top model's forward() (on sampled steps the instance's forward is a
                  wrapper: torch keeps its hook-free path; forward hooks for a ScriptModule).
