@@ -156,6 +156,11 @@ class Analyzer:
       threads of this process, with `channel`), "mpi" (laggard.mpi: MPI_COMM_WORLD under
       mpirun, rank and size from it), or an object with GlooTransport's methods.
     fan_out: host leaders per leader in the gather tree (docs/design.md).
+    resources: resource readings beside each sampled step (the sample's `resources`: host CPU,
+      GC pauses, data wait, the GPU through NVML, the CUDA allocator; laggard.resources,
+      docs/formats.md). True (the default): a background thread reads them; False: none.
+    resources_period_s: how often that thread reads; None follows the time between sampled
+      steps (1 s to 5 s).
     """
 
     def __init__(self, enabled=True, interval=10, relative_threshold=None,
@@ -164,7 +169,8 @@ class Analyzer:
                  timing="auto", confirm_k=None, confirm_n=None, mad_z=None, queue_capacity=256,
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
                  rank=None, world_size=None, preset=None, method=None,
-                 false_alarm_budget=None, transport=None, channel="", fan_out=32):
+                 false_alarm_budget=None, transport=None, channel="", fan_out=32,
+                 resources=True, resources_period_s=None):
         self._enabled = False
         self._sampled = False
         self._closed = False
@@ -180,6 +186,7 @@ class Analyzer:
         self._on_step_end = []  # instrument(): detach the sampled step's hooks
         self._on_close = []  # instrument(): take its hooks and wrappers out (Instrumentation.remove)
         self._errors = ErrorCounter()
+        self._res = None  # laggard.resources.ResourceSampler, with resources on
         self._recorder = None
         self._engine = None  # laggard._core.Engine: the live engine (also self._recorder)
         self._stream = None
@@ -191,7 +198,8 @@ class Analyzer:
                             absolute_ms_threshold=absolute_ms_threshold, ref=ref,
                             log_dir=log_dir, analysis_rank=analysis_rank,
                             module_stages=bool(module_stages), timing=timing,
-                            confirm_k=confirm_k, confirm_n=confirm_n, preset=preset)
+                            confirm_k=confirm_k, confirm_n=confirm_n, preset=preset,
+                            resources=bool(resources))
         if not enabled:
             return  # nothing created: no thread, no group, no file
 
@@ -206,6 +214,11 @@ class Analyzer:
         side_channel_timeout_s = _seconds_setting("side_channel_timeout_s",
                                                   side_channel_timeout_s)
         close_timeout_s = _seconds_setting("close_timeout_s", close_timeout_s)
+        if not isinstance(resources, bool):
+            raise SettingTypeError("resources must be True or False, got %r (%s)" %
+                                   (resources, type(resources).__name__))
+        if resources_period_s is not None:
+            resources_period_s = _seconds_setting("resources_period_s", resources_period_s)
         if host is not None and not isinstance(host, str):
             raise SettingTypeError("host must be a string or None, got %r (%s)" %
                                    (host, type(host).__name__))
@@ -372,12 +385,31 @@ class Analyzer:
         if self.backend_name == "host-clock":  # device backends poll in every begin_step
             self._skip_every = interval
         self._enabled = True
+        if resources:
+            self._start_resources(engine, resources_period_s)
         ref_self = weakref.ref(self)
         self._atexit = lambda: _close_at_exit(ref_self)
         atexit.register(self._atexit)
         self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref_self))
+
+    def _start_resources(self, engine, period_s):
+        try:
+            from .resources import make_sampler
+
+            res = make_sampler(self._errors, period_s)
+            self._record_resources = engine.record_resources_call()
+            res.start()
+            self._res = res
+        except Exception as e:  # the run goes on without readings
+            self._errors.report("resources", e)
+
+    @property
+    def resources(self):
+        """The resource sampler (laggard.resources.ResourceSampler), or None with resources
+        off."""
+        return self._res
 
     @classmethod
     def from_args(cls, args, **overrides):
@@ -442,8 +474,14 @@ class Analyzer:
                     "begin_step(%r): the step must be an integer (got %s); this step is not "
                     "sampled" % (step, type(step).__name__)))
             return
-        if sampled and self._on_sampled_step:  # (empty where hooks stay attached)
-            self._call_hooks(self._on_sampled_step, "begin_step", "attached")
+        if sampled:
+            if self._res is not None:
+                try:
+                    self._res.step_begin()
+                except Exception as e:
+                    self._errors.report("resources", e)
+            if self._on_sampled_step:  # (empty where hooks stay attached)
+                self._call_hooks(self._on_sampled_step, "begin_step", "attached")
 
     def _begin_step_in_forked_child(self, step):
         self.step = step
@@ -520,11 +558,26 @@ class Analyzer:
         except Exception as e:
             self._errors.report("record", e)
 
+    def record_resource(self, name, value):
+        """Attaches a reading of your own to this sampled step's `resources` (beside those of
+        laggard.resources; docs/formats.md). Not sampled or disabled: one check."""
+        if not self._sampled:
+            return
+        try:
+            self._recorder.record_resource(str(name), float(value))
+        except Exception as e:
+            self._errors.report("record_resource", e)
+
     def end_step(self):
         """Ends the step. A sampled step's sample goes to the background thread; its report
         appears at a later step (see latest_metrics)."""
         if not self._sampled:
             return
+        if self._res is not None:
+            try:
+                self._res.step_end(self._record_resources)
+            except Exception as e:
+                self._errors.report("resources", e)
         try:
             self._sampled = False
             self._rec_end_step()
@@ -610,6 +663,12 @@ class Analyzer:
                 except Exception as e:
                     self._errors.report("close", e)
             self._on_close = []
+            if self._res is not None:
+                res, self._res = self._res, None
+                try:
+                    res.close()
+                except Exception as e:
+                    self._errors.report("close", e)
             self._engine.close(timeout_s)  # device timing drains first, within the bound
         except Exception as e:
             self._errors.report("close", e)
@@ -641,6 +700,9 @@ def _after_fork_in_child(ref):
     an._sampled = False
     an._forked_steps = 0
     an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child
+    res, an._res = an._res, None  # its thread is the parent's: not joined, not touched
+    if res is not None and res._gc_attached:
+        res._gc.detach()
     # The engine's locks may have been held by its threads at the fork: the child never touches
     # it, not even to destroy it, and counts its own failures.
     an._errors = ErrorCounter()

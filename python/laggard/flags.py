@@ -34,6 +34,7 @@ def add_arguments(parser):
     --straggler-false-alarm-budget        the other detector settings (docs/detection.md)
     --straggler-enable-module-stages      attention/moe stages, default off
     --straggler-log-dir DIR               per-rank samples and reports as JSON Lines
+    --straggler-resources {on,off}        resource readings beside each sample, default on
     --straggler-preset {default,rfc,recommended}  rfc: the RFC's rule exactly (docs/detection.md)
     Defaults are the detector the benchmark measured best (docs/detection.md); a detector flag
     left out takes it (or the preset's value), a flag given wins over the preset.
@@ -53,6 +54,10 @@ def add_arguments(parser):
                            help="%s (%s)" % (s["help"], _default_text(s)), **extra)
     group.add_argument("--straggler-enable-module-stages", action="store_true", default=False,
                        help="add attention/moe stages from module hooks (default: off)")
+    group.add_argument("--straggler-resources", choices=("on", "off"), default="on",
+                       help="resource readings beside each sampled step: host CPU, GC pauses, "
+                            "data wait, GPU clocks/throttling (NVML), CUDA allocator "
+                            "(default: on)")
     group.add_argument("--straggler-log-dir", default=None, metavar="DIR",
                        help="write per-rank samples (rank-<r>.jsonl) and reports "
                             "(reports.jsonl) here, for `laggard analyze DIR`")
@@ -85,6 +90,7 @@ def analyzer_kwargs(args):
         log_dir=get("straggler_log_dir", None),
         module_stages=bool(get("straggler_enable_module_stages", False)),
         preset=get("straggler_preset", None),
+        resources=get("straggler_resources", "on") != "off",
     )
     given = detector_kwargs(args)
     if kwargs["preset"] is not None and any(v is not None for v in given.values()):

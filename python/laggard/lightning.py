@@ -38,6 +38,7 @@ and counted in straggler/report_errors.
 """
 
 import collections
+import time
 
 from ._log import ErrorCounter
 
@@ -69,10 +70,13 @@ def _numeric(metrics):
 class LaggardCallback(_Callback):
     """Finds the straggler rank and stage of a Lightning fit. `analyzer_options`: laggard.Analyzer's
     keyword arguments (interval, log_dir, sinks, preset, ...); `enabled=True` unless given.
-    log_to_loggers: log each report through trainer.loggers (analysis rank)."""
+    log_to_loggers: log each report through trainer.loggers (analysis rank).
+    record_loss: the loss of each sampled step goes into its sample's values (.item(): a GPU
+    sync, on sampled steps only)."""
 
-    def __init__(self, log_to_loggers=True, **analyzer_options):
+    def __init__(self, log_to_loggers=True, record_loss=True, **analyzer_options):
         super().__init__()
+        self.record_loss = bool(record_loss)
         analyzer_options.setdefault("enabled", True)
         self.analyzer_options = analyzer_options
         self.log_to_loggers = bool(log_to_loggers)
@@ -86,6 +90,7 @@ class LaggardCallback(_Callback):
         self._open_name = None
         self._early = False  # the next batch's step was begun at the end of this one
         self._ddp = False
+        self._fetch_t0 = None  # perf_counter at the start of a sampled step's batch fetch
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -119,10 +124,17 @@ class LaggardCallback(_Callback):
         if not self._early or self.analyzer is None:
             return
         try:
+            an = self.analyzer
             if started:
                 self._begin_section("dataloader")
+                # The fetch's host time is also the resource host_data_wait_ms (sampled steps).
+                self._fetch_t0 = time.perf_counter() if an.sampled else None
             else:
                 self._end_section()
+                t0, self._fetch_t0 = self._fetch_t0, None
+                res = an.resources
+                if t0 is not None and res is not None and an.sampled:
+                    res.add_data_wait((time.perf_counter() - t0) * 1000.0, True)
         except Exception as e:
             self._failed("lightning fetch", e)
 
@@ -140,7 +152,8 @@ class LaggardCallback(_Callback):
             if isinstance(model, DistributedDataParallel):
                 import laggard.torch
 
-                self.instrumentation = laggard.torch.instrument(an, model=model)
+                self.instrumentation = laggard.torch.instrument(
+                    an, model=model, record_loss=self.record_loss)
                 self._ddp = "backward" in self.instrumentation.stages
         except Exception as e:
             self._failed("lightning instrument", e)
@@ -218,9 +231,12 @@ class LaggardCallback(_Callback):
             self._failed("lightning on_train_batch_start", e)
 
     def on_before_backward(self, trainer, pl_module, loss):
-        if self.analyzer is None or self._ddp:
+        an = self.analyzer
+        if an is None or self._ddp:  # under DDP laggard.torch.instrument records the loss
             return
         try:
+            if an.sampled and self.record_loss:  # .item() syncs a GPU: sampled steps only
+                an.record("loss", loss.detach().item())
             self._begin_section("backward")
         except Exception as e:
             self._failed("lightning on_before_backward", e)

@@ -497,6 +497,11 @@ void bind_engine(py::module_& m) {
       .def(
           "step_calls", [](py::object self) { return step_calls(self, self.cast<PyEngine&>()); },
           "(begin_step, end_step, set_stream) builtins.")
+      .def(
+          "record_resources_call",
+          [](py::object self) { return record_resources_call(self, self.cast<PyEngine&>()); },
+          "A builtin record_resources(pairs): each (name, value) of a tuple into the sampled "
+          "step's resources, in one call (laggard.resources).")
       .def_property_readonly("counters", &PyEngine::counters)
       .def_property_readonly("backend_name",
                              [](PyEngine& e) { return std::string(e.an().backend_name()); })

@@ -162,6 +162,11 @@ void bind_recorder(py::module_& m) {
           [](py::object self) { return step_calls(self, self.cast<PyRecorder&>()); },
           "(begin_step, end_step, set_stream): builtins, the training-thread form of the "
           "methods.")
+      .def(
+          "record_resources_call",
+          [](py::object self) { return record_resources_call(self, self.cast<PyRecorder&>()); },
+          "A builtin record_resources(pairs): each (name, value) of a tuple into the sampled "
+          "step's resources, in one call (laggard.resources).")
       .def("on_sample", &PyRecorder::on_sample,
            "Calls fn(StepSample) with each finished sample, on the training thread (None: "
            "samples go nowhere). For tests and tools; the Analyzer uses _core.Engine.",

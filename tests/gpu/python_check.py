@@ -6,7 +6,9 @@ Needs PyTorch with CUDA. Checks that the Analyzer picks the "cuda-event" backend
 around known GPU work report device time in the expected ratio, that laggard.torch.instrument
 yields forward/backward/optimizer on a CUDA model, and that nothing in laggard calls
 torch.cuda.synchronize / Event.synchronize / Stream.synchronize (counted; the script's own final
-synchronize happens after the count stops).
+synchronize happens after the count stops; the loss's .item() that instrument makes on sampled
+steps is not such a call). Also that the samples carry the loss and the resource readings of
+the GPU (laggard.resources: the allocator's, and NVML's where pynvml imports).
 """
 
 import os
@@ -23,6 +25,7 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 import laggard  # noqa: E402
+import laggard.resources  # noqa: E402
 import laggard.torch  # noqa: E402
 
 syncs = []
@@ -39,7 +42,9 @@ def main():
     torch.cuda.set_device(0)
     failures = []
     log_dir = tempfile.mkdtemp(prefix="laggard-gpu-")
-    an = laggard.Analyzer(enabled=True, interval=1, timing="cuda", log_dir=log_dir)
+    # resources read every 50 ms: the 20 steps take well under the automatic period's 1 s
+    an = laggard.Analyzer(enabled=True, interval=1, timing="cuda", log_dir=log_dir,
+                          resources_period_s=0.05)
     print("backend:", an.backend_name)
     if an.backend_name != "cuda-event":
         failures.append("backend is %r, expected 'cuda-event'" % an.backend_name)
@@ -94,6 +99,26 @@ def main():
         for stage in ("forward", "backward", "optimizer"):
             if stage not in names:
                 failures.append("step %d: no %s stage" % (step, stage))
+    # the loss (instrument) and the GPU's resource readings (laggard.resources)
+    nvml = laggard.resources._import_pynvml() is not None
+    last = windows[-1][1][0] if windows else None
+    if last is not None:
+        print("values:", last.values)
+        print("resources:", last.resources)
+        if "loss" not in last.values:
+            failures.append("no loss in the last sample's values")
+        want = ["cuda_allocated_mib", "cuda_reserved_mib", "host_gc_pause_ms"]
+        if nvml:
+            want += ["gpu_sm_clock_mhz", "gpu_sm_clock_max_mhz", "gpu_throttle_reasons",
+                     "gpu_mem_used_mib", "gpu_mem_total_mib"]
+        missing = [n for n in want if n not in last.resources]
+        if missing:
+            failures.append("resource readings missing from the last sample: %s" % missing)
+        elif last.resources["cuda_allocated_mib"] <= 0:
+            failures.append("cuda_allocated_mib %r with a model on the GPU" %
+                            last.resources["cuda_allocated_mib"])
+        if nvml and last.resources.get("gpu_mem_total_mib", 0) <= 0:
+            failures.append("gpu_mem_total_mib is not positive")
     ratios.sort()
     median = ratios[len(ratios) // 2] if ratios else 0.0
     print("matmul_x8 / matmul_x2 median ratio: %.2f" % median)

@@ -49,3 +49,10 @@ def test_side_channel_bench_runs_and_drops_nothing():
     p = run_bench("side_channel.py", "--steps", "300")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "300 analysed, 0 dropped" in p.stdout, p.stdout
+
+
+def test_resources_bench_runs_and_counts_no_errors():
+    p = run_bench("resources_overhead.py", "--rounds", "30")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "added by resources, sampled step:" in p.stdout
+    assert "resource names per sampled step" in p.stdout

@@ -223,11 +223,12 @@ def test_losses_bit_identical_with_and_without_analysis(tmp_path):
 
     # Disabled on real ranks: no gloo group, no thread, no file. Enabled: one group, and for
     # its one link (the other rank: parent or child in the gather tree) a Python thread that
-    # receives and one that sends (the engine's own threads are C++).
+    # receives and one that sends (the engine's own threads are C++), and the resource
+    # sampler's thread (laggard.resources).
     for r in off:
         assert r["new_group_calls"] == [] and r["threads_started_by_analyzer"] == 0
     for r in on:
-        assert r["new_group_calls"] == ["gloo"] and r["threads_started_by_analyzer"] == 2
+        assert r["new_group_calls"] == ["gloo"] and r["threads_started_by_analyzer"] == 3
     assert not (tmp_path / "off-logs").exists()
     assert sorted(os.listdir(tmp_path / "on-logs")) == ["rank-0.jsonl", "rank-1.jsonl",
                                                          "reports.jsonl"]

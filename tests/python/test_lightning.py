@@ -7,6 +7,7 @@ PrometheusSink on the analysis rank serves them (scraped over HTTP during the fi
 
 import csv
 import json
+import math
 import os
 import socket
 import sys
@@ -107,6 +108,25 @@ def check_common(tmp_path, results):
     rows = logged_rows(tmp_path)
     assert len(rows) == results[0]["reports_logged"] >= STEPS // INTERVAL - 2
     assert "straggler/forward/top_rank" in rows[0] and "straggler/num_confirmed" in rows[0]
+    check_loss_and_data_wait(tmp_path / "laggard")
+
+
+def check_loss_and_data_wait(log_dir):
+    """Every sample has the step's loss (laggard.torch.instrument under DDP, the callback's
+    on_before_backward without it); a batch whose fetch was timed has it as host_data_wait_ms,
+    the host time of its dataloader stage."""
+    windows, _ = _core.read_run(str(log_dir))
+    timed = 0
+    for step, samples in windows:
+        for s in samples:
+            assert math.isfinite(s.values["loss"]), (step, s.rank, s.values)
+            fetch = [st.ms for st in s.stages if st.name == "dataloader"]
+            if fetch:
+                timed += 1
+                wait = s.resources["host_data_wait_ms"]
+                assert 0.0 <= wait <= s.step_ms
+            assert "host_gc_pause_ms" in s.resources, (step, s.resources)
+    assert timed > 0
 
 
 def test_lightning_ddp_names_the_rank_with_the_slow_forward(tmp_path):
@@ -196,3 +216,4 @@ def test_lightning_single_device_stages_from_hooks_and_a_failing_logger(tmp_path
     assert "dataloader" not in stages[0] and "dataloader" not in stages[12]
     assert {"between_batches", "dataloader", "forward", "backward", "optimizer"} <= stages[5]
     assert sorted(stages) == list(range(24))
+    check_loss_and_data_wait(tmp_path / "laggard")

@@ -6,6 +6,7 @@ names nobody.
 """
 
 import json
+import math
 import os
 import sys
 
@@ -81,6 +82,12 @@ def check_common(tmp_path, results, world):
     # under DDP the backward's all-reduce wait is its own stage (the Trainer's DDP wrapper found)
     assert ("communication" in stages) == (world > 1), stages
     assert windows == STEPS // INTERVAL
+    # every sample has the step's loss (laggard.torch.instrument, from the backward's call) and
+    # the resource readings of the host
+    for step, samples in _core.read_run(str(tmp_path / "laggard"))[0]:
+        for s in samples:
+            assert math.isfinite(s.values["loss"]), (step, s.rank, s.values)
+            assert "host_gc_pause_ms" in s.resources, (step, s.rank, s.resources)
     # the metrics joined the Trainer's own log (state.log_history), beside its loss
     logged = [h for h in results[0]["log_history"] if "straggler/ranks" in h]
     assert len(logged) == results[0]["reports_logged"] >= 2
