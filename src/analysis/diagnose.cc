@@ -296,6 +296,20 @@ std::vector<Reason> resource_reasons(const ResourceProfile& p, int rank) {
   if (out.empty() || out.back().code != "pcie_downgraded")
     link("gpu_pcie_width", "gpu_pcie_width_max", "width", " lanes");
 
+  // GC pauses and data waits, per step: before host-bound, which they often cause (a collection
+  // runs on the training thread; the more specific cause comes first).
+  const auto per_step = [&](const char* name, const char* code, const char* what) {
+    const double mine = mean_of(r, name);
+    const double others = median_mean(name);
+    if (!(mine >= 1.0) || (std::isfinite(others) && mine < 2.0 * others + 1.0)) return;
+    out.push_back({code, std::string(what) + " " + num(mine, 1) + " ms per step" +
+                             (std::isfinite(others) ? " (the cohort's median rank: " +
+                                                          num(others, 1) + " ms)"
+                                                    : std::string())});
+  };
+  per_step("host_gc_pause_ms", "gc_pauses", "Python garbage collection");
+  per_step("host_data_wait_ms", "data_starvation", "waiting for the next batch");
+
   // Host-bound: one thread at a core (the training thread, or another one holding the GIL), more
   // than on the others; or preempted far more often than them.
   for (const char* name : {"host_train_thread_cpu_pct", "host_top_thread_cpu_pct"}) {
@@ -319,19 +333,6 @@ std::vector<Reason> resource_reasons(const ResourceProfile& p, int rank) {
                                        " times a second (the cohort's median rank: " +
                                        num(others, 0) + "): CPU contention on the host"});
   }
-
-  // GC pauses and data waits, per step.
-  const auto per_step = [&](const char* name, const char* code, const char* what) {
-    const double mine = mean_of(r, name);
-    const double others = median_mean(name);
-    if (!(mine >= 1.0) || (std::isfinite(others) && mine < 2.0 * others + 1.0)) return;
-    out.push_back({code, std::string(what) + " " + num(mine, 1) + " ms per step" +
-                             (std::isfinite(others) ? " (the cohort's median rank: " +
-                                                          num(others, 1) + " ms)"
-                                                    : std::string())});
-  };
-  per_step("host_gc_pause_ms", "gc_pauses", "Python garbage collection");
-  per_step("host_data_wait_ms", "data_starvation", "waiting for the next batch");
 
   // More work than the others.
   if (r.work.windows > 0) {

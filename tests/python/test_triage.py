@@ -95,8 +95,11 @@ def test_more_tokens_on_one_rank_is_its_reason(tmp_path, repeat):
     for f in found.values():
         assert f["reason"] == "more_work", f
         assert "48 tokens or samples per step against 32" in f["reasons"][0]["evidence"]
-    assert layers["resources"]["status"] == "not_measured"  # no readings: the tokens say it
-    assert first == "stragglers"
+    # The resource readings (on by default) are measured; the extra work is the resources
+    # layer's finding, on rank 2 only, and the chain stops there.
+    kinds = {(f["kind"], f["rank"]) for f in layers["resources"]["findings"]}
+    assert kinds == {("more_work", 2)}, layers["resources"]
+    assert first == "resources"
 
 
 @pytest.mark.parametrize("repeat", range(REPEATS))
@@ -109,3 +112,31 @@ def test_a_slow_dataloader_is_data_starvation(tmp_path, repeat):
     data = [f for f in layers["timeline"]["findings"] if f["kind"] == "data_wait"]
     assert data and data[0]["ranks"] == [0], layers["timeline"]
     assert first == "timeline"
+
+
+def reason_of_the_only_straggler_rank(layers, rank):
+    found = stragglers(layers)
+    assert found and {r for r, _ in found} == {rank}, json.dumps(layers["stragglers"], indent=1)
+    return {f["reason"] for f in found.values()}, found
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+def test_a_busy_thread_makes_its_rank_host_bound(tmp_path, repeat):
+    layers, first, _ = diagnose(tmp_path, "busy", rank=1)
+    reasons, found = reason_of_the_only_straggler_rank(layers, 1)
+    assert reasons == {"host_bound"}, found
+    kinds = {(f["kind"], f["rank"]) for f in layers["resources"]["findings"]}
+    assert kinds == {("host_bound", 1)}, layers["resources"]
+    assert first == "resources"
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+def test_gc_pauses_on_one_rank_are_its_reason(tmp_path, repeat):
+    layers, first, _ = diagnose(tmp_path, "gc", rank=2)
+    reasons, found = reason_of_the_only_straggler_rank(layers, 2)
+    assert reasons == {"gc_pauses"}, found  # the first reason; the collections may also keep
+    for f in found.values():                # its training thread at a core (host_bound)
+        assert "Python garbage collection" in f["reasons"][0]["evidence"]
+    kinds = {(f["kind"], f["rank"]) for f in layers["resources"]["findings"]}
+    assert ("gc_pauses", 2) in kinds and all(r == 2 for _, r in kinds), layers["resources"]
+    assert first == "resources"

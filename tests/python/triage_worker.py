@@ -7,7 +7,13 @@ cause on cfg["rank"]:
                 make every rank's loss NaN a step later: the first is the injected one);
   "tokens"      1.5x the samples per step (its forward and backward stand-ins take 1.5x, as
                 device time grows with the work), recorded as `tokens`;
-  "dataloader"  the data loader takes cfg["ms"] more.
+  "dataloader"  the data loader takes cfg["ms"] more;
+  "busy"        a Python thread spins beside the training loop (it holds the GIL whenever the
+                training thread lets go of it: host- or GIL-bound);
+  "gc"          each step's forward makes cyclic garbage and collects it (Python GC pauses).
+
+The resource sampler reads every 0.2 s (resources_period_s), so a run of a few seconds has
+readings in most of its samples.
 
 Stage times are the model's work plus stand-ins of a few milliseconds (sleeps, as
 real_run_worker.py does), so that they are those of a real job rather than the scheduler noise of
@@ -15,9 +21,11 @@ a busy 2-core machine. run(rank, world, port, cfg) writes OUT/result-<rank>.json
 """
 
 import datetime
+import gc
 import json
 import os
 import random
+import threading
 import time
 
 STAND_IN_MS = {"dataloader": 2.0, "forward": 15.0, "backward": 15.0, "optimizer": 5.0}
@@ -52,7 +60,16 @@ def run(rank, world, port, cfg):
     gen = torch.Generator().manual_seed(rank)
     w_true = torch.randn(32, 4, generator=torch.Generator().manual_seed(7))
     an = laggard.Analyzer(enabled=True, interval=cfg["interval"], log_dir=cfg["log_dir"],
-                          side_channel_timeout_s=60.0, close_timeout_s=30.0)
+                          side_channel_timeout_s=60.0, close_timeout_s=30.0,
+                          resources_period_s=0.2)
+    stop = threading.Event()
+    if cause == "busy":
+        def spin():
+            x = 0
+            while not stop.is_set():
+                x += 1
+
+        threading.Thread(target=spin, name="busy", daemon=True).start()
 
     def batch():
         stand_in("dataloader")
@@ -72,6 +89,15 @@ def run(rank, world, port, cfg):
         opt.zero_grad(set_to_none=True)
         with an.section("forward"):
             stand_in("forward", work)
+            if cause == "gc":
+                garbage = []
+                for _ in range(15000):
+                    a, b = [], []
+                    a.append(b)
+                    b.append(a)
+                    garbage.append(a)
+                del garbage, a, b
+                gc.collect()
             loss = nn.functional.mse_loss(model(x), y)
             if cause == "nan" and step >= cfg["step"]:
                 loss = loss * float("nan")
@@ -84,6 +110,7 @@ def run(rank, world, port, cfg):
         an.record("loss", loss.item())  # on every step: the recorder keeps sampled ones only
         an.record("tokens", batch_size)
         an.end_step()
+    stop.set()
     an.close()
     with open(os.path.join(cfg["out"], "result-%d.json" % rank), "w") as f:
         json.dump({"rank": rank, "latest_metrics": an.latest_metrics(),
