@@ -11,9 +11,11 @@ LOCAL_RANK, MASTER_ADDR, MASTER_PORT), each running ddp_worker.main(argv). Resul
 through the files the ranks write.
 """
 
+import importlib
 import json
 import multiprocessing
 import os
+import sys
 
 from laggard.launch import free_port
 
@@ -41,6 +43,32 @@ def _child(rank, world, port, argv):
         code = ddp_worker.main(argv)
     finally:
         os._exit(code or 0)
+
+
+def _worker_child(rank, world, port, module, cfg):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    code = 1
+    try:
+        code = importlib.import_module(module).run(rank, world, port, cfg)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()  # the test's captured output shows why the rank failed
+        sys.stderr.flush()
+    finally:
+        os._exit(code or 0)
+
+
+def run_worker(module, world, cfg, out_dir, timeout_s=120):
+    """Runs `module`.run(rank, world, port, cfg) on `world` ranks (the environment a launcher
+    gives); returns the result-<r>.json dicts they wrote in out_dir."""
+    ctx = rank_context()
+    port = free_port()
+    procs = [ctx.Process(target=_worker_child, args=(r, world, port, module, cfg))
+             for r in range(world)]
+    return join_ranks(procs, out_dir, timeout_s)
 
 
 def run_ranks(n, argv, out_dir, timeout_s=90):

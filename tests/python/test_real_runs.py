@@ -23,7 +23,6 @@ LAGGARD_REAL_RUNS_PRESET=recommended runs the same with that preset (by hand, fo
 import json
 import os
 import statistics
-import sys
 
 import pytest
 
@@ -32,8 +31,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
 from laggard import _core  # noqa: E402
-from laggard.launch import free_port  # noqa: E402
-from ranks import join_ranks, rank_context  # noqa: E402
+from ranks import run_worker  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 
@@ -56,30 +54,9 @@ SCENARIOS = {
 }
 
 
-def _child(rank, port, cfg):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    import real_run_worker
-
-    code = 1
-    try:
-        code = real_run_worker.run(rank, WORLD, port, cfg)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()  # the test's captured output shows why the rank failed
-        sys.stderr.flush()
-    finally:
-        os._exit(code or 0)
-
-
 def run_ranks(cfg, timeout_s=120):
     """Starts WORLD ranks of real_run_worker (from the fork server: ranks.rank_context)."""
-    ctx = rank_context()
-    port = free_port()
-    procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
-    return join_ranks(procs, cfg["out"], timeout_s)
+    return run_worker("real_run_worker", WORLD, cfg, cfg["out"], timeout_s)
 
 
 def offline_options():

@@ -4,9 +4,7 @@ must stop at the right layer and name the cause, in every repetition (docs/triag
 side is checked too: the analysis rank's straggler/correctness/* metrics."""
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -14,31 +12,12 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
-from laggard.launch import free_port  # noqa: E402
-from ranks import join_ranks, rank_context  # noqa: E402
+from ranks import run_worker  # noqa: E402
 import testenv  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 WORLD, STEPS, INTERVAL = 4, 40, 2
 REPEATS = 2
-
-
-def _child(rank, port, cfg):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    code = 1
-    try:
-        import triage_worker
-
-        code = triage_worker.run(rank, WORLD, port, cfg)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(code or 0)
 
 
 def diagnose(tmp_path, cause, rank=-1, **extra):
@@ -48,10 +27,7 @@ def diagnose(tmp_path, cause, rank=-1, **extra):
     cfg = {"out": str(tmp_path), "log_dir": str(tmp_path / "logs"), "steps": STEPS,
            "interval": INTERVAL, "cause": cause, "rank": rank}
     cfg.update(extra)
-    ctx = rank_context()
-    port = free_port()
-    procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
-    results = join_ranks(procs, str(tmp_path), 120)
+    results = run_worker("triage_worker", WORLD, cfg, str(tmp_path), 120)
     out = subprocess.run([program, "diagnose", "--json", "-q", cfg["log_dir"]],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True, timeout=60)

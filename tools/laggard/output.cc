@@ -18,17 +18,6 @@ namespace laggard::cli {
 
 Json number_or_null(double value) { return std::isfinite(value) ? Json(value) : Json(nullptr); }
 
-Json metrics_json(const Metrics& metrics) {
-  Json out = Json::object();
-  for (const auto& [name, value] : metrics) {
-    if (const double* d = std::get_if<double>(&value))
-      out[name] = number_or_null(*d);
-    else
-      out[name] = std::get<std::string>(value);
-  }
-  return out;
-}
-
 void write_file_replacing(const std::string& path, const std::string& text,
                           const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;

@@ -25,8 +25,6 @@ inline constexpr auto kJsonReplace = Json::error_handler_t::replace;
 using detail::fixed;
 using detail::join_ints;
 using detail::printable;
-/// Metrics as a JSON object (numbers stay numbers, text stays text; NaN becomes null).
-Json metrics_json(const Metrics& metrics);
 /// A finite number, or null.
 Json number_or_null(double value);
 
