@@ -148,7 +148,7 @@ struct Background {
   ResourceProfile resources;
   std::size_t correctness_warned = 0;  // findings looked at for a warning
   std::set<std::pair<int, std::string>> correctness_said;  // (rank, value) warned about
-  void triage(const Window& window, Report& report, Metrics& metrics);
+  void triage(const Window& analysed, Report& report, Metrics& metrics);
 
   std::atomic<std::uint64_t> samples_logged{0}, log_lost{0}, samples_sent{0}, send_dropped{0},
       samples_received{0}, late_samples{0}, malformed{0}, windows{0}, incomplete{0}, reports{0},
@@ -408,10 +408,10 @@ void Background::analyse(bool final) {
   }
 }
 
-void Background::triage(const Window& window, Report& report, Metrics& metrics) {
+void Background::triage(const Window& analysed, Report& report, Metrics& metrics) {
   if (!gate) return;
-  gate->add(window);
-  resources.add(window);
+  gate->add(analysed);
+  resources.add(analysed);
   // Correctness first: a warning for each (rank, value) the first time it fails, the count and
   // the first finding as metrics.
   const auto& found = gate->findings();
@@ -437,10 +437,10 @@ void Background::triage(const Window& window, Report& report, Metrics& metrics) 
   // Reasons of the confirmed stragglers (at most 8 a window: each reads every rank's readings).
   if (!resources.any()) return;
   std::size_t explained = 0;
-  std::map<int, bool> done;
+  std::map<int, bool> explained_rank;
   for (const RankFinding& f : report.stragglers) {
-    if (!f.confirmed || done[f.rank] || explained >= 8) continue;
-    done[f.rank] = true;
+    if (!f.confirmed || explained_rank[f.rank] || explained >= 8) continue;
+    explained_rank[f.rank] = true;
     ++explained;
     const std::vector<Reason> why = resource_reasons(resources, f.rank);
     const std::string key = "straggler/" + std::to_string(f.rank) + "/reason";
