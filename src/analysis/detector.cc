@@ -1132,8 +1132,10 @@ struct SeqPass {
   float own_ceiling_open, own_ceiling_held;
 };
 
-// One window of one (cohort, stage) over its slots [0, n): the noise level and the five CUSUMs. Branch-free over contiguous arrays (restrict: nothing aliases),
-// so the compiler vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop.
+// One window of one (cohort, stage) over its slots [0, n): the noise level, the five shifts'
+// CUSUMs and the own-baseline one with its baseline. Branch-free over contiguous arrays
+// (restrict: nothing aliases), so the compiler vectorizes it; at 16,384 ranks x 16 stages it is
+// the detector's inner loop.
 void seq_pass(std::size_t n, const SeqPass& p, const float* __restrict x,
               const float* __restrict ex, int* __restrict seen, float* __restrict level,
               float* __restrict last, float* __restrict evidence,
@@ -1533,7 +1535,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     float* before_p = before.data();
     std::vector<float>& raw = seq_raw_;
     raw.resize(n);
-    static_assert(kShifts == 5, "seq_pass updates five CUSUMs");
+    static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");
     seq_pass(n, pass, x, ex, seen, level, last, evidence, before_p,
              track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
              track.cusum[3].data(), track.cusum[4].data(), track.base.data(), track.own.data(),
