@@ -243,6 +243,11 @@ class LAGGARD_API Detector {
     std::vector<float> evidence;  ///< the largest of a slot's CUSUMs
     std::vector<float> level;     ///< EWMA of the rank's log-ratio (for the noise estimate only)
     std::vector<float> last;      ///< the rank's log-ratio in its previous window
+    /// The rank's own baseline: its usual log-ratio (persistent offset to the median), learnt
+    /// while `own` is at 0; and the CUSUM of "slower than its baseline by relative_threshold"
+    /// against "no change".
+    std::vector<float> base;
+    std::vector<float> own;
     std::vector<int> seen;          ///< windows the rank took part in
     std::vector<std::uint8_t> named_bit;  ///< 1 while the rank is named
     std::vector<SeqState> cold;
@@ -254,6 +259,12 @@ class LAGGARD_API Detector {
     /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that
     /// rate is above pause_rate.
     double pauses = 0.0, pause_chances = 0.0;
+    /// The own-baseline test's calibration: a histogram of the (uncapped) evidence of the
+    /// rank-windows without evidence, in bins of candidate caps, then the sum of exp(evidence)
+    /// of those under the lowest; out of own_chances. Its cap is the largest candidate at which
+    /// their capped evidence has an exponential moment of at most 1.
+    std::vector<double> own_tail;
+    double own_chances = 0.0;
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);
@@ -281,6 +292,7 @@ class LAGGARD_API Detector {
   std::vector<float> seq_x_, seq_excess_;  ///< per (stage, position): log-ratio, ms over median
   std::vector<double> seq_scratch_;
   std::vector<float> seq_before_;  ///< per position: the evidence before this window
+  std::vector<float> seq_raw_;     ///< per position: the own-baseline test's uncapped evidence
   std::vector<std::size_t> seq_offsets_;
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)

@@ -1070,6 +1070,11 @@ constexpr double kLevelAlpha = 0.1;  // EWMA of each rank's log-ratio (noise est
 constexpr double kScaleAlpha = 0.1;  // EWMA of ln(sigma) of a (cohort, stage)
 constexpr double kSqrt2 = 1.4142135623730951;
 constexpr double kPausePrior = 1000.0;  // rank-windows pause_rate counts for
+constexpr double kBaseAlpha = 0.05;  // EWMA of a rank's own baseline (after its first windows)
+constexpr int kOwnWarmup = 10;       // windows a rank's baseline takes before it is tested
+// The own-baseline test runs where one window separates its shift from no change by this many
+// sigma or more.
+constexpr double kOwnSeparation = 3.0;
 const double kLogPause = std::log(1.5);  // a pause: at least 1.5x the median
 
 
@@ -1121,15 +1126,22 @@ struct SeqPass {
   float ceiling_open, ceiling_held;  // most evidence a window may add; held: waiting or tiny
   float hold_below, absolute;    // excess (ms) at or under which the window is held
   float step_limit;              // 3 sigma: the most a window moves the level
+  // The own-baseline test: LLR = own_weight (x - base - own_mid), capped at own_ceiling_*.
+  float own_weight, own_mid, own_shift;  // own_shift: taken off after the cap
+  float own_jump;  // over the baseline by this (log): no evidence for the own-baseline test
+  float own_ceiling_open, own_ceiling_held;
 };
 
-// One window of one (cohort, stage) over its slots [0, n): the noise level and the five CUSUMs. Branch-free over contiguous arrays (restrict: nothing aliases),
-// so the compiler vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop.
+// One window of one (cohort, stage) over its slots [0, n): the noise level, the five shifts'
+// CUSUMs and the own-baseline one with its baseline. Branch-free over contiguous arrays
+// (restrict: nothing aliases), so the compiler vectorizes it; at 16,384 ranks x 16 stages it is
+// the detector's inner loop.
 void seq_pass(std::size_t n, const SeqPass& p, const float* __restrict x,
               const float* __restrict ex, int* __restrict seen, float* __restrict level,
               float* __restrict last, float* __restrict evidence,
               float* __restrict before, float* __restrict c0, float* __restrict c1,
-              float* __restrict c2, float* __restrict c3, float* __restrict c4) {
+              float* __restrict c2, float* __restrict c3, float* __restrict c4,
+              float* __restrict base, float* __restrict own, float* __restrict raw) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   for (std::size_t j = 0; j < n; ++j) {
     const float xj = x[j];
@@ -1151,10 +1163,109 @@ void seq_pass(std::size_t n, const SeqPass& p, const float* __restrict x,
     c2[j] = v2;
     c3[j] = v3;
     c4[j] = v4;
-    const float most = std::max(std::max(std::max(v0, v1), std::max(v2, v3)), v4);
+    // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
+    // learnt while this CUSUM is at 0, as a running mean over the first windows and then an
+    // EWMA, from 0 (the median), a window moving it by 3 sigma at most: one heavy-tailed first
+    // window does not become the baseline.
+    const float b = base[j];
+    const bool warm = seen_before >= kOwnWarmup;
+    // A window 1.5x or more over the baseline is a pause or a larger slowdown, which the other
+    // shifts' tests weigh: it adds nothing here, either way.
+    const float own_llr = !warm                    ? -1.0f
+                          : xj - b >= q.own_jump   ? 0.0f
+                                                   : q.own_weight * (xj - b - q.own_mid);
+    raw[j] = own_llr;
+    const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
+    const float v5 = std::max(0.0f, own[j] + std::min(own_ceiling, own_llr) - q.own_shift);
+    const float base_alpha =
+        std::max(static_cast<float>(kBaseAlpha), 1.0f / static_cast<float>(seen_before + 1));
+    const float base_step = clamp_f(xj - b, -q.step_limit, q.step_limit);
+    const bool learn = own[j] == 0.0f;
+    base[j] = learn ? b + base_alpha * base_step : b;
+    own[j] = v5;
+    const float most =
+        std::max(std::max(std::max(v0, v1), std::max(v2, v3)), std::max(v4, v5));
     before[j] = evidence[j];
     evidence[j] = most;
   }
+}
+
+// The own-baseline test's windows without evidence, per (cohort, stage): own_tail[i] counts those
+// whose evidence fell in [low + i step, low + (i + 1) step) (the last bin: at or above it);
+// own_tail[kOwnCaps + 1] sums exp(evidence) of those under kOwnCapLow.
+constexpr double kOwnCapLow = 2.0, kOwnCapStep = 0.1, kOwnCapHigh = 8.0;
+constexpr int kOwnCaps = 61;  // (kOwnCapHigh - kOwnCapLow) / kOwnCapStep + 1
+
+// The own-baseline test's calibration in a stage: its cap and the shift taken off each window.
+// The cap is the largest c (a multiple of kOwnCapStep in [kOwnCapLow, kOwnCapHigh]) at which
+// the capped evidence of windows without evidence has an exponential moment of at most 1,
+// E[exp(min(llr, c))] <= 1, as a test whose noise model is right has: a stage whose surprises
+// (pauses, heavy tails) reach c more often than e^-c gets a lower cap, a quiet one a higher.
+// Where even kOwnCapLow has a moment above 1, the cap is kOwnCapLow and ln(moment) is taken
+// off every window. The prior: a moment of pause_rate e^c (surprises at pause_rate, the body
+// counting nothing), worth kPausePrior rank-windows: with few windows seen the cap is near
+// ln(1 / pause_rate).
+struct OwnCalibration {
+  double cap = 0.0, shift = 0.0;
+};
+
+template <class Track>
+OwnCalibration own_calibration(const Track& track, double pause_rate) {
+  OwnCalibration out;
+  if (track.own_tail.size() <= static_cast<std::size_t>(kOwnCaps) + 1) {
+    out.cap = std::log(1.0 / pause_rate);
+    return out;
+  }
+  const double* hist = track.own_tail.data();
+  // Windows at or above each candidate, from the top.
+  double above[kOwnCaps + 1];
+  above[kOwnCaps] = 0.0;
+  for (int i = kOwnCaps - 1; i >= 0; --i) above[i] = above[i + 1] + hist[i];
+  const double denom = track.own_chances + kPausePrior;
+  // Moment below the candidate: the body (under kOwnCapLow) and the bins under c, each at its
+  // upper edge.
+  double below = hist[kOwnCaps + 1];
+  double cap = -1.0, first_moment = 0.0;
+  for (int i = 0; i < kOwnCaps; ++i) {
+    const double c = kOwnCapLow + kOwnCapStep * i;
+    const double e = std::exp(c);
+    const double moment = (below + above[i] * e + kPausePrior * pause_rate * e) / denom;
+    if (i == 0) first_moment = moment;
+    if (moment > 1.0) break;
+    cap = c;
+    below += hist[i] * std::exp(c + kOwnCapStep);
+  }
+  if (cap < 0.0) {
+    out.cap = kOwnCapLow;
+    out.shift = std::log(first_moment);
+  } else {
+    out.cap = cap;
+  }
+  return out;
+}
+
+// Counts the own-baseline test's windows of one window for its calibration: slots that had no
+// evidence before it and have a baseline; over 1,024 slots at most (every n/1,024-th, as the
+// noise estimate), which is data enough at a fraction of the cost.
+template <class Track>
+void count_own_surprises(Track& track, std::size_t n, const float* raw, const float* before,
+                         const int* seen) {
+  if (track.own_tail.size() <= static_cast<std::size_t>(kOwnCaps) + 1)
+    track.own_tail.assign(kOwnCaps + 2, 0.0);
+  const std::size_t stride = n > 2048 ? n / 1024 : 1;
+  double body = 0.0;
+  for (std::size_t j = 0; j < n; j += stride) {
+    if (before[j] != 0.0f || seen[j] <= kOwnWarmup) continue;
+    track.own_chances += 1.0;
+    const double r = static_cast<double>(raw[j]);
+    if (r < kOwnCapLow) {
+      body += std::exp(r);
+      continue;
+    }
+    const int bin = std::min(kOwnCaps - 1, static_cast<int>((r - kOwnCapLow) / kOwnCapStep));
+    track.own_tail[static_cast<std::size_t>(bin)] += 1.0;
+  }
+  track.own_tail[kOwnCaps + 1] += body;
 }
 
 }  // namespace
@@ -1192,6 +1303,8 @@ void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
   permute(evidence, 0.0f);
   permute(level, 0.0f);
   permute(last, 0.0f);
+  permute(base, 0.0f);
+  permute(own, 0.0f);
   permute(seen, 0);
   permute(named_bit, std::uint8_t{0});
   permute(cold, SeqState{});
@@ -1226,7 +1339,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   for (const StageFigures& f : report.stages)
     if (f.kind != StageKind::communication) pairs += static_cast<double>(f.rank_ids.size());
   pairs_ = std::max(pairs_, pairs);
-  const double threshold = evidence_threshold(options_, pairs_) + std::log(num_shifts);
+  // One test per shift, and the one against each rank's own baseline.
+  const double threshold = evidence_threshold(options_, pairs_) + std::log(num_shifts + 1);
 
   std::string key;
   auto track_key = [&](const std::string& cohort, const std::string& stage) -> const std::string& {
@@ -1397,12 +1511,36 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     pass.hold_below = hold_below;
     pass.absolute = absolute;
     pass.step_limit = step_limit;
+    // The own-baseline test: "slower than its own baseline by relative_threshold" against "no
+    // change". Its cap follows the surprises this test has seen in the stage (own_cap).
+    const OwnCalibration calib = own_calibration(track, options_.pause_rate);
+    const float own_cap = static_cast<float>(calib.cap);
+    const double own_weight = log_slow / (sigma * sigma);
+    pass.own_weight = static_cast<float>(own_weight);
+    pass.own_mid = static_cast<float>(0.5 * log_slow);
+    pass.own_shift = static_cast<float>(calib.shift);
+    // Only where one window separates the shift from no change by 3 sigma or more: in a noisier
+    // stage a rank's baseline is not known to a fraction of the shift within the windows it has,
+    // and a streak of noise against a baseline learnt before it reads as a slowdown.
+    const bool own_on = sigma * kOwnSeparation <= log_slow;
+    pass.own_jump = flog_pause;
+    if (!own_on) {
+      pass.own_weight = 0.0f;
+      pass.own_mid = 0.0f;
+      pass.own_shift = own_cap;  // no evidence: what it had falls to 0
+    }
+    pass.own_ceiling_open = comparable ? own_cap : -own_cap;
+    pass.own_ceiling_held = comparable ? 0.0f : -own_cap;
     before.resize(n);
     float* before_p = before.data();
-    static_assert(kShifts == 5, "seq_pass updates five CUSUMs");
+    std::vector<float>& raw = seq_raw_;
+    raw.resize(n);
+    static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");
     seq_pass(n, pass, x, ex, seen, level, last, evidence, before_p,
              track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
-             track.cusum[3].data(), track.cusum[4].data());
+             track.cusum[3].data(), track.cusum[4].data(), track.base.data(), track.own.data(),
+             raw.data());
+    if (comparable && own_on) count_own_surprises(track, n, raw.data(), before_p, seen);
     // Names: set at the threshold, kept until the evidence is back at 0 (rare work, per slot).
     std::uint8_t* named = track.named_bit.data();
     for (std::size_t j = 0; j < n; ++j) {
