@@ -3,11 +3,11 @@ CPU (tests/data/record_cpu_traces.py, tensorboard_trace_handler's file names), a
 program reads the directory: ranks from distributedInfo, steps from ProfilerStep#N, the host-side
 stages, and the slow rank named by the same detector as for laggard's own logs."""
 
-import importlib.util
 import json
 import os
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -16,11 +16,14 @@ import testenv
 RECORDER = os.path.join(testenv.ROOT, "tests", "data", "record_cpu_traces.py")
 
 
-def _recorder():
-    spec = importlib.util.spec_from_file_location("record_cpu_traces", RECORDER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _record(out, *args):
+    """Runs the recorder as a program of its own: its ranks fork from a fresh interpreter, not
+    from this pytest process, whose threads from earlier tests (gloo loops, tracker services)
+    could leave a lock held in a forked child (ranks hung before training now and then)."""
+    r = subprocess.run([sys.executable, RECORDER, str(out)] + [str(a) for a in args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       env=testenv.subprocess_env(), timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_recorded_traces_name_the_slow_rank(tmp_path):
@@ -30,7 +33,7 @@ def test_recorded_traces_name_the_slow_rank(tmp_path):
         pytest.skip("no laggard program (build it: bash scripts/build.sh)")
     out = tmp_path / "traces"
     # 3 ranks, 8 profiled steps; rank 1 sleeps 20 ms in its forward.
-    _recorder().record(out, ranks=3, steps=8, slow_rank=1, slow_ms=20.0, handler=True)
+    _record(out, "--ranks", 3, "--steps", 8, "--slow-rank", 1, "--slow-ms", 20.0, "--handler")
     names = sorted(os.listdir(str(out)))
     assert len(names) == 3 and all(n.endswith(".pt.trace.json.gz") for n in names), names
 
