@@ -91,7 +91,10 @@ def check_common(tmp_path, results, world):
     # the metrics joined the Trainer's own log (state.log_history), beside its loss
     logged = [h for h in results[0]["log_history"] if "straggler/ranks" in h]
     assert len(logged) == results[0]["reports_logged"] >= 2
-    assert all("loss" in h and h["straggler/ranks"] == float(world) for h in logged)
+    # (the Trainer's closing summary row says train_loss: a report that arrived after the last
+    # logging step joins that row)
+    for h in logged:
+        assert ("loss" in h or "train_loss" in h) and h["straggler/ranks"] == float(world), h
     # and the callbacks after laggard's (report_to's trackers, when it comes first) got them
     seen = [h for h in results[0]["seen_logs"] if "straggler/ranks" in h]
     assert len(seen) == len(logged)
