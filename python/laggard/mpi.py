@@ -10,8 +10,10 @@ run with MPI_THREAD_MULTIPLE (laggard's background thread calls MPI): laggard in
 if nothing did yet, and finalizes it at exit; a program that initializes MPI itself (mpi4py)
 must ask for that level (``mpi4py.rc.thread_level = "multiple"``, mpi4py's default).
 
-The transport lives in laggard._mpi, built when the package was built with MPI present (Open
-MPI's libmpi must then be installed where the program runs); without it, transport="mpi" is a
+The transport lives in laggard._mpi, built by a source build (scripts/build.sh) when MPI is
+found, and into a wheel only on request (``pip install . -Ccmake.define.LAGGARD_WITH_MPI=ON``:
+the default wheel does not depend on libmpi; Open MPI's must be installed where such a wheel
+runs); without it, transport="mpi" is a
 warning and the rank records without a side channel, as any failure of the side channel is.
 """
 
@@ -41,7 +43,9 @@ def setup():
             from . import _mpi
         except ImportError as e:
             raise RuntimeError("laggard was built without its MPI side channel (laggard._mpi: "
-                               "%s); rebuild with Open MPI installed (libopenmpi-dev)" % e)
+                               "%s); build the package with it: pip install . "
+                               "-Ccmake.define.LAGGARD_WITH_MPI=ON, Open MPI installed "
+                               "(libopenmpi-dev)" % e)
         from . import _core
 
         world = tuple(_mpi.init())
