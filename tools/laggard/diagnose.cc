@@ -4,11 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "laggard/compare.hpp"
-#include "laggard/diagnose.hpp"
 #include "laggard/run_output.hpp"
-#include "laggard/source.hpp"
-#include "laggard/trace.hpp"
 #include "output.hpp"
 
 namespace laggard::cli {

@@ -2,11 +2,7 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "laggard/diagnose.hpp"
-#include "laggard/html_report.hpp"
-#include "laggard/jsonl.hpp"
-#include "laggard/source.hpp"
-#include "laggard/summary.hpp"
+#include "laggard/run_output.hpp"
 #include "output.hpp"
 
 namespace laggard::cli {
