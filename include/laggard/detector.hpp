@@ -291,8 +291,7 @@ class LAGGARD_API Detector {
   // Scratch of observe_sequential, kept between windows.
   std::vector<float> seq_x_, seq_excess_;  ///< per (stage, position): log-ratio, ms over median
   std::vector<double> seq_scratch_;
-  std::vector<float> seq_before_;  ///< per position: the evidence before this window
-  std::vector<float> seq_raw_;     ///< per position: the own-baseline test's uncapped evidence
+  std::vector<std::uint8_t> seq_attention_;  ///< per position: what seq_pass marked (detector.cc)
   std::vector<std::size_t> seq_offsets_;
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)

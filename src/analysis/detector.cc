@@ -1078,39 +1078,41 @@ constexpr double kOwnSeparation = 3.0;
 const double kLogPause = std::log(1.5);  // a pause: at least 1.5x the median
 
 
-// ln(v) for v > 0 within about 1e-6: the exponent from the bits, and ln(m) for the mantissa
-// m in [sqrt(1/2), sqrt(2)) from a series in s = (m - 1) / (m + 1). A quarter of the cost of
-// std::log, which was an eighth of a 16,384-rank window (docs/performance.md); the evidence it
-// feeds is compared with thresholds of order 0.01.
-// Without branches, for the vectorized pass below: the exponent becomes a double through the
-// bits of 2^52 + e (SSE2 has no packed int64-to-double conversion).
-inline double fast_log(double v) {
-  std::uint64_t bits;
+// ln(v) for v > 0 within about 1e-7 (v a ratio near 1; any normal float): the exponent from the
+// bits, and ln(m) for the mantissa m in [sqrt(1/2), sqrt(2)) from a series in
+// s = (m - 1) / (m + 1). In float, four lanes to an SSE2 register: std::log was an eighth of a
+// 16,384-rank window, and a double series half the log-ratio pass (docs/performance.md); the
+// evidence it feeds is compared with thresholds of order 0.01 and stored as float anyway.
+// Without branches, for the vectorized pass below.
+inline float fast_logf(float v) {
+  std::uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  std::uint64_t e_bits = 0x4330000000000000ull | ((bits >> 52) & 0x7ff);
-  double exponent;
-  std::memcpy(&exponent, &e_bits, sizeof exponent);
-  exponent -= 4503599627370496.0 + 1023.0;
-  bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;  // m in [1, 2)
-  double m;
+  float exponent = static_cast<float>(static_cast<std::int32_t>((bits >> 23) & 0xff) - 127);
+  bits = (bits & 0x007fffffu) | 0x3f800000u;  // m in [1, 2)
+  float m;
   std::memcpy(&m, &bits, sizeof m);
-  const bool high = m > 1.4142135623730951;
-  m = high ? m * 0.5 : m;
-  exponent = high ? exponent + 1.0 : exponent;
-  const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
-  const double series =
-      2.0 * s * (1.0 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9)))));
-  return series + exponent * 0.6931471805599453;
+  const bool high = m > 1.41421356f;
+  m = high ? m * 0.5f : m;
+  exponent = high ? exponent + 1.0f : exponent;
+  const float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;  // |s| <= 0.172: s2^4 / 9 < 1e-7
+  const float series = 2.0f * s * (1.0f + s2 * (1.0f / 3 + s2 * (1.0f / 5 + s2 * (1.0f / 7))));
+  return series + exponent * 0.693147181f;
 }
 
 // Each rank's log-ratio to the median, x = ln((t + e) / (median + e)), and its excess in ms, for
-// one stage: one vectorized pass (times are finite here: the window leaves out the others).
+// one stage: one vectorized pass (times are finite here: the window leaves out the others). The
+// ratio is formed in double and its log taken in float: x is within about 1e-7 of the exact
+// value (a log of each time less the log of the median would lose the digits of the
+// difference).
 void log_ratio_pass(std::size_t n, const double* __restrict ms, double median,
                     float* __restrict x, float* __restrict excess) {
-  const double log_ref = fast_log(std::max(median, 0.0) + kEpsilonMs);
+  const double inv_ref = 1.0 / (std::max(median, 0.0) + kEpsilonMs);
   for (std::size_t j = 0; j < n; ++j) {
     const double t = ms[j];
-    x[j] = static_cast<float>(fast_log(std::max(t, 0.0) + kEpsilonMs) - log_ref);
+    const double ratio = (std::max(t, 0.0) + kEpsilonMs) * inv_ref;
+    // Clamped to float's normal range: a time of 1e300 ms or a median of 0 against a huge time
+    // stays finite.
+    x[j] = fast_logf(static_cast<float>(std::min(std::max(ratio, 1e-30), 1e30)));
     excess[j] = static_cast<float>(t - median);
   }
 }
@@ -1126,27 +1128,50 @@ struct SeqPass {
   float ceiling_open, ceiling_held;  // most evidence a window may add; held: waiting or tiny
   float hold_below, absolute;    // excess (ms) at or under which the window is held
   float step_limit;              // 3 sigma: the most a window moves the level
+  float log_slow;                // ln(relative_threshold): pauses count after windows under it
   // The own-baseline test: LLR = own_weight (x - base - own_mid), capped at own_ceiling_*.
   float own_weight, own_mid, own_shift;  // own_shift: taken off after the cap
   float own_jump;  // over the baseline by this (log): no evidence for the own-baseline test
   float own_ceiling_open, own_ceiling_held;
 };
 
+// The own-baseline test's evidence of one window before its cap: none until the rank has a
+// baseline (kOwnWarmup windows); a window 1.5x or more over the baseline is a pause or a larger
+// slowdown, which the other shifts' tests weigh: it adds nothing here, either way.
+inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
+  return !warm ? -1.0f : xj - b >= q.own_jump ? 0.0f : q.own_weight * (xj - b - q.own_mid);
+}
+
+// What one pass over a (cohort, stage) counts besides the state it updates.
+struct SeqCounts {
+  int jumps = 0, jump_base = 0;  // pauses: 1.5x the median after a window under the shift
+};
+
 // One window of one (cohort, stage) over its slots [0, n): the noise level, the five shifts'
-// CUSUMs and the own-baseline one with its baseline. Branch-free over contiguous arrays
-// (restrict: nothing aliases), so the compiler vectorizes it; at 16,384 ranks x 16 stages it is
-// the detector's inner loop.
-void seq_pass(std::size_t n, const SeqPass& p, const float* __restrict x,
-              const float* __restrict ex, int* __restrict seen, float* __restrict level,
-              float* __restrict last, float* __restrict evidence,
-              float* __restrict before, float* __restrict c0, float* __restrict c1,
-              float* __restrict c2, float* __restrict c3, float* __restrict c4,
-              float* __restrict base, float* __restrict own, float* __restrict raw) {
+// CUSUMs and the own-baseline one with its baseline, the names (set at the threshold, kept
+// until the evidence is back at 0), and the pauses seen. `attention` is non-zero where the
+// caller has per-slot work: evidence that rose from 0 in this window, or a name held. One
+// branch-free pass over contiguous arrays (restrict: nothing aliases), so the compiler
+// vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop, and bound by
+// memory: every slot's state is read and written once per window.
+SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const float* __restrict x,
+                   const float* __restrict ex, int* __restrict seen, float* __restrict level,
+                   float* __restrict last, float* __restrict evidence, float* __restrict c0,
+                   float* __restrict c1, float* __restrict c2, float* __restrict c3,
+                   float* __restrict c4, float* __restrict base, float* __restrict own,
+                   std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
+  const float log_slow = q.log_slow, log_pause = q.own_jump;
+  int jumps = 0, jump_base = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const float xj = x[j];
     const int seen_before = seen[j];
     seen[j] = seen_before + 1;
+    // Pauses: 1.5x the median straight after a window at most relative_threshold (a straggler's
+    // onset counts once; its later windows do not).
+    const int pause_base = (seen_before > 0) & (last[j] < log_slow);
+    jump_base += pause_base;
+    jumps += pause_base & (xj >= log_pause);
     // The level follows the rank, a pause moving it by 3 sigma at most.
     const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
     level[j] = seen_before > 0 ? level[j] + static_cast<float>(kLevelAlpha) * dev : xj;
@@ -1168,15 +1193,10 @@ void seq_pass(std::size_t n, const SeqPass& p, const float* __restrict x,
     // EWMA, from 0 (the median), a window moving it by 3 sigma at most: one heavy-tailed first
     // window does not become the baseline.
     const float b = base[j];
-    const bool warm = seen_before >= kOwnWarmup;
-    // A window 1.5x or more over the baseline is a pause or a larger slowdown, which the other
-    // shifts' tests weigh: it adds nothing here, either way.
-    const float own_llr = !warm                    ? -1.0f
-                          : xj - b >= q.own_jump   ? 0.0f
-                                                   : q.own_weight * (xj - b - q.own_mid);
-    raw[j] = own_llr;
     const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
-    const float v5 = std::max(0.0f, own[j] + std::min(own_ceiling, own_llr) - q.own_shift);
+    const float v5 = std::max(
+        0.0f, own[j] + std::min(own_ceiling, own_llr(q, xj, b, seen_before >= kOwnWarmup)) -
+                  q.own_shift);
     const float base_alpha =
         std::max(static_cast<float>(kBaseAlpha), 1.0f / static_cast<float>(seen_before + 1));
     const float base_step = clamp_f(xj - b, -q.step_limit, q.step_limit);
@@ -1185,9 +1205,17 @@ void seq_pass(std::size_t n, const SeqPass& p, const float* __restrict x,
     own[j] = v5;
     const float most =
         std::max(std::max(std::max(v0, v1), std::max(v2, v3)), std::max(v4, v5));
-    before[j] = evidence[j];
+    const bool rose = (evidence[j] == 0.0f) & (most > 0.0f);
     evidence[j] = most;
+    const std::uint8_t held_name =
+        static_cast<std::uint8_t>((named[j] | (most >= threshold)) & (most != 0.0f));
+    named[j] = held_name;
+    attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1));
   }
+  SeqCounts out;
+  out.jumps = jumps;
+  out.jump_base = jump_base;
+  return out;
 }
 
 // The own-baseline test's windows without evidence, per (cohort, stage): own_tail[i] counts those
@@ -1244,20 +1272,22 @@ OwnCalibration own_calibration(const Track& track, double pause_rate) {
   return out;
 }
 
-// Counts the own-baseline test's windows of one window for its calibration: slots that had no
-// evidence before it and have a baseline; over 1,024 slots at most (every n/1,024-th, as the
-// noise estimate), which is data enough at a fraction of the cost.
+// Counts the own-baseline test's windows of one window for its calibration, from the state
+// before the window's pass: slots with a baseline and no evidence; over 1,024 slots at most
+// (every n/1,024-th, as the noise estimate), which is data enough at a fraction of the cost.
 template <class Track>
-void count_own_surprises(Track& track, std::size_t n, const float* raw, const float* before,
-                         const int* seen) {
+void count_own_surprises(Track& track, const SeqPass& q, std::size_t n, const float* x) {
   if (track.own_tail.size() <= static_cast<std::size_t>(kOwnCaps) + 1)
     track.own_tail.assign(kOwnCaps + 2, 0.0);
   const std::size_t stride = n > 2048 ? n / 1024 : 1;
+  const int* seen = track.seen.data();
+  const float* evidence = track.evidence.data();
+  const float* base = track.base.data();
   double body = 0.0;
   for (std::size_t j = 0; j < n; j += stride) {
-    if (before[j] != 0.0f || seen[j] <= kOwnWarmup) continue;
+    if (evidence[j] != 0.0f || seen[j] < kOwnWarmup) continue;
     track.own_chances += 1.0;
-    const double r = static_cast<double>(raw[j]);
+    const double r = static_cast<double>(own_llr(q, x[j], base[j], true));
     if (r < kOwnCapLow) {
       body += std::exp(r);
       continue;
@@ -1431,7 +1461,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   }
 
   std::vector<double>& scratch = seq_scratch_;
-  std::vector<float>& before = seq_before_;
   seq_named_.clear();
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
@@ -1487,19 +1516,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       if (seen[j] > 0)
         scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[j] - last[j])) / kSqrt2
                                      : std::fabs(static_cast<double>(x[j] - level[j])));
-    // Pauses: 1.5x the median straight after a window at most relative_threshold (a straggler's
-    // onset counts once; its later windows do not).
-    if (comparable) {
-      int jumps = 0, jump_base = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        const bool base = seen[j] > 0 && last[j] < flog_slow;
-        jump_base += base;
-        jumps += base && x[j] >= flog_pause;
-      }
-      track.pauses += jumps;
-      track.pause_chances += jump_base;
-    }
-
     // The test, one pass over the slots.
     SeqPass pass;
     for (int k = 0; k < kShifts; ++k) {
@@ -1531,25 +1547,35 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     }
     pass.own_ceiling_open = comparable ? own_cap : -own_cap;
     pass.own_ceiling_held = comparable ? 0.0f : -own_cap;
-    before.resize(n);
-    float* before_p = before.data();
-    std::vector<float>& raw = seq_raw_;
-    raw.resize(n);
+    pass.log_slow = flog_slow;
+    if (comparable && own_on) count_own_surprises(track, pass, n, x);
+    std::vector<std::uint8_t>& attention = seq_attention_;
+    attention.resize(n);
     static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");
-    seq_pass(n, pass, x, ex, seen, level, last, evidence, before_p,
-             track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
-             track.cusum[3].data(), track.cusum[4].data(), track.base.data(), track.own.data(),
-             raw.data());
-    if (comparable && own_on) count_own_surprises(track, n, raw.data(), before_p, seen);
-    // Names: set at the threshold, kept until the evidence is back at 0 (rare work, per slot).
-    std::uint8_t* named = track.named_bit.data();
+    const SeqCounts counts =
+        seq_pass(n, pass, fthreshold, x, ex, seen, level, last, evidence, track.cusum[0].data(),
+                 track.cusum[1].data(), track.cusum[2].data(), track.cusum[3].data(),
+                 track.cusum[4].data(), track.base.data(), track.own.data(),
+                 track.named_bit.data(), attention.data());
+    if (comparable) {
+      track.pauses += counts.jumps;
+      track.pause_chances += counts.jump_base;
+    }
+    // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
+    // where none is marked.
+    const std::uint8_t* marks = attention.data();
     for (std::size_t j = 0; j < n; ++j) {
-      const bool rose = before_p[j] == 0.0f && evidence[j] > 0.0f;
-      if (!(rose || named[j]) && evidence[j] < fthreshold) continue;
-      if (rose) track.cold[j].rise_step = window.step;
-      if (evidence[j] >= fthreshold) named[j] = 1;
-      if (evidence[j] == 0.0f) named[j] = 0;
-      if (named[j] && comparable) seq_named_.emplace_back(i, j);
+      if (j + 8 <= n) {
+        std::uint64_t word;
+        std::memcpy(&word, marks + j, sizeof word);
+        if (word == 0) {
+          j += 7;
+          continue;
+        }
+      }
+      if (marks[j] == 0) continue;
+      if (marks[j] & 2) track.cold[j].rise_step = window.step;
+      if ((marks[j] & 1) && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
       const double window_sigma = std::max(
