@@ -291,6 +291,7 @@ class LAGGARD_API Detector {
   // Scratch of observe_sequential, kept between windows.
   std::vector<float> seq_x_, seq_excess_;  ///< per (stage, position): log-ratio, ms over median
   std::vector<double> seq_scratch_;
+  std::vector<std::pair<int, int>> seq_ratio_counts_;  ///< per stage: ranks late, fast
   std::vector<std::uint8_t> seq_attention_;  ///< per position: what seq_pass marked (detector.cc)
   std::vector<std::size_t> seq_offsets_;
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)

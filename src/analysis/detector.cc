@@ -1104,17 +1104,28 @@ inline float fast_logf(float v) {
 // ratio is formed in double and its log taken in float: x is within about 1e-7 of the exact
 // value (a log of each time less the log of the median would lose the digits of the
 // difference).
-void log_ratio_pass(std::size_t n, const double* __restrict ms, double median,
-                    float* __restrict x, float* __restrict excess) {
+struct RatioCounts {
+  int late = 0, fast = 0;  // ranks at or over ln(slow), at or under -ln(slow)
+};
+RatioCounts log_ratio_pass(std::size_t n, const double* __restrict ms, double median,
+                           float log_slow, float* __restrict x, float* __restrict excess) {
   const double inv_ref = 1.0 / (std::max(median, 0.0) + kEpsilonMs);
+  int late = 0, fast = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const double t = ms[j];
     const double ratio = (std::max(t, 0.0) + kEpsilonMs) * inv_ref;
     // Clamped to float's normal range: a time of 1e300 ms or a median of 0 against a huge time
     // stays finite.
-    x[j] = fast_logf(static_cast<float>(std::min(std::max(ratio, 1e-30), 1e30)));
+    const float xj = fast_logf(static_cast<float>(std::min(std::max(ratio, 1e-30), 1e30)));
+    x[j] = xj;
     excess[j] = static_cast<float>(t - median);
+    late += xj >= log_slow;
+    fast += xj <= -log_slow;
   }
+  RatioCounts out;
+  out.late = late;
+  out.fast = fast;
+  return out;
 }
 
 // std::clamp for the vectorized pass (it returns a reference, which keeps GCC from
@@ -1393,10 +1404,17 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     offsets[i + 1] = offsets[i] + report.stages[i].rank_ms.size();
   xs.resize(offsets.back());
   excess.resize(offsets.back());
+  // Per stage: how many ranks are relative_threshold slower and faster than the median (the wait
+  // search below looks at a stage only where there are some).
+  std::vector<std::pair<int, int>>& ratio_counts = seq_ratio_counts_;
+  ratio_counts.resize(report.stages.size());
+  const float flog_slow = static_cast<float>(log_slow);
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
-    log_ratio_pass(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, xs.data() + offsets[i],
-                   excess.data() + offsets[i]);
+    const RatioCounts c = log_ratio_pass(f.rank_ms.size(), f.rank_ms.data(), f.median_ms,
+                                         flog_slow, xs.data() + offsets[i],
+                                         excess.data() + offsets[i]);
+    ratio_counts[i] = {c.late, c.fast};
   }
 
   // A stage holds a wait for a late rank when a rank that is relative_threshold slower than the
@@ -1415,10 +1433,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     late.clear();
     for (std::size_t i = b; i < e; ++i) {
       const StageFigures& f = report.stages[i];
-      if (f.kind == StageKind::communication) continue;
+      if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
+      const float* x = xs.data() + offsets[i];
       for (std::size_t j = 0; j < f.rank_ids.size(); ++j)
-        if (xs[offsets[i] + j] >= log_slow)
-          late.emplace_back(f.rank_ids[j], f.rank_ms[j] - f.median_ms);
+        if (x[j] >= flog_slow) late.emplace_back(f.rank_ids[j], f.rank_ms[j] - f.median_ms);
     }
     std::sort(late.begin(), late.end(), [](const auto& a, const auto& c) {
       return a.first < c.first || (a.first == c.first && a.second > c.second);
@@ -1429,14 +1447,17 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     if (!late.empty()) {
       for (std::size_t i = b; i < e; ++i) {
         const StageFigures& f = report.stages[i];
-        if (f.kind == StageKind::communication || f.rank_ids.size() < 2) continue;
+        if (f.kind == StageKind::communication || f.rank_ids.size() < 2 ||
+            ratio_counts[i].second == 0)
+          continue;  // no rank relative_threshold faster than the median: nobody arrived last
         auto t = seq_tracks_.find(track_key(f.cohort, f.stage));
         const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
                                                            ? kPriorSigma
                                                            : sigma_of(t->second)));
+        const float* x = xs.data() + offsets[i];
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
           const double deficit = f.median_ms - f.rank_ms[j];
-          if (xs[offsets[i] + j] > low || deficit < kMinWaitMs) continue;
+          if (static_cast<double>(x[j]) > low || deficit < kMinWaitMs) continue;
           auto it = std::lower_bound(
               late.begin(), late.end(), f.rank_ids[j],
               [](const std::pair<int, double>& a, int rank) { return a.first < rank; });
@@ -1494,7 +1515,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     const float absolute = static_cast<float>(
         std::max(kMinExcessMs, use_absolute ? options_.absolute_ms_threshold : 0.0));
     const float step_limit = static_cast<float>(3.0 * sigma);
-    const float flog_slow = static_cast<float>(log_slow);
     const float flog_pause = static_cast<float>(kLogPause);
 
     int* seen = track.seen.data();
