@@ -288,6 +288,8 @@ inline bool same_name(std::string_view a, std::string_view b) {
   return (p[0] == q[0]) & (p[n / 2] == q[n / 2]) & (p[n - 1] == q[n - 1]);  // 1 to 3 bytes
 }
 
+constexpr std::size_t kPrefetchAhead = 4;  // samples: about the loads' latency at a sample's work
+
 int find_stage(const Cohort& cohort, std::size_t pos, std::string_view name) {
   // Fast path: most ranks report the same stages in the same order.
   if (pos < cohort.used && same_name(cohort.stages[pos].name, name)) return static_cast<int>(pos);
@@ -450,6 +452,16 @@ class WindowEvaluator {
     std::size_t rows = 0;  // on the fast path: members [0, rows) are in every column
     for (std::size_t m = 0; m < members; ++m) {
       const StepSample& s = samples_[static_cast<std::size_t>(cohort.members[m])];
+      // The window is read once, sample after sample, each sample's stages an allocation of
+      // their own: the stages a few samples ahead are fetched while this one is copied (the
+      // columns are bound by these loads, not by the work on them).
+      if (m + kPrefetchAhead < members) {
+        const StepSample& ahead =
+            samples_[static_cast<std::size_t>(cohort.members[m + kPrefetchAhead])];
+        const char* p = reinterpret_cast<const char*>(ahead.stages.data());
+        const std::size_t bytes = ahead.stages.size() * sizeof(StageTime);
+        for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+      }
       if (fast) {
         if (append_layout_row(s, m)) {
           rows = m + 1;
