@@ -1443,7 +1443,12 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     while (e < report.stages.size() && report.stages[e].cohort == report.stages[b].cohort) ++e;
     auto& late = seq_late_;
     late.clear();
-    for (std::size_t i = b; i < e; ++i) {
+    // The late ranks matter only where some rank is fast enough to have waited for them.
+    bool any_fast = false;
+    for (std::size_t i = b; i < e; ++i)
+      any_fast |= report.stages[i].kind != StageKind::communication &&
+                  report.stages[i].rank_ids.size() >= 2 && ratio_counts[i].second > 0;
+    for (std::size_t i = b; i < e && any_fast; ++i) {
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
       const float* x = xs.data() + offsets[i];
