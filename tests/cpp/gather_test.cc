@@ -140,7 +140,9 @@ TEST(Gather, TwelveRanksInFourHostsDeliverEveryWindowCompleteAndInOrder) {
     EXPECT_EQ(c.gather_dropped, 0u) << r;
     EXPECT_EQ(c.errors, 0u) << r;
     forwarded += c.forwarded_samples;
-    if (r % 3 != 0) EXPECT_EQ(c.forwarded_samples, 0u) << r;
+    if (r % 3 != 0) {
+      EXPECT_EQ(c.forwarded_samples, 0u) << r;
+    }
   }
   EXPECT_GE(forwarded, static_cast<std::uint64_t>(kSteps * 6));
   EXPECT_EQ(ranks[0]->summary().stragglers.size(), 1u);

@@ -106,7 +106,7 @@ TEST(RunReport, SelfContainedEscapedAndComplete) {
   stats.files = 4;
   stats.malformed = 1;
   stats.errors.push_back({"rank-0.jsonl", 3, "not JSON: <b>"});
-  const std::string html = render_run_report(analysis.summary(), data, {"run<dir>", {}, stats});
+  const std::string html = render_run_report(analysis.summary(), data, {"run<dir>", {}, stats, std::nullopt});
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_EQ(html.find("<script>alert(1)"), std::string::npos);  // escaped
   EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
@@ -147,7 +147,7 @@ TEST(RunReport, TheTriageChainComesFirstWithTheLayerToLookAt) {
                       "class=\"badge v-unknown\">not measured</span>"),
             std::string::npos);
   // Without a chain, no section.
-  EXPECT_EQ(render_run_report(diagnosis.analysis().summary(), data, {"run", {}, {}})
+  EXPECT_EQ(render_run_report(diagnosis.analysis().summary(), data, {"run", {}, {}, std::nullopt})
                 .find("id=\"triage\""),
             std::string::npos);
 }
@@ -164,7 +164,7 @@ TEST(RunReport, StepsNearTheLargestStepStayInOrderOnTheChart) {
     const Window w = window(step, {60, 60, 60, 60}, "node-1");
     data.add(w, analysis.add(w));
   }
-  const std::string html = render_run_report(analysis.summary(), data, {"run", {}, {}});
+  const std::string html = render_run_report(analysis.summary(), data, {"run", {}, {}, std::nullopt});
   std::size_t at = html.find("points=\"");
   ASSERT_NE(at, std::string::npos);
   int lines = 0;
