@@ -275,7 +275,7 @@ def main():
                                        fast, 100 * rate * 10 * args.step_ms / 1e3 / fast
                                        if fast else float("nan")))
     if args.threads:
-        print("\nper thread (CPU µs per sampled step, summed over ranks / runs; off: per step):")
+        print("\nper thread (CPU µs per sampled step and rank, gross, pooled over runs; off: per step):")
         for (variant, interval, step_ms), resl in runs.items():
             tot, sampled = {}, 0
             for res in resl:
