@@ -45,9 +45,15 @@ struct GilTime {
 };
 
 /// Holds the GIL for one call from one of laggard's threads and counts the CPU time it held it.
+/// The thread state pybind11 makes for a C++ thread's first call is kept for the thread's later
+/// calls: otherwise each call (the transport's poll, ten times a second) creates and deletes
+/// one, which cost more CPU than the call itself (bench/background_cpu.py). The interpreter
+/// deletes kept states at exit.
 class WithGil {
  public:
-  explicit WithGil(GilTime* t) : time_(t), start_(thread_cpu_ns()) {}
+  explicit WithGil(GilTime* t) : time_(t), start_(thread_cpu_ns()) {
+    if (new_state_) gil_.inc_ref();
+  }
   ~WithGil() {
     if (time_) time_->ns.fetch_add(thread_cpu_ns() - start_, std::memory_order_relaxed);
   }
@@ -55,6 +61,8 @@ class WithGil {
   WithGil& operator=(const WithGil&) = delete;
 
  private:
+  // Declared before gil_: whether this thread had no thread state before gil_ made one.
+  bool new_state_ = PyGILState_GetThisThreadState() == nullptr;
   py::gil_scoped_acquire gil_;
   GilTime* time_;
   std::uint64_t start_;
