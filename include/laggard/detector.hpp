@@ -259,12 +259,6 @@ class LAGGARD_API Detector {
     /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that
     /// rate is above pause_rate.
     double pauses = 0.0, pause_chances = 0.0;
-    /// The own-baseline test's calibration: a histogram of the (uncapped) evidence of the
-    /// rank-windows without evidence, in bins of candidate caps, then the sum of exp(evidence)
-    /// of those under the lowest; out of own_chances. Its cap is the largest candidate at which
-    /// their capped evidence has an exponential moment of at most 1.
-    std::vector<double> own_tail;
-    double own_chances = 0.0;
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);

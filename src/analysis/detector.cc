@@ -1088,6 +1088,20 @@ constexpr int kOwnWarmup = 10;       // windows a rank's baseline takes before i
 // sigma or more.
 constexpr double kOwnSeparation = 3.0;
 const double kLogPause = std::log(1.5);  // a pause: at least 1.5x the median
+// The own-baseline test's noise model: Student's t with kOwnNu degrees of freedom. Its scale is
+// kOwnScaleShrink of the t(4) scale with the stage's sigma (1.4826 MAD: MAD = 0.6745 sigma, and
+// the MAD of t(4) is 0.7407 of its scale). The shrink is measured, not derived: sigma is a MAD of
+// distances to an EWMA level that is itself noisy (over the first windows most), so it overstates
+// the spread of a rank around a baseline learnt over many windows. 0.85 was measured with no
+// healthy run alarmed at 8 to 4,096 ranks (0.7 alarmed in one at 64; 1.0, the t(4) scale as
+// estimated, found fewer 1.1x ranks: docs/detection.md).
+constexpr double kOwnNu = 4.0;
+constexpr double kOwnScalePerSigma = 0.6745 / 0.7407;
+constexpr double kOwnScaleShrink = 0.85;
+// Most evidence one window adds to the own-baseline test. The t LLR is bounded (by 6-7 under
+// 2 % jitter, 9-10 under 1 %) and redescends: a pause or a heavy-tailed window far over the
+// shift adds little, so no data-driven cap is needed for it; this one only bounds quiet stages.
+constexpr double kOwnCeiling = 8.0;
 
 
 // ln(v) for v > 0 within about 1e-7 (v a ratio near 1; any normal float): the exponent from the
@@ -1152,8 +1166,11 @@ struct SeqPass {
   float hold_below, absolute;    // excess (ms) at or under which the window is held
   float step_limit;              // 3 sigma: the most a window moves the level
   float log_slow;                // ln(relative_threshold): pauses count after windows under it
-  // The own-baseline test: LLR = own_weight (x - base - own_mid), capped at own_ceiling_*.
-  float own_weight, own_mid, own_shift;  // own_shift: taken off after the cap
+  // The own-baseline test: a Student-t LLR of d = x - base,
+  // own_half_nu1 ln((own_nu_s2 + d^2) / (own_nu_s2 + (d - own_delta)^2)), capped at
+  // own_ceiling_*.
+  float own_half_nu1, own_nu_s2, own_delta;
+  float own_shift;  // taken off after the cap: the evidence falls to 0 where the test is off
   float own_jump;  // over the baseline by this (log): no evidence for the own-baseline test
   float own_ceiling_open, own_ceiling_held;
 };
@@ -1162,7 +1179,9 @@ struct SeqPass {
 // baseline (kOwnWarmup windows); a window 1.5x or more over the baseline is a pause or a larger
 // slowdown, which the other shifts' tests weigh: it adds nothing here, either way.
 inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
-  return !warm ? -1.0f : xj - b >= q.own_jump ? 0.0f : q.own_weight * (xj - b - q.own_mid);
+  const float d = xj - b, e = d - q.own_delta;
+  const float t = q.own_half_nu1 * fast_logf((q.own_nu_s2 + d * d) / (q.own_nu_s2 + e * e));
+  return !warm ? -1.0f : d >= q.own_jump ? 0.0f : t;
 }
 
 // What one pass over a (cohort, stage) counts besides the state it updates.
@@ -1239,86 +1258,6 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const float
   out.jumps = jumps;
   out.jump_base = jump_base;
   return out;
-}
-
-// The own-baseline test's windows without evidence, per (cohort, stage): own_tail[i] counts those
-// whose evidence fell in [low + i step, low + (i + 1) step) (the last bin: at or above it);
-// own_tail[kOwnCaps + 1] sums exp(evidence) of those under kOwnCapLow.
-constexpr double kOwnCapLow = 2.0, kOwnCapStep = 0.1, kOwnCapHigh = 8.0;
-constexpr int kOwnCaps = 61;  // (kOwnCapHigh - kOwnCapLow) / kOwnCapStep + 1
-
-// The own-baseline test's calibration in a stage: its cap and the shift taken off each window.
-// The cap is the largest c (a multiple of kOwnCapStep in [kOwnCapLow, kOwnCapHigh]) at which
-// the capped evidence of windows without evidence has an exponential moment of at most 1,
-// E[exp(min(llr, c))] <= 1, as a test whose noise model is right has: a stage whose surprises
-// (pauses, heavy tails) reach c more often than e^-c gets a lower cap, a quiet one a higher.
-// Where even kOwnCapLow has a moment above 1, the cap is kOwnCapLow and ln(moment) is taken
-// off every window. The prior: a moment of pause_rate e^c (surprises at pause_rate, the body
-// counting nothing), worth kPausePrior rank-windows: with few windows seen the cap is near
-// ln(1 / pause_rate).
-struct OwnCalibration {
-  double cap = 0.0, shift = 0.0;
-};
-
-template <class Track>
-OwnCalibration own_calibration(const Track& track, double pause_rate) {
-  OwnCalibration out;
-  if (track.own_tail.size() <= static_cast<std::size_t>(kOwnCaps) + 1) {
-    out.cap = std::log(1.0 / pause_rate);
-    return out;
-  }
-  const double* hist = track.own_tail.data();
-  // Windows at or above each candidate, from the top.
-  double above[kOwnCaps + 1];
-  above[kOwnCaps] = 0.0;
-  for (int i = kOwnCaps - 1; i >= 0; --i) above[i] = above[i + 1] + hist[i];
-  const double denom = track.own_chances + kPausePrior;
-  // Moment below the candidate: the body (under kOwnCapLow) and the bins under c, each at its
-  // upper edge.
-  double below = hist[kOwnCaps + 1];
-  double cap = -1.0, first_moment = 0.0;
-  for (int i = 0; i < kOwnCaps; ++i) {
-    const double c = kOwnCapLow + kOwnCapStep * i;
-    const double e = std::exp(c);
-    const double moment = (below + above[i] * e + kPausePrior * pause_rate * e) / denom;
-    if (i == 0) first_moment = moment;
-    if (moment > 1.0) break;
-    cap = c;
-    below += hist[i] * std::exp(c + kOwnCapStep);
-  }
-  if (cap < 0.0) {
-    out.cap = kOwnCapLow;
-    out.shift = std::log(first_moment);
-  } else {
-    out.cap = cap;
-  }
-  return out;
-}
-
-// Counts the own-baseline test's windows of one window for its calibration, from the state
-// before the window's pass: slots with a baseline and no evidence; over 1,024 slots at most
-// (every n/1,024-th, as the noise estimate), which is data enough at a fraction of the cost.
-template <class Track>
-void count_own_surprises(Track& track, const SeqPass& q, std::size_t n, const float* x) {
-  if (track.own_tail.size() <= static_cast<std::size_t>(kOwnCaps) + 1)
-    track.own_tail.assign(kOwnCaps + 2, 0.0);
-  const std::size_t stride = n > 2048 ? n / 1024 : 1;
-  const int* seen = track.seen.data();
-  const float* evidence = track.evidence.data();
-  const float* base = track.base.data();
-  double body = 0.0;
-  for (std::size_t j = 0; j < n; j += stride) {
-    if (evidence[j] != 0.0f || seen[j] < kOwnWarmup) continue;
-    track.own_chances += 1.0;
-    const double r = static_cast<double>(own_llr(q, x[j], base[j], true));
-    if (r < kOwnCapLow) {
-      body += std::exp(r);
-      continue;
-    }
-    const int bin = std::min(kOwnCaps - 1, static_cast<int>((r - kOwnCapLow) / kOwnCapStep));
-    track.own_tail[static_cast<std::size_t>(bin)] += 1.0;
-  }
-  track.own_tail[kOwnCaps + 1] += body;
 }
 
 }  // namespace
@@ -1565,27 +1504,26 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     pass.absolute = absolute;
     pass.step_limit = step_limit;
     // The own-baseline test: "slower than its own baseline by relative_threshold" against "no
-    // change". Its cap follows the surprises this test has seen in the stage (own_cap).
-    const OwnCalibration calib = own_calibration(track, options_.pause_rate);
-    const float own_cap = static_cast<float>(calib.cap);
-    const double own_weight = log_slow / (sigma * sigma);
-    pass.own_weight = static_cast<float>(own_weight);
-    pass.own_mid = static_cast<float>(0.5 * log_slow);
-    pass.own_shift = static_cast<float>(calib.shift);
+    // change", the LLR of a Student-t(kOwnNu) d = x - base, bounded and redescending.
+    const double own_scale = sigma * kOwnScalePerSigma * kOwnScaleShrink;
+    const float own_cap = static_cast<float>(kOwnCeiling);
+    pass.own_half_nu1 = static_cast<float>(0.5 * (kOwnNu + 1.0));
+    pass.own_nu_s2 = static_cast<float>(kOwnNu * own_scale * own_scale);
+    pass.own_delta = static_cast<float>(log_slow);
+    pass.own_shift = 0.0f;
     // Only where one window separates the shift from no change by 3 sigma or more: in a noisier
     // stage a rank's baseline is not known to a fraction of the shift within the windows it has,
     // and a streak of noise against a baseline learnt before it reads as a slowdown.
     const bool own_on = sigma * kOwnSeparation <= log_slow;
     pass.own_jump = flog_pause;
     if (!own_on) {
-      pass.own_weight = 0.0f;
-      pass.own_mid = 0.0f;
+      pass.own_half_nu1 = 0.0f;
+      pass.own_delta = 0.0f;  // the ratio is 1 (own_nu_s2 > 0)
       pass.own_shift = own_cap;  // no evidence: what it had falls to 0
     }
     pass.own_ceiling_open = comparable ? own_cap : -own_cap;
     pass.own_ceiling_held = comparable ? 0.0f : -own_cap;
     pass.log_slow = flog_slow;
-    if (comparable && own_on) count_own_surprises(track, pass, n, x);
     std::vector<std::uint8_t>& attention = seq_attention_;
     attention.resize(n);
     static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");

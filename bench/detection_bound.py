@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""What the best possible test could do on the --runs benchmark's 1.1x faults (numpy only).
+
+An oracle CUSUM per (rank, stage) that knows everything the detector has to estimate: the rank's
+baseline, the jitter's scale and shape (Student's t with 4 degrees of freedom, scaled to unit
+variance, times the level's jitter, as bench/detection.cc draws it), and which windows a pause
+hit (those carry no evidence). Its evidence per window is the exact log-likelihood ratio of
+"slower by ln 1.1" against "no change", uncapped. Nothing is estimated, so its recall is an upper
+bound for any test of one pair's times against that pair's own past (the detector's tests also
+see the cohort's median, whose noise this leaves out).
+
+Per scale (ranks x the 5 stages that are not communication = pairs) and noise level it prints
+the recall within 5 windows of the onset at
+  (a) the detector's threshold, ln(pairs x 500 / 0.01) + ln 6 (evidence_threshold plus the six
+      tests' share), and
+  (b) the least threshold at which the oracle keeps healthy runs (100 windows, every pair) with
+      any alarm at 1 %: the chance that one healthy pair's CUSUM reaches h within 100 windows is
+      measured at low h, where it is frequent, as A e^-h (Wald: A <= 100), and h is solved from
+      pairs x A e^-h = 0.01. The union bound ln(pairs x 100 / 0.01) is printed as well.
+
+    .venv/bin/python bench/detection_bound.py            # ~30 s, seed 1
+"""
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+NU = 4.0                  # the bench's jitter: Student's t(4), scaled to unit variance
+SHIFT = math.log(1.1)     # the fault: one rank 1.1x slower
+NON_COMM_STAGES = 5       # bench/detection.cc kStageDefs: 6 stages, one of them communication
+RUN_WINDOWS, ONSET, RECALL_WINDOWS = 100, 20, 5
+BUDGET, BUDGET_WINDOWS, TESTS = 0.01, 500, 6
+SCALES = (8, 64, 512, 4096)
+# name, jitter (sigma of the log), share of rank-windows with a pause (spread over 5 stages)
+LEVELS = (("gentle", 0.01, 0.01), ("moderate", 0.02, 0.03), ("heavy", 0.05, 0.10))
+
+
+def t_logpdf(x, scale, nu=NU):
+    """ln of Student's t(nu) density with this scale at x."""
+    c = (math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * math.log(nu * math.pi)
+         - math.log(scale))
+    return c - (nu + 1) / 2 * np.log1p((x / scale) ** 2 / nu)
+
+
+def jitter(rng, shape, sigma):
+    # bench heavy_tailed(): t(4) / sqrt(2), unit variance
+    return sigma * math.sqrt((NU - 2) / NU) * rng.standard_t(NU, size=shape)
+
+
+def llr(x, scale):
+    return t_logpdf(x - SHIFT, scale) - t_logpdf(x, scale)
+
+
+def cusum_reaches(rng, n, windows, onset, sigma, pause_share, h_values, chunk=50_000):
+    """Share of n pairs whose CUSUM reaches each h at a window >= onset (and < windows);
+    the shift is on from `onset` when onset < windows-of-run (faulty), else none."""
+    scale = sigma * math.sqrt((NU - 2) / NU)
+    hits = np.zeros(len(h_values))
+    h = np.asarray(h_values)[:, None]
+    done = 0
+    while done < n:
+        m = min(chunk, n - done)
+        s = np.zeros(m)
+        reached = np.zeros((len(h_values), m), dtype=bool)
+        for w in range(windows):
+            x = jitter(rng, m, sigma) + (SHIFT if w >= onset and onset > 0 else 0.0)
+            e = llr(x, scale)
+            e[rng.random(m) < pause_share] = 0.0  # the oracle knows a pause: no evidence
+            s = np.maximum(0.0, s + e)
+            if w >= onset:
+                reached |= s[None, :] >= h
+        hits += reached.sum(axis=1)
+        done += m
+    return hits / n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--faulty", type=int, default=200_000, help="faulty pairs per level")
+    ap.add_argument("--healthy", type=int, default=400_000, help="healthy pairs per level")
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    t0 = time.time()
+    print(f"oracle CUSUM (exact t(4) LLR, known baseline, scale and pauses), 1.1x, recall within "
+          f"{RECALL_WINDOWS} windows; seed {args.seed}, {args.faulty} faulty and {args.healthy} "
+          f"healthy pairs per level")
+    print(f"{'noise':9} {'ranks':>5} {'pairs':>6} {'KL/win':>6} {'h_det':>6} {'recall':>7}"
+          f" {'h_union':>7} {'h_least':>7} {'recall':>7}")
+    for name, sigma, pause in LEVELS:
+        pause_share = pause / NON_COMM_STAGES
+        scale = sigma * math.sqrt((NU - 2) / NU)
+        kl = float(np.mean(llr(jitter(rng, 1_000_000, sigma) + SHIFT, scale)))
+        # Healthy pairs: the chance of reaching h within a run, at h where it is measurable;
+        # A = p e^h, taken where at least 200 pairs reached it (the largest such h).
+        low_h = np.arange(4.0, 14.01, 0.5)
+        p = cusum_reaches(rng, args.healthy, RUN_WINDOWS, 0, sigma, pause_share, low_h)
+        ok = np.nonzero(p * args.healthy >= 200)[0]
+        a = float(p[ok[-1]] * math.exp(low_h[ok[-1]]))
+        h_det = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) + math.log(TESTS)
+                 for r in SCALES]
+        h_union = [math.log(r * NON_COMM_STAGES * RUN_WINDOWS / BUDGET) for r in SCALES]
+        h_least = [math.log(r * NON_COMM_STAGES * a / BUDGET) for r in SCALES]
+        rec = cusum_reaches(rng, args.faulty, ONSET + RECALL_WINDOWS, ONSET, sigma, pause_share,
+                            h_det + h_least)
+        for i, r in enumerate(SCALES):
+            print(f"{name:9} {r:5d} {r * NON_COMM_STAGES:6d} {kl:6.2f} {h_det[i]:6.2f}"
+                  f" {100 * rec[i]:6.1f}% {h_union[i]:7.2f} {h_least[i]:7.2f}"
+                  f" {100 * rec[len(SCALES) + i]:6.1f}%")
+        print(f"{'':9} (healthy pair, 100 windows: P(reach h) = {a:.1f} e^-h at h = "
+              f"{low_h[ok[-1]]:.1f}; Wald's bound: 100 e^-h)")
+    print(f"{time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
