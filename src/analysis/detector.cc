@@ -1148,10 +1148,7 @@ RatioCounts log_ratio_pass(std::size_t n, const double* __restrict ms, double me
     late += xj >= log_slow;
     fast += xj <= -log_slow;
   }
-  RatioCounts out;
-  out.late = late;
-  out.fast = fast;
-  return out;
+  return {late, fast};
 }
 
 // std::clamp for the vectorized pass (it returns a reference, which keeps GCC from
@@ -1254,10 +1251,7 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const float
     named[j] = held_name;
     attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1));
   }
-  SeqCounts out;
-  out.jumps = jumps;
-  out.jump_base = jump_base;
-  return out;
+  return {jumps, jump_base};
 }
 
 }  // namespace
@@ -1377,6 +1371,13 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   // jitter in another from looking like a wait in a large cohort.)
   std::vector<double>& wait_ms = seq_wait_;
   wait_ms.assign(report.stages.size(), 0.0);
+  // A stage of own work with a rank relative_threshold faster than the median: else nobody
+  // arrived last in it.
+  auto may_hold_wait = [&](std::size_t i) {
+    const StageFigures& f = report.stages[i];
+    return f.kind != StageKind::communication && f.rank_ids.size() >= 2 &&
+           ratio_counts[i].second > 0;
+  };
   for (std::size_t b = 0; b < report.stages.size();) {
     std::size_t e = b;
     while (e < report.stages.size() && report.stages[e].cohort == report.stages[b].cohort) ++e;
@@ -1384,9 +1385,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     late.clear();
     // The late ranks matter only where some rank is fast enough to have waited for them.
     bool any_fast = false;
-    for (std::size_t i = b; i < e; ++i)
-      any_fast |= report.stages[i].kind != StageKind::communication &&
-                  report.stages[i].rank_ids.size() >= 2 && ratio_counts[i].second > 0;
+    for (std::size_t i = b; i < e; ++i) any_fast |= may_hold_wait(i);
     for (std::size_t i = b; i < e && any_fast; ++i) {
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
@@ -1402,10 +1401,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
                late.end());  // each rank once, with its largest excess
     if (!late.empty()) {
       for (std::size_t i = b; i < e; ++i) {
+        if (!may_hold_wait(i)) continue;
         const StageFigures& f = report.stages[i];
-        if (f.kind == StageKind::communication || f.rank_ids.size() < 2 ||
-            ratio_counts[i].second == 0)
-          continue;  // no rank relative_threshold faster than the median: nobody arrived last
         auto t = seq_tracks_.find(track_key(f.cohort, f.stage));
         const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
                                                            ? kPriorSigma
