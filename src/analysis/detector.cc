@@ -1102,6 +1102,10 @@ constexpr double kOwnScaleShrink = 0.85;
 // 2 % jitter, 9-10 under 1 %) and redescends: a pause or a heavy-tailed window far over the
 // shift adds little, so no data-driven cap is needed for it; this one only bounds quiet stages.
 constexpr double kOwnCeiling = 8.0;
+// Shares of the false-alarm budget where the own-baseline test runs: it, and the cohort test for
+// relative_threshold; the larger shifts' tests share what is left (docs/detection.md, step 4).
+constexpr double kShareOwn = 0.7;
+constexpr double kShareFirst = 0.2;
 
 
 // ln(v) for v > 0 within about 1e-7 (v a ratio near 1; any normal float): the exponent from the
@@ -1170,6 +1174,9 @@ struct SeqPass {
   float own_shift;  // taken off after the cap: the evidence falls to 0 where the test is off
   float own_jump;  // over the baseline by this (log): no evidence for the own-baseline test
   float own_ceiling_open, own_ceiling_held;
+  // Added to the evidence of the relative_threshold test and the own-baseline one where it is
+  // over 0: their larger shares of the budget (the threshold is that of the smallest share).
+  float bonus0, bonus_own;
 };
 
 // The own-baseline test's evidence of one window before its cap: none until the rank has a
@@ -1243,7 +1250,8 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const float
     base[j] = learn ? b + base_alpha * base_step : b;
     own[j] = v5;
     const float most =
-        std::max(std::max(std::max(v0, v1), std::max(v2, v3)), std::max(v4, v5));
+        std::max(std::max(std::max(v0 > 0.0f ? v0 + q.bonus0 : 0.0f, v1), std::max(v2, v3)),
+                 std::max(v4, v5 > 0.0f ? v5 + q.bonus_own : 0.0f));
     const bool rose = (evidence[j] == 0.0f) & (most > 0.0f);
     evidence[j] = most;
     const std::uint8_t held_name =
@@ -1326,7 +1334,21 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     if (f.kind != StageKind::communication) pairs += static_cast<double>(f.rank_ids.size());
   pairs_ = std::max(pairs_, pairs);
   // One test per shift, and the one against each rank's own baseline.
-  const double threshold = evidence_threshold(options_, pairs_) + std::log(num_shifts + 1);
+  // The budget is shared among the tests (Bonferroni, weighted): where the own-baseline test
+  // runs, it takes kShareOwn and the test for relative_threshold kShareFirst, since those two
+  // carry a slowdown near relative_threshold, where evidence is scarce; the tests for the larger
+  // shifts share the rest: they reach the cap in every slow window, and a higher threshold costs
+  // them a fraction of a window. Where it does not run, the cohort's tests share the budget
+  // equally, as before (the own test's share is not given to them: under heavy noise that is what
+  // keeps a healthy run quiet).
+  const double base_threshold = evidence_threshold(options_, pairs_);
+  const double uniform_threshold = base_threshold + std::log(num_shifts + 1);
+  const double share_first = num_shifts > 1 ? kShareFirst : 1.0 - kShareOwn;
+  const double share_rest =
+      num_shifts > 1 ? (1.0 - kShareOwn - kShareFirst) / (num_shifts - 1) : share_first;
+  const double split_threshold = base_threshold - std::log(share_rest);
+  const float bonus_first = static_cast<float>(std::log(share_first / share_rest));
+  const float bonus_own = static_cast<float>(std::log(kShareOwn / share_rest));
 
   std::string key;
   auto track_key = [&](const std::string& cohort, const std::string& stage) -> const std::string& {
@@ -1461,7 +1483,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         std::max(options_.pause_rate, (track.pauses + kPausePrior * options_.pause_rate) /
                                           (track.pause_chances + kPausePrior));
     const float fcap = static_cast<float>(std::min(cap, std::log(1.0 / pause_share)));
-    const float fthreshold = static_cast<float>(threshold);
     // Waiting (explained by the wait this stage holds) or below the absolute rule: evidence may
     // not rise. Communication, or nothing to compare with: it only falls.
     const float hold_below = wait_ms[i] > 0.0 ? static_cast<float>(1.5 * wait_ms[i]) : -1.0f;
@@ -1521,6 +1542,9 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     pass.own_ceiling_open = comparable ? own_cap : -own_cap;
     pass.own_ceiling_held = comparable ? 0.0f : -own_cap;
     pass.log_slow = flog_slow;
+    pass.bonus0 = own_on ? bonus_first : 0.0f;
+    pass.bonus_own = own_on ? bonus_own : 0.0f;
+    const float fthreshold = static_cast<float>(own_on ? split_threshold : uniform_threshold);
     std::vector<std::uint8_t>& attention = seq_attention_;
     attention.resize(n);
     static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");
