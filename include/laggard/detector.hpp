@@ -34,9 +34,11 @@ LAGGARD_API Reference parse_reference(std::string_view text);
 ///    the log-likelihood ratio "slow by s" against "within healthy_spread of the cohort's median",
 ///    on the log of the rank's time over the median, for s = relative_threshold and those of
 ///    1.25, 1.5, 2 and 4 above it; each window's evidence is capped at ln(1 / pause_rate), so a
-///    transient pause counts as one unusual window at most; confirmed when one CUSUM reaches
-///    ln(pairs watched x budget_windows / false_alarm_budget) + ln(number of shifts), and named
-///    until all fall back to zero.
+///    transient pause counts as one unusual window at most; and one CUSUM against the rank's own
+///    baseline. Test i confirms when it reaches
+///    ln(pairs watched x budget_windows / false_alarm_budget) - ln(w_i), w_i its share of the
+///    budget (the shares sum to 1; docs/detection.md, step 4), and the rank stays named until
+///    every CUSUM falls back to zero.
 ///  - threshold: the RFC's rule: flagged in a window when t >= ref x relative_threshold or
 ///    t - ref >= absolute_ms_threshold, confirmed when flagged in confirm_k of the last confirm_n.
 enum class Method : std::uint8_t { threshold = 0, sequential = 1 };
@@ -128,7 +130,9 @@ struct RankFinding {
   // Filled by Detector::observe:
   int windows_flagged = 0;  ///< windows this (rank, stage) was flagged in, since first seen
   bool confirmed = false;   ///< threshold: slow in k of the last n; sequential: evidence >= threshold
-  double evidence = 0.0;    ///< sequential: the CUSUM's evidence (log-likelihood ratio) now
+  /// sequential: the largest CUSUM (log-likelihood ratio) now, plus ln(w_i / w_min) for its
+  /// test's share of the budget over the smallest share, so that one threshold per stage holds
+  double evidence = 0.0;
 };
 
 /// Every rank of one host slow in the same stage: the host, not one GPU, is named.
