@@ -69,6 +69,19 @@ std::string describe(std::string_view doc, od::value& value) {
   return describe_token(raw_token(doc, value));
 }
 
+// A JSON number as the nearest double. simdjson checks the number's grammar and range, and
+// std::from_chars, correctly rounded, gives its value: the simdjson of Debian 12 (3.0.1) misreads a
+// fraction of more than 19 significant digits whose integer part is 0 ("0.95000000000000000000"
+// reads 0.0277; simdjson issue 2093, fixed in 3.6.3), and the sample line fuzzer found that.
+simdjson::error_code read_double(std::string_view doc, od::value& value, double& out) {
+  const std::string_view token = raw_token(doc, value);  // before the value is read
+  if (auto code = value.get_double().get(out)) return code;
+  double exact;
+  const auto result = std::from_chars(token.data(), token.data() + token.size(), exact);
+  if (result.ec == std::errc() && result.ptr == token.data() + token.size()) out = exact;
+  return simdjson::SUCCESS;
+}
+
 std::string format_number(double value) {
   char buf[32];
   auto result = std::to_chars(buf, buf + sizeof buf, value);
@@ -109,7 +122,7 @@ bool read_count(std::string_view doc, od::value& value, std::int64_t max, std::s
 // json module) emit NaN/Infinity anyway: those, null and out-of-range numbers are all refused here.
 bool read_duration(std::string_view doc, od::value& value, std::string_view subject, double& out,
                    std::string& error) {
-  if (value.get_double().get(out)) {
+  if (read_double(doc, value, out)) {
     error = std::string(subject) + " is not a finite number (" + describe(doc, value) + ")";
     return false;
   }
@@ -588,7 +601,7 @@ bool SampleLineParser::parse_named(od::value& value, const char* field,
     if ((json_error_ = v.type().get(type))) return false;
     const std::string_view token = raw_token(json_, v);  // for a message, before it is read
     std::string_view text;
-    if (type == od::json_type::number && !v.get_double().get(number)) {
+    if (type == od::json_type::number && !read_double(json_, v, number)) {
       // a number (a double: exact, as the writer's shortest form reads back)
     } else if (type == od::json_type::string && !v.get_string().get(text) &&
                (text == "NaN" || text == "Infinity" || text == "-Infinity")) {
@@ -651,7 +664,7 @@ bool SampleLineParser::parse_stage(od::value& value, std::size_t index, StageTim
       f.kind = v.get_string().get(f.kind_text) ? State::not_string : State::ok;
       if (f.kind != State::ok) f.kind_token = raw_token(json_, v);
     } else if (key == Field::ms) {
-      if (v.get_double().get(f.ms_value) || !std::isfinite(f.ms_value)) {
+      if (read_double(json_, v, f.ms_value) || !std::isfinite(f.ms_value)) {
         f.ms = State::not_number;
         f.ms_token = raw_token(json_, v);
       } else {

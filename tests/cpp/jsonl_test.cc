@@ -474,6 +474,42 @@ TEST(SampleParser, ReadsValuesFromOtherWritersAndForgetsStaleOnes) {
   EXPECT_TRUE(out.values.empty());  // a line without values leaves none from the one before
 }
 
+TEST(SampleParser, ReadsLongFractionsAsTheNearestDouble) {
+  // More than 19 significant digits after "0.": other writers (a decimal type, a hand-edited
+  // file) write them, and the simdjson of Debian 12 alone reads "0.95000000000000000000" as
+  // 0.0277. Each parser, the fast path included where it takes the line, gives the nearest double.
+  const std::string line =
+      R"({"schema":"laggard.sample/1","rank":0,"world_size":1,"step":3,)"
+      R"("step_ms":0.95000000000000000000,"work":0.58888888888888888888,)"
+      R"("stages":[{"name":"forward","ms":0.12345678901234567890123,"calls":1}],)"
+      R"( "values": {"loss": 0.58888888888888888888, "lr": -0.0000000000000000000000123456},)"
+      R"("resources": {"util": 0.95000000000000000000}})";
+  StepSample general;
+  std::string error;
+  ASSERT_TRUE(detail::parse_sample_general(line, general, error)) << error;
+  EXPECT_EQ(general.step_ms, 0.95);
+  EXPECT_EQ(general.work, 0.58888888888888888888);
+  ASSERT_EQ(general.stages.size(), 1u);
+  EXPECT_EQ(general.stages[0].ms, 0.12345678901234567890123);
+  ASSERT_EQ(general.values.size(), 2u);
+  EXPECT_EQ(general.values[0].value, 0.58888888888888888888);
+  EXPECT_EQ(general.values[1].value, -0.0000000000000000000000123456);
+  ASSERT_EQ(general.resources.size(), 1u);
+  EXPECT_EQ(general.resources[0].value, 0.95);
+  SampleParser parser;
+  StepSample out;
+  ASSERT_TRUE(parser.parse(line, out, error)) << error;
+  expect_same(out, general);
+  fast_path_agrees(line);
+  // Without the newline and spacing, in the layout the fast path takes.
+  const std::string plain = written_line(general);
+  EXPECT_TRUE(fast_path_agrees(R"({"schema":"laggard.sample/1","rank":0,"world_size":1,)"
+                               R"("step":3,"step_ms":1,"stages":[],)"
+                               R"("values":{"loss":0.5888888888888888888}})"));
+  ASSERT_TRUE(parser.parse(plain, out, error)) << error;
+  expect_same(out, general);
+}
+
 TEST(SampleParser, AppliesDefaultsAndIgnoresUnknownFields) {
   const std::string line =
       R"({"stages":[{"ms":2.5,"name":"allreduce","extra":{"x":[1,2]}},{"name":"forward","ms":1}],)"
