@@ -287,11 +287,11 @@ class LAGGARD_API Detector {
   std::unordered_map<std::string, SeqTrack> seq_tracks_;  ///< key: cohort \x1f stage
   double pairs_ = 0.0;  ///< most (rank, stage) pairs watched in one window so far
   // Scratch of observe_sequential, kept between windows.
-  std::vector<float> seq_x_, seq_excess_;  ///< per (stage, position): log-ratio, ms over median
+  std::vector<float> seq_x_;  ///< one stage's log-ratios (or those of the picked slots)
+  std::vector<double> seq_picked_;  ///< the times of the slots the noise estimate samples
   std::vector<double> seq_scratch_;
   std::vector<std::pair<int, int>> seq_ratio_counts_;  ///< per stage: ranks late, fast
   std::vector<std::uint8_t> seq_attention_;  ///< per position: what seq_pass marked (detector.cc)
-  std::vector<std::size_t> seq_offsets_;
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)
   std::vector<std::pair<std::size_t, std::size_t>> seq_named_;  ///< (stage, position) named now

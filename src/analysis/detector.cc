@@ -420,11 +420,21 @@ class WindowEvaluator {
     const std::size_t n = s.stages.size();
     if (n != ws_.layout_names.size()) return false;
     const StageTime* st = s.stages.data();
+    double sum = 0.0;
     for (std::size_t p = 0; p < n; ++p) {
       if (!same_name(ws_.layout_names[p], st[p].name) || !std::isfinite(st[p].ms)) return false;
       ws_.layout_ms[p][m] = st[p].ms;
+      sum += st[p].ms;
     }
+    ws_.untimed[m] = untimed_ms(s, sum);
     return true;
+  }
+
+  // The part of a sample's step_ms that its stages (`timed`, the sum of their finite times) do
+  // not cover, at least 0; -1 without a step time or without stages.
+  static double untimed_ms(const StepSample& s, double timed) {
+    if (!(std::isfinite(s.step_ms) && s.step_ms > 0.0) || s.stages.empty()) return -1.0;
+    return std::max(0.0, s.step_ms - timed);
   }
 
   // Leaves the fast path: every column holds the dense rows [0, rows).
@@ -446,8 +456,11 @@ class WindowEvaluator {
     return cohort.used > 0;
   }
 
+  // Also writes each member's untimed part (untimed_ms) to ws_.untimed, in the same pass: the
+  // window's stages are read once.
   void build_columns(Cohort& cohort) {
     const std::size_t members = cohort.members.size();
+    ws_.untimed.resize(members);
     bool fast = false;
     std::size_t rows = 0;  // on the fast path: members [0, rows) are in every column
     for (std::size_t m = 0; m < members; ++m) {
@@ -470,9 +483,11 @@ class WindowEvaluator {
         sync_counts(cohort, rows);
         fast = false;
       }
+      double timed = 0.0;
       for (std::size_t p = 0; p < s.stages.size(); ++p) {
         const StageTime& st = s.stages[p];
         if (!std::isfinite(st.ms)) continue;  // no usable time: as if the stage were missing
+        timed += st.ms;
         int idx = find_stage(cohort, p, st.name);
         Column& col = idx >= 0 ? cohort.stages[static_cast<std::size_t>(idx)]
                                : add_column(cohort, st, m);
@@ -481,6 +496,7 @@ class WindowEvaluator {
         else
           append(col, members, static_cast<int>(m), st.ms);
       }
+      ws_.untimed[m] = untimed_ms(s, timed);
       if (enter_layout(cohort, m)) {
         fast = true;
         rows = m + 1;
@@ -492,23 +508,14 @@ class WindowEvaluator {
   // The part of each member's step_ms that no stage covers, as a stage of kind `other` (unless a
   // stage of that name was reported). Members without a step time are left out. Stages nested in
   // others (module stages inside forward) make the sum too large: the value is clamped at 0.
-  // Added only when some member has untimed time.
+  // Added only when some member has untimed time. The values come from build_columns.
   void add_untimed(Cohort& cohort) {
     for (std::size_t p = 0; p < cohort.used; ++p)
       if (same_name(cohort.stages[p].name, kUntimedStage)) return;
     const std::size_t members = cohort.members.size();
-    std::vector<double>& values = ws_.untimed;
-    values.assign(members, -1.0);
+    const std::vector<double>& values = ws_.untimed;
     bool any = false;
-    for (std::size_t m = 0; m < members; ++m) {
-      const StepSample& s = samples_[static_cast<std::size_t>(cohort.members[m])];
-      if (!(std::isfinite(s.step_ms) && s.step_ms > 0.0) || s.stages.empty()) continue;
-      double sum = 0.0;
-      for (const StageTime& st : s.stages)
-        if (std::isfinite(st.ms)) sum += st.ms;
-      values[m] = std::max(0.0, s.step_ms - sum);
-      if (values[m] > 0.0) any = true;
-    }
+    for (std::size_t m = 0; m < members; ++m) any |= values[m] > 0.0;
     if (!any) return;
     Column* col = nullptr;
     for (std::size_t m = 0; m < members; ++m) {
@@ -1108,6 +1115,15 @@ constexpr double kShareOwn = 0.7;
 constexpr double kShareFirst = 0.2;
 
 
+// The two passes over every slot, compiled twice where the toolchain can pick at load time
+// (GNU ifunc): for AVX2 (eight float lanes, where SSE2 has four) and for the baseline. AVX2
+// alone, not FMA: each lane computes what the baseline does, bit for bit.
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(LAGGARD_NO_CLONES)
+#define LAGGARD_WIDE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LAGGARD_WIDE_CLONES
+#endif
+
 // ln(v) for v > 0 within about 1e-7 (v a ratio near 1; any normal float): the exponent from the
 // bits, and ln(m) for the mantissa m in [sqrt(1/2), sqrt(2)) from a series in
 // s = (m - 1) / (m + 1). In float, four lanes to an SSE2 register: std::log was an eighth of a
@@ -1129,26 +1145,40 @@ inline float fast_logf(float v) {
   return series + exponent * 0.693147181f;
 }
 
-// Each rank's log-ratio to the median, x = ln((t + e) / (median + e)), and its excess in ms, for
-// one stage: one vectorized pass (times are finite here: the window leaves out the others). The
-// ratio is formed in double and its log taken in float: x is within about 1e-7 of the exact
-// value (a log of each time less the log of the median would lose the digits of the
-// difference).
+// Each rank's log-ratio to its stage's median, x = ln((t + e) / (median + e)), with
+// inv_ref = 1 / (median + e) (log_ratio_ref): the ratio is formed in double and its log taken in
+// float, within about 1e-7 of the exact value (a log of each time less the log of the median
+// would lose the digits of the difference). Times are finite here (the window leaves out the
+// others). Every user of x computes it with this function, so all see the same float.
+inline double log_ratio_ref(double median) { return 1.0 / (std::max(median, 0.0) + kEpsilonMs); }
+inline float log_ratio(double t, double inv_ref) {
+  const double ratio = (std::max(t, 0.0) + kEpsilonMs) * inv_ref;
+  // Clamped to float's normal range: a time of 1e300 ms or a median of 0 against a huge time
+  // stays finite.
+  return fast_logf(static_cast<float>(std::min(std::max(ratio, 1e-30), 1e30)));
+}
+
+// The log-ratios of n times to `median` into x: one vectorized pass, for the few places that
+// need x outside seq_pass (which computes it again: at 16,384 x 16, recomputing is cheaper than
+// writing a float per slot and reading it back).
+LAGGARD_WIDE_CLONES
+void log_ratios(std::size_t n, const double* __restrict ms, double median, float* __restrict x) {
+  const double inv_ref = log_ratio_ref(median);
+  for (std::size_t j = 0; j < n; ++j) x[j] = log_ratio(ms[j], inv_ref);
+}
+
 struct RatioCounts {
-  int late = 0, fast = 0;  // ranks at or over ln(slow), at or under -ln(slow)
+  int late = 0, fast = 0;
 };
-RatioCounts log_ratio_pass(std::size_t n, const double* __restrict ms, double median,
-                           float log_slow, float* __restrict x, float* __restrict excess) {
-  const double inv_ref = 1.0 / (std::max(median, 0.0) + kEpsilonMs);
+// How many of n times are at or over ln(slow) to `median`, and at or under -ln(slow): one
+// vectorized pass that stores nothing.
+LAGGARD_WIDE_CLONES
+RatioCounts log_ratio_counts(std::size_t n, const double* __restrict ms, double median,
+                             float log_slow) {
+  const double inv_ref = log_ratio_ref(median);
   int late = 0, fast = 0;
   for (std::size_t j = 0; j < n; ++j) {
-    const double t = ms[j];
-    const double ratio = (std::max(t, 0.0) + kEpsilonMs) * inv_ref;
-    // Clamped to float's normal range: a time of 1e300 ms or a median of 0 against a huge time
-    // stays finite.
-    const float xj = fast_logf(static_cast<float>(std::min(std::max(ratio, 1e-30), 1e30)));
-    x[j] = xj;
-    excess[j] = static_cast<float>(t - median);
+    const float xj = log_ratio(ms[j], inv_ref);
     late += xj >= log_slow;
     fast += xj <= -log_slow;
   }
@@ -1200,17 +1230,20 @@ struct SeqCounts {
 // branch-free pass over contiguous arrays (restrict: nothing aliases), so the compiler
 // vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop, and bound by
 // memory: every slot's state is read and written once per window.
-SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const float* __restrict x,
-                   const float* __restrict ex, int* __restrict seen, float* __restrict level,
+LAGGARD_WIDE_CLONES
+SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms,
+                   double median, int* __restrict seen, float* __restrict level,
                    float* __restrict last, float* __restrict evidence, float* __restrict c0,
                    float* __restrict c1, float* __restrict c2, float* __restrict c3,
                    float* __restrict c4, float* __restrict base, float* __restrict own,
                    std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
+  const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
   int jumps = 0, jump_base = 0;
   for (std::size_t j = 0; j < n; ++j) {
-    const float xj = x[j];
+    const float xj = log_ratio(ms[j], inv_ref);
+    const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
     const int seen_before = seen[j];
     seen[j] = seen_before + 1;
     // Pauses: 1.5x the median straight after a window at most relative_threshold (a straggler's
@@ -1222,7 +1255,7 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const float
     const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
     level[j] = seen_before > 0 ? level[j] + static_cast<float>(kLevelAlpha) * dev : xj;
     last[j] = xj;
-    const bool held = (ex[j] <= q.hold_below) | (ex[j] < q.absolute);
+    const bool held = (exj <= q.hold_below) | (exj < q.absolute);
     const float ceiling = held ? q.ceiling_held : q.ceiling_open;
     const float v0 = std::max(0.0f, c0[j] + std::min(ceiling, q.weight[0] * (xj - q.mid[0])));
     const float v1 = std::max(0.0f, c1[j] + std::min(ceiling, q.weight[1] * (xj - q.mid[1])));
@@ -1362,26 +1395,32 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     return track.scale_windows > 0 ? std::max(kMinSigma, std::exp(track.log_scale)) : kPriorSigma;
   };
 
-  // Log-ratios of every (stage, rank) of the window, stage after stage.
-  std::vector<float>& xs = seq_x_;
-  std::vector<float>& excess = seq_excess_;
-  std::vector<std::size_t>& offsets = seq_offsets_;
-  offsets.assign(report.stages.size() + 1, 0);
-  for (std::size_t i = 0; i < report.stages.size(); ++i)
-    offsets[i + 1] = offsets[i] + report.stages[i].rank_ms.size();
-  xs.resize(offsets.back());
-  excess.resize(offsets.back());
   // Per stage: how many ranks are relative_threshold slower and faster than the median (the wait
-  // search below looks at a stage only where there are some).
+  // search below looks at a stage only where there are some). The stage's extent answers for
+  // most stages without a pass: no rank is late when even the slowest is short of the threshold
+  // (by more than the 1e-7 of x's rounding), none fast when even the fastest is.
   std::vector<std::pair<int, int>>& ratio_counts = seq_ratio_counts_;
   ratio_counts.resize(report.stages.size());
   const float flog_slow = static_cast<float>(log_slow);
+  constexpr float kRoundingMargin = 1e-5f;
+  // One stage's log-ratios, into the scratch that every stage reuses.
+  auto stage_ratios = [&](const StageFigures& f) -> const float* {
+    const std::size_t n = f.rank_ms.size();
+    if (seq_x_.size() < n) seq_x_.resize(n);
+    log_ratios(n, f.rank_ms.data(), f.median_ms, seq_x_.data());
+    return seq_x_.data();
+  };
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
-    const RatioCounts c = log_ratio_pass(f.rank_ms.size(), f.rank_ms.data(), f.median_ms,
-                                         flog_slow, xs.data() + offsets[i],
-                                         excess.data() + offsets[i]);
-    ratio_counts[i] = {c.late, c.fast};
+    const double inv_ref = log_ratio_ref(f.median_ms);
+    const bool maybe_late = log_ratio(f.max_ms, inv_ref) >= flog_slow - kRoundingMargin;
+    const bool maybe_fast = log_ratio(f.min_ms, inv_ref) <= -flog_slow + kRoundingMargin;
+    ratio_counts[i] = {0, 0};
+    if (maybe_late || maybe_fast) {
+      const RatioCounts c =
+          log_ratio_counts(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, flog_slow);
+      ratio_counts[i] = {c.late, c.fast};
+    }
   }
 
   // A stage holds a wait for a late rank when a rank that is relative_threshold slower than the
@@ -1411,7 +1450,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     for (std::size_t i = b; i < e && any_fast; ++i) {
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
-      const float* x = xs.data() + offsets[i];
+      const float* x = stage_ratios(f);
       for (std::size_t j = 0; j < f.rank_ids.size(); ++j)
         if (x[j] >= flog_slow) late.emplace_back(f.rank_ids[j], f.rank_ms[j] - f.median_ms);
     }
@@ -1429,7 +1468,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
                                                            ? kPriorSigma
                                                            : sigma_of(t->second)));
-        const float* x = xs.data() + offsets[i];
+        const float* x = stage_ratios(f);
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
           const double deficit = f.median_ms - f.rank_ms[j];
           if (static_cast<double>(x[j]) > low || deficit < kMinWaitMs) continue;
@@ -1462,8 +1501,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     const StageFigures& f = report.stages[i];
     SeqTrack& track = seq_tracks_[track_key(f.cohort, f.stage)];
     track.arrange(f.rank_ids);  // slot j is f.rank_ids[j]
-    const float* x = xs.data() + offsets[i];
-    const float* ex = excess.data() + offsets[i];
+    const double* ms = f.rank_ms.data();
     const std::size_t n = f.rank_ids.size();
 
     // The evidence uses the noise estimated up to the previous window; this window's deviations
@@ -1505,11 +1543,22 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     // the difference of two draws), which a persistent shift moves once.
     const std::size_t stride = n > 2048 ? n / 1024 : 1;
     const bool pair_noise = n == 2;
+    const float* x;  // x[k] is the log-ratio of slot k * stride
+    if (stride == 1) {
+      x = stage_ratios(f);
+    } else {
+      std::vector<double>& picked = seq_picked_;
+      picked.clear();
+      for (std::size_t j = 0; j < n; j += stride) picked.push_back(ms[j]);
+      if (seq_x_.size() < picked.size()) seq_x_.resize(picked.size());
+      log_ratios(picked.size(), picked.data(), f.median_ms, seq_x_.data());
+      x = seq_x_.data();
+    }
     scratch.clear();
-    for (std::size_t j = 0; j < n; j += stride)
+    for (std::size_t j = 0, k = 0; j < n; j += stride, ++k)
       if (seen[j] > 0)
-        scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[j] - last[j])) / kSqrt2
-                                     : std::fabs(static_cast<double>(x[j] - level[j])));
+        scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[k] - last[j])) / kSqrt2
+                                     : std::fabs(static_cast<double>(x[k] - level[j])));
     // The test, one pass over the slots.
     SeqPass pass;
     for (int k = 0; k < kShifts; ++k) {
@@ -1549,7 +1598,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     attention.resize(n);
     static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");
     const SeqCounts counts =
-        seq_pass(n, pass, fthreshold, x, ex, seen, level, last, evidence, track.cusum[0].data(),
+        seq_pass(n, pass, fthreshold, ms, f.median_ms, seen, level, last, evidence, track.cusum[0].data(),
                  track.cusum[1].data(), track.cusum[2].data(), track.cusum[3].data(),
                  track.cusum[4].data(), track.base.data(), track.own.data(),
                  track.named_bit.data(), attention.data());

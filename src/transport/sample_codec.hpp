@@ -96,7 +96,6 @@ class Encoder {
   std::vector<std::uint32_t> name_index_;  // scratch: the names of a sample's values
   std::size_t samples_ = 0;
   bool fresh_ = true;      // the next batch starts the peer's dictionaries afresh
-  std::uint8_t* flags_ = nullptr;
 };
 
 /// Decodes the batches of one link (one peer to this rank). Not thread-safe.
