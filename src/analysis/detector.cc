@@ -1113,6 +1113,9 @@ constexpr double kOwnCeiling = 8.0;
 // relative_threshold; the larger shifts' tests share what is left (docs/detection.md, step 4).
 constexpr double kShareOwn = 0.7;
 constexpr double kShareFirst = 0.2;
+// A rank confirmed in a timed stage with this many times its untimed excess (ms over the median)
+// is not named for `untimed` as well (observe_sequential).
+constexpr double kUntimedExplained = 4.0;
 
 
 // The two passes over every slot, compiled twice where the toolchain can pick at load time
@@ -1734,6 +1737,31 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     r.evidence = st.evidence();
     r.confirmed = true;
     report.stragglers.push_back(std::move(r));
+  }
+
+  // The untimed stage is what no section covers. Where the same rank is confirmed in a timed
+  // stage of its cohort with an excess kUntimedExplained times its untimed excess or more, that
+  // stage says why the rank is slow, and the small rest outside the sections is a side effect
+  // (code right after a long stall runs on cold caches; a slow host is slow everywhere): it is
+  // not named apart. Its finding stays, unconfirmed, and a hint says so.
+  for (RankFinding& u : report.stragglers) {
+    if (!u.confirmed || u.stage != kUntimedStage) continue;
+    const double untimed_excess = u.ms - u.ref_ms;
+    const RankFinding* why = nullptr;
+    for (const RankFinding& f : report.stragglers)
+      if (f.confirmed && f.rank == u.rank && f.cohort == u.cohort && f.stage != kUntimedStage &&
+          f.ms - f.ref_ms >= kUntimedExplained * untimed_excess &&
+          (!why || f.ms - f.ref_ms > why->ms - why->ref_ms))
+        why = &f;
+    if (!why) continue;
+    u.confirmed = false;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " is %.2f ms over the median in '%s' and %.2f ms in '",
+                  untimed_excess, std::string(kUntimedStage).c_str(), why->ms - why->ref_ms);
+    report.hints.push_back("measured: rank " + std::to_string(u.rank) + cohort_suffix(u.cohort) +
+                           buf + why->stage + "', where it is confirmed; inferred: '" +
+                           why->stage + "' explains it, '" + std::string(kUntimedStage) +
+                           "' is not named apart");
   }
 
   // The run's confirmed list.

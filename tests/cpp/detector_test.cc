@@ -1047,6 +1047,47 @@ TEST(Sequential, UntimedCodeIsAStageAndItsSlowRankIsNamed) {
   EXPECT_EQ(confirmed_pairs(d), (std::vector<std::pair<int, std::string>>{{2, "untimed"}}));
 }
 
+// Rank 2's dataloader is `dataloader_extra` ms slower and its code outside the sections
+// `untimed_extra` ms slower (every rank has 2 ms there): the pairs confirmed over 30 windows, and
+// whether a hint said the untimed excess was explained.
+std::pair<std::vector<std::pair<int, std::string>>, bool> slow_in_two_places(
+    double dataloader_extra, double untimed_extra) {
+  Detector d;
+  bool explained = false;
+  for (int w = 0; w < 30; ++w) {
+    const Report r = d.observe(noisy_window(4, w, [&](Window& win) {
+      win.samples[2].stages[0].ms += dataloader_extra;
+      for (StepSample& s : win.samples) {
+        double sum = 0.0;
+        for (const StageTime& st : s.stages) sum += st.ms;
+        s.step_ms = sum + 2.0 + (s.rank == 2 ? untimed_extra : 0.0);
+      }
+    }));
+    for (const RankFinding& f : r.stragglers)
+      EXPECT_FALSE(f.confirmed && f.stage == kUntimedStage && dataloader_extra >= 4 * untimed_extra)
+          << "window " << w;
+    for (const std::string& h : r.hints)
+      if (h.find("'untimed' is not named apart") != std::string::npos) explained = true;
+  }
+  return {confirmed_pairs(d), explained};
+}
+
+TEST(Sequential, UntimedSlownessThatATimedStageExplainsIsNotNamedApart) {
+  // 30 ms in the dataloader and 1.5 ms outside the sections (code after a long stall runs
+  // slower): the dataloader says why; untimed is not a second verdict.
+  const auto [pairs, explained] = slow_in_two_places(30.0, 1.5);
+  EXPECT_EQ(pairs, (std::vector<std::pair<int, std::string>>{{2, "dataloader"}}));
+  EXPECT_TRUE(explained);
+  // Two slowdowns of a size (4 ms and 1.5 ms): both are named.
+  const auto [both, explained_both] = slow_in_two_places(4.0, 1.5);
+  EXPECT_EQ(both, (std::vector<std::pair<int, std::string>>{{2, "dataloader"}, {2, "untimed"}}));
+  EXPECT_FALSE(explained_both);
+  // Untimed alone is named (UntimedCodeIsAStageAndItsSlowRankIsNamed, with 1.5 ms here).
+  const auto [alone, explained_alone] = slow_in_two_places(0.0, 1.5);
+  EXPECT_EQ(alone, (std::vector<std::pair<int, std::string>>{{2, "untimed"}}));
+  EXPECT_FALSE(explained_alone);
+}
+
 TEST(Sequential, NoUntimedStageWithoutAStepTimeOrWhenStagesCoverIt) {
   const Report none = evaluate_window(noisy_window(4, 0), DetectorOptions{});
   for (const StageFigures& f : none.stages) EXPECT_NE(f.stage, kUntimedStage);
