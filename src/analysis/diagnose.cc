@@ -310,13 +310,17 @@ std::vector<Reason> resource_reasons(const ResourceProfile& p, int rank) {
   per_step("host_gc_pause_ms", "gc_pauses", "Python garbage collection");
   per_step("host_data_wait_ms", "data_starvation", "waiting for the next batch");
 
-  // Host-bound: one thread at a core (the training thread, or another one holding the GIL), more
-  // than on the others; or preempted far more often than them.
+  // Host-bound: the training thread at a core, or another thread at half a core or more (one
+  // that holds the GIL or a core that long takes it from the training thread), more than on the
+  // others; or preempted far more often than them. (A Python thread that spins beside the
+  // training thread gets 84-92 % of a core on the 2-core test machine: at 85 % it was missed in
+  // some runs.)
   for (const char* name : {"host_train_thread_cpu_pct", "host_top_thread_cpu_pct"}) {
+    const bool train = name[5] == 't' && name[6] == 'r';
     const double mine = mean_of(r, name);
     const double others = median_mean(name);
-    if (!(mine >= 85.0) || (std::isfinite(others) && mine < others + 25.0)) continue;
-    const bool train = name[5] == 't' && name[6] == 'r';
+    if (!(mine >= (train ? 85.0 : 50.0)) || (std::isfinite(others) && mine < others + 25.0))
+      continue;
     out.push_back({"host_bound",
                    std::string(train ? "the training thread" : "another thread of the process") +
                        " at " + num(mine, 0) + "% of a core" +

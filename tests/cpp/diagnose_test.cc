@@ -163,6 +163,12 @@ TEST(Reasons, EachCauseIsNamedFromItsReadings) {
             std::vector<std::string>{"pcie_downgraded"});
   EXPECT_EQ(only([](StepSample& s, int) { set(s.resources, "host_top_thread_cpu_pct", 99); }),
             std::vector<std::string>{"host_bound"});
+  // Another thread at 60 % of a core takes it (or the GIL) from the training thread; at 40 %
+  // (35 points over the others' 5 %) it is not host-bound.
+  EXPECT_EQ(only([](StepSample& s, int) { set(s.resources, "host_top_thread_cpu_pct", 60); }),
+            std::vector<std::string>{"host_bound"});
+  EXPECT_TRUE(only([](StepSample& s, int) { set(s.resources, "host_top_thread_cpu_pct", 40); })
+                  .empty());
   EXPECT_EQ(only([](StepSample& s, int) { set(s.resources, "host_gc_pause_ms", 12); }),
             std::vector<std::string>{"gc_pauses"});
   EXPECT_EQ(only([](StepSample& s, int) { set(s.resources, "host_data_wait_ms", 25); }),
