@@ -1406,12 +1406,15 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   ratio_counts.resize(report.stages.size());
   const float flog_slow = static_cast<float>(log_slow);
   constexpr float kRoundingMargin = 1e-5f;
-  // One stage's log-ratios, into the scratch that every stage reuses.
-  auto stage_ratios = [&](const StageFigures& f) -> const float* {
-    const std::size_t n = f.rank_ms.size();
+  // The log-ratios of n times to `median`, into the scratch that every stage reuses.
+  auto ratios_into_scratch = [&](const double* ms, std::size_t n, double median) -> const float* {
     if (seq_x_.size() < n) seq_x_.resize(n);
-    log_ratios(n, f.rank_ms.data(), f.median_ms, seq_x_.data());
+    log_ratios(n, ms, median, seq_x_.data());
     return seq_x_.data();
+  };
+  // One stage's log-ratios.
+  auto stage_ratios = [&](const StageFigures& f) -> const float* {
+    return ratios_into_scratch(f.rank_ms.data(), f.rank_ms.size(), f.median_ms);
   };
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
@@ -1553,9 +1556,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       std::vector<double>& picked = seq_picked_;
       picked.clear();
       for (std::size_t j = 0; j < n; j += stride) picked.push_back(ms[j]);
-      if (seq_x_.size() < picked.size()) seq_x_.resize(picked.size());
-      log_ratios(picked.size(), picked.data(), f.median_ms, seq_x_.data());
-      x = seq_x_.data();
+      x = ratios_into_scratch(picked.data(), picked.size(), f.median_ms);
     }
     scratch.clear();
     for (std::size_t j = 0, k = 0; j < n; j += stride, ++k)
@@ -1601,10 +1602,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     attention.resize(n);
     static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");
     const SeqCounts counts =
-        seq_pass(n, pass, fthreshold, ms, f.median_ms, seen, level, last, evidence, track.cusum[0].data(),
-                 track.cusum[1].data(), track.cusum[2].data(), track.cusum[3].data(),
-                 track.cusum[4].data(), track.base.data(), track.own.data(),
-                 track.named_bit.data(), attention.data());
+        seq_pass(n, pass, fthreshold, ms, f.median_ms, seen, level, last, evidence,
+                 track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
+                 track.cusum[3].data(), track.cusum[4].data(), track.base.data(),
+                 track.own.data(), track.named_bit.data(), attention.data());
     if (comparable) {
       track.pauses += counts.jumps;
       track.pause_chances += counts.jump_base;
