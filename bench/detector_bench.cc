@@ -5,7 +5,12 @@
 //     waiting (8,192 waiting findings: the allocation-heavy case).
 //   BM_EvaluateFresh/<scenario>: evaluate_window returning a new Report each time (mean).
 //   BM_Observe/<scenario>/<rule>: Detector::observe (evaluate + persistence) into a reused
-//     Report; rule 0 the default options, 1 the RFC's rule.
+//     Report; rule 0 the default options, 1 the RFC's rule. Scenarios 0 and 1 observe one window
+//     again and again (it stays in the caches as far as they hold it). Scenario 2 is scenario 0
+//     with transient pauses: in each of 8 windows taken in turn, 2 % of the (rank, stage) times
+//     are 1.5x to 3x (every stage then has ranks over the rule, so none skips its MAD).
+//     Scenario 3 is the 8 windows of scenario 2 without the pauses: what taking fresh windows
+//     costs by itself.
 //   Every rank's step_ms is its stages' time and about 0.5 ms more (the "untimed" stage).
 //   BM_Median/<how>: the median of one stage's 16,384 times; 0 the sampled selection the
 //     detector uses (median_of), 1 a copy and a quickselect (median_inplace), as before.
@@ -27,12 +32,13 @@ constexpr int kStages = 16;
 constexpr int kRanksPerHost = 8;
 constexpr int kSlowRank = 1234;
 
-laggard::Window make_window(int scenario, std::int64_t step) {
+laggard::Window make_window(int scenario, std::int64_t step, std::uint64_t seed = 12345,
+                            bool pauses = true) {
   static const char* const kNames[kStages] = {
       "dataloader", "forward",  "attention", "moe",      "backward", "communication",
       "optimizer",  "stage_07", "stage_08",  "stage_09", "stage_10", "stage_11",
       "stage_12",   "stage_13", "stage_14",  "stage_15"};
-  std::uint64_t state = 12345;
+  std::uint64_t state = seed;
   auto noise = [&state] {  // splitmix64, uniform in [0, 1): an LCG's lattice would make a
                            // pattern no timer produces, and std::nth_element slow on it
     std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -62,7 +68,7 @@ laggard::Window make_window(int scenario, std::int64_t step) {
       s.stages.push_back(std::move(st));
     }
   }
-  if (scenario == 0) {
+  if (scenario == 0 || scenario == 2) {
     // One rank's forward is 1.5x; everyone else waits for it in communication.
     w.samples[kSlowRank].stages[1].ms *= 1.5;
     for (int r = 0; r < kRanks; ++r)
@@ -70,6 +76,10 @@ laggard::Window make_window(int scenario, std::int64_t step) {
   } else {
     for (int r = 0; r < kRanks; r += 2) w.samples[static_cast<std::size_t>(r)].stages[5].ms *= 3.0;
   }
+  if (scenario == 2 && pauses)
+    for (laggard::StepSample& s : w.samples)
+      for (laggard::StageTime& st : s.stages)
+        if (noise() < 0.02) st.ms *= 1.5 + 1.5 * noise();
   // A trainer's step takes longer than its sections: about 0.5 ms of every step is outside them,
   // which the detector compares as the stage "untimed" (a 17th column).
   for (laggard::StepSample& s : w.samples) {
@@ -84,6 +94,25 @@ const laggard::Window& window(int scenario) {
   static const laggard::Window w0 = make_window(0, 100);
   static const laggard::Window w1 = make_window(1, 100);
   return scenario == 0 ? w0 : w1;
+}
+
+constexpr int kFreshWindows = 8;
+// Window k % 8 of scenario 2 (with pauses) or 3 (the same without).
+const laggard::Window& fresh_window(int scenario, int k) {
+  auto make = [](bool pauses) {
+    std::vector<laggard::Window> out;
+    for (int i = 0; i < kFreshWindows; ++i)
+      out.push_back(
+          make_window(2, 100 + i, 12345 + 7919 * static_cast<std::uint64_t>(i), pauses));
+    return out;
+  };
+  const std::size_t i = static_cast<std::size_t>(k % kFreshWindows);
+  if (scenario == 2) {
+    static const std::vector<laggard::Window> paused = make(true);
+    return paused[i];
+  }
+  static const std::vector<laggard::Window> plain = make(false);
+  return plain[i];
 }
 
 void BM_Evaluate(benchmark::State& state) {
@@ -120,17 +149,21 @@ BENCHMARK(BM_EvaluateFresh)->Arg(0)->Unit(benchmark::kMillisecond);
 void BM_Observe(benchmark::State& state) {
   laggard::Detector detector(state.range(1) ? laggard::DetectorOptions::rfc()
                                             : laggard::DetectorOptions{});
-  const laggard::Window& w = window(static_cast<int>(state.range(0)));
+  const int scenario = static_cast<int>(state.range(0));
+  auto next = [scenario, k = 0]() mutable -> const laggard::Window& {
+    return scenario >= 2 ? fresh_window(scenario, k++) : window(scenario);
+  };
   laggard::Report r;
-  detector.observe(w, r);  // first window sizes the histories
+  detector.observe(next(), r);  // first window sizes the histories
   for (auto _ : state) {
-    detector.observe(w, r);
+    detector.observe(next(), r);
     benchmark::DoNotOptimize(r);
   }
   state.counters["confirmed"] = static_cast<double>(detector.confirmed().size());
+  state.counters["findings"] = static_cast<double>(r.stragglers.size() + r.waiting.size());
   state.SetItemsProcessed(state.iterations() * kRanks * kStages);
 }
-BENCHMARK(BM_Observe)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Observe)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 void BM_Median(benchmark::State& state) {
   const laggard::Window& w = window(0);

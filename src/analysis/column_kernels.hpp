@@ -18,6 +18,9 @@ struct ColumnExtent {
 /// sums (pairwise order, not strictly left to right).
 ColumnExtent column_extent(const double* ms, std::size_t n) noexcept;
 
+/// The first position i in [0, n) with ms[i] == value, or n.
+std::size_t first_equal(const double* ms, std::size_t n, double value) noexcept;
+
 /// The RFC rule's test for one time, as the detector applies it:
 ///   t > ref  and  (t >= relative_limit  or  t - ref >= absolute)  and  t - ref >= margin.
 struct SlowRule {

@@ -186,6 +186,7 @@ struct Cohort {
   std::string_view name;
   std::vector<int> members;  // indices into Window::samples, in sample order
   std::vector<int> ranks;    // ranks[m] = samples[members[m]].rank
+  bool ranks_ascending = true;  // ranks[m] <= ranks[m + 1]: columns are in rank order
   std::vector<Column> stages;  // the first `used` are this window's; the rest keep capacity
   std::size_t used = 0;
 };
@@ -208,6 +209,7 @@ struct Workspace {
   std::vector<double> own_work, capped_work;
   std::vector<double> untimed;
   std::vector<int> host_of_member;
+  std::vector<int> flagged_on, ranks_on;  // per host, for group_hosts
   std::vector<std::string_view> host_names;
   std::vector<ColumnResult> results;
   // The fast path's view of a cohort's columns: names and where their times go.
@@ -345,6 +347,7 @@ class WindowEvaluator {
     c.name = name;
     c.members.clear();
     c.ranks.clear();
+    c.ranks_ascending = true;
     c.used = 0;
     return c;
   }
@@ -367,6 +370,7 @@ class WindowEvaluator {
       }
       Cohort& cohort = ws_.cohorts[static_cast<std::size_t>(c)];
       cohort.members.push_back(static_cast<int>(i));
+      if (!cohort.ranks.empty() && s.rank < cohort.ranks.back()) cohort.ranks_ascending = false;
       cohort.ranks.push_back(s.rank);
       last = c;
     }
@@ -551,10 +555,15 @@ class WindowEvaluator {
     const detail::ColumnExtent extent = detail::column_extent(ms, n);
     const double hi = extent.max;
     int top = -1;  // the slowest rank, the lowest rank on ties
-    for (std::size_t i = 0; i < n; ++i) {
-      if (ms[i] != hi) continue;
-      if (top < 0 || rank_at(cohort, col, i) < rank_at(cohort, col, static_cast<std::size_t>(top)))
-        top = static_cast<int>(i);
+    if (cohort.ranks_ascending) {  // (the usual case) the first position holding the maximum
+      top = static_cast<int>(detail::first_equal(ms, n, hi));
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        if (ms[i] != hi) continue;
+        if (top < 0 ||
+            rank_at(cohort, col, i) < rank_at(cohort, col, static_cast<std::size_t>(top)))
+          top = static_cast<int>(i);
+      }
     }
     r.mean = extent.sum / static_cast<double>(n);
     r.min = extent.min;
@@ -569,14 +578,6 @@ class WindowEvaluator {
     const double ref = options_.ref == Reference::mean ? r.mean : wait_from_min ? r.min : r.median;
     r.ref = ref;
 
-    // The robust rule's extra margin; with MAD == 0 any t > median passes it.
-    double mad_margin = -std::numeric_limits<double>::infinity();
-    // (With 2 ranks the MAD is the distance of each from their midpoint: no rank could ever
-    // pass it, so the margin needs 3 ranks.)
-    if (options_.ref == Reference::robust && !wait_from_min && n >= 3) {
-      const double mad = detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
-      if (mad > 0.0) mad_margin = options_.mad_z * kMadToSigma * mad;
-    }
     if (n > 1) {
       // With ref <= 0 the relative rule says nothing: only the absolute rule applies.
       double relative_limit =
@@ -588,7 +589,18 @@ class WindowEvaluator {
       rule.ref = ref;
       rule.relative_limit = relative_limit;
       rule.absolute = options_.absolute_ms_threshold;
-      rule.margin = mad_margin;
+      rule.margin = -std::numeric_limits<double>::infinity();
+      // The rule only grows more true as t grows: where the slowest time fails it without the
+      // margin, every time does, and neither the margin nor the pass is needed (most columns of
+      // most windows: this skips a MAD, the cost of a median, per column).
+      if (!rule.slow(hi)) return;
+      // The robust rule's extra margin; with MAD == 0 any t > median passes it.
+      // (With 2 ranks the MAD is the distance of each from their midpoint: no rank could ever
+      // pass it, so the margin needs 3 ranks.)
+      if (options_.ref == Reference::robust && !wait_from_min && n >= 3) {
+        const double mad = detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
+        if (mad > 0.0) rule.margin = options_.mad_z * kMadToSigma * mad;
+      }
       detail::flag_slow(ms, n, rule, r.flagged);
       // Positions ascend; so do their ranks when samples come in rank order (the usual case).
       auto by_rank = [&](int a, int b) {
@@ -658,16 +670,19 @@ class WindowEvaluator {
     const std::vector<std::string_view>& host_names = ws_.host_names;
     const std::size_t hosts = host_names.size();
     if (hosts < 2) return;
-    std::vector<int> ranks_on(hosts, 0), flagged_on(hosts, 0);
+    // Every host all flagged: no host is slow against another.
+    if (r.flagged.size() == col.count) return;
+    std::vector<int>& flagged_on = ws_.flagged_on;
+    flagged_on.assign(hosts, 0);
+    bool any_pair = false;  // a host with two flagged ranks: else none can be all flagged
+    for (int pos : r.flagged)
+      any_pair |= ++flagged_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(
+                      col.member_at(static_cast<std::size_t>(pos)))])] >= 2;
+    if (!any_pair) return;
+    std::vector<int>& ranks_on = ws_.ranks_on;
+    ranks_on.assign(hosts, 0);
     for (std::size_t i = 0; i < col.count; ++i)
       ++ranks_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(col.member_at(i))])];
-    for (int pos : r.flagged)
-      ++flagged_on[static_cast<std::size_t>(
-          host_of[static_cast<std::size_t>(col.member_at(static_cast<std::size_t>(pos)))])];
-    int hosts_with_unflagged = 0;
-    for (std::size_t h = 0; h < hosts; ++h)
-      if (flagged_on[h] < ranks_on[h]) ++hosts_with_unflagged;
-    if (hosts_with_unflagged == 0) return;
     for (std::size_t h = 0; h < hosts; ++h) {
       // A whole host slow, while some other host has a rank at normal speed.
       if (host_names[h].empty() || ranks_on[h] < 2 || flagged_on[h] < ranks_on[h]) continue;
@@ -1401,7 +1416,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   // Per stage: how many ranks are relative_threshold slower and faster than the median (the wait
   // search below looks at a stage only where there are some). The stage's extent answers for
   // most stages without a pass: no rank is late when even the slowest is short of the threshold
-  // (by more than the 1e-7 of x's rounding), none fast when even the fastest is.
+  // (by more than the 1e-7 of x's rounding), none fast when even the fastest is. The counts are
+  // needed only where some rank may be fast (a stage of own work, not communication): elsewhere
+  // the late count stays -1, "maybe", and the search, which tests every rank itself where it
+  // runs, is not misled (a window with pauses has late ranks in every stage).
   std::vector<std::pair<int, int>>& ratio_counts = seq_ratio_counts_;
   ratio_counts.resize(report.stages.size());
   const float flog_slow = static_cast<float>(log_slow);
@@ -1421,8 +1439,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     const double inv_ref = log_ratio_ref(f.median_ms);
     const bool maybe_late = log_ratio(f.max_ms, inv_ref) >= flog_slow - kRoundingMargin;
     const bool maybe_fast = log_ratio(f.min_ms, inv_ref) <= -flog_slow + kRoundingMargin;
-    ratio_counts[i] = {0, 0};
-    if (maybe_late || maybe_fast) {
+    ratio_counts[i] = {maybe_late ? -1 : 0, 0};
+    if (maybe_fast && f.kind != StageKind::communication) {
       const RatioCounts c =
           log_ratio_counts(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, flog_slow);
       ratio_counts[i] = {c.late, c.fast};

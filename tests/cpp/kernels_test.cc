@@ -135,6 +135,28 @@ TEST(ColumnExtent, MinMaxExactSumClose) {
   EXPECT_EQ(laggard::detail::column_extent(exact, 5).sum, 15.0);
 }
 
+TEST(FirstEqual, FindsTheFirstPositionOfAValueOrN) {
+  for (const Input& in : inputs()) {
+    std::mt19937_64 rng(11);
+    for (std::size_t n : kSizes) {
+      std::vector<double> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = in.make(i, rng);
+      // The maximum (ties included: the first of them), and each of a few positions' values.
+      const double hi = *std::max_element(v.begin(), v.end());
+      EXPECT_EQ(laggard::detail::first_equal(v.data(), n, hi),
+                static_cast<std::size_t>(std::find(v.begin(), v.end(), hi) - v.begin()))
+          << in.name << " n " << n;
+      for (std::size_t at : {std::size_t{0}, n / 3, n - 1}) {
+        const auto expected = static_cast<std::size_t>(std::find(v.begin(), v.end(), v[at]) -
+                                                       v.begin());
+        EXPECT_EQ(laggard::detail::first_equal(v.data(), n, v[at]), expected)
+            << in.name << " n " << n << " at " << at;
+      }
+      EXPECT_EQ(laggard::detail::first_equal(v.data(), n, -1.0), n) << in.name << " n " << n;
+    }
+  }
+}
+
 TEST(FlagSlow, SameAsTheScalarRule) {
   const double inf = std::numeric_limits<double>::infinity();
   std::mt19937_64 rng(9);
