@@ -209,6 +209,7 @@ struct Workspace {
   std::vector<double> own_work, capped_work;
   std::vector<double> untimed;
   std::vector<int> host_of_member;
+  std::vector<int> host_size;             // members per host
   std::vector<int> flagged_on, ranks_on;  // per host, for group_hosts
   std::vector<std::string_view> host_names;
   std::vector<ColumnResult> results;
@@ -662,6 +663,9 @@ class WindowEvaluator {
       if (inserted) host_names.push_back(host);
       host_of_member[m] = it->second;
     }
+    // The members on each host: the ranks on it of every column that all members reported.
+    ws_.host_size.assign(host_names.size(), 0);
+    for (int h : host_of_member) ++ws_.host_size[static_cast<std::size_t>(h)];
     return host_of_member;
   }
 
@@ -679,10 +683,14 @@ class WindowEvaluator {
       any_pair |= ++flagged_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(
                       col.member_at(static_cast<std::size_t>(pos)))])] >= 2;
     if (!any_pair) return;
-    std::vector<int>& ranks_on = ws_.ranks_on;
-    ranks_on.assign(hosts, 0);
-    for (std::size_t i = 0; i < col.count; ++i)
-      ++ranks_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(col.member_at(i))])];
+    const bool dense = col.count == cohort.members.size();
+    if (!dense) {
+      ws_.ranks_on.assign(hosts, 0);
+      for (std::size_t i = 0; i < col.count; ++i)
+        ++ws_.ranks_on[static_cast<std::size_t>(
+            host_of[static_cast<std::size_t>(col.member_at(i))])];
+    }
+    const std::vector<int>& ranks_on = dense ? ws_.host_size : ws_.ranks_on;
     for (std::size_t h = 0; h < hosts; ++h) {
       // A whole host slow, while some other host has a rank at normal speed.
       if (host_names[h].empty() || ranks_on[h] < 2 || flagged_on[h] < ranks_on[h]) continue;
@@ -1699,10 +1707,19 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         return f.ms - report.stages[i].median_ms <= 1.5 * wait_ms[i];
     return false;
   };
+  // Each finding's state first, its cold part fetched ahead: with pauses a window has thousands of
+  // findings, each the state of another slot, and reading them one by one waited on memory.
+  std::vector<Handle> handles;
+  handles.reserve(report.stragglers.size());
+  for (const RankFinding& f : report.stragglers) {
+    handles.push_back(state_of(f.cohort, f.stage, f.rank));
+    if (handles.back()) __builtin_prefetch(handles.back().operator->());
+  }
   std::vector<RankFinding> kept;
   kept.reserve(report.stragglers.size());
-  for (RankFinding& f : report.stragglers) {
-    const Handle st = state_of(f.cohort, f.stage, f.rank);
+  for (std::size_t k = 0; k < report.stragglers.size(); ++k) {
+    RankFinding& f = report.stragglers[k];
+    const Handle st = handles[k];
     f.windows_flagged = st ? st->flagged : 0;
     f.evidence = st ? st.evidence() : 0.0;
     f.confirmed = st && st.named();
