@@ -603,12 +603,13 @@ class WindowEvaluator {
         if (mad > 0.0) rule.margin = options_.mad_z * kMadToSigma * mad;
       }
       detail::flag_slow(ms, n, rule, r.flagged);
-      // Positions ascend; so do their ranks when samples come in rank order (the usual case).
+      // Positions ascend; so do their ranks where the cohort's ranks ascend (the usual case).
       auto by_rank = [&](int a, int b) {
         return rank_at(cohort, col, static_cast<std::size_t>(a)) <
                rank_at(cohort, col, static_cast<std::size_t>(b));
       };
-      if (!std::is_sorted(r.flagged.begin(), r.flagged.end(), by_rank))
+      if (!cohort.ranks_ascending &&
+          !std::is_sorted(r.flagged.begin(), r.flagged.end(), by_rank))
         std::sort(r.flagged.begin(), r.flagged.end(), by_rank);
     }
   }
