@@ -32,8 +32,7 @@ constexpr int kStages = 16;
 constexpr int kRanksPerHost = 8;
 constexpr int kSlowRank = 1234;
 
-laggard::Window make_window(int scenario, std::int64_t step, std::uint64_t seed = 12345,
-                            bool pauses = true) {
+laggard::Window make_window(int scenario, std::int64_t step, std::uint64_t seed = 12345) {
   static const char* const kNames[kStages] = {
       "dataloader", "forward",  "attention", "moe",      "backward", "communication",
       "optimizer",  "stage_07", "stage_08",  "stage_09", "stage_10", "stage_11",
@@ -68,7 +67,7 @@ laggard::Window make_window(int scenario, std::int64_t step, std::uint64_t seed 
       s.stages.push_back(std::move(st));
     }
   }
-  if (scenario == 0 || scenario == 2) {
+  if (scenario != 1) {
     // One rank's forward is 1.5x; everyone else waits for it in communication.
     w.samples[kSlowRank].stages[1].ms *= 1.5;
     for (int r = 0; r < kRanks; ++r)
@@ -76,7 +75,7 @@ laggard::Window make_window(int scenario, std::int64_t step, std::uint64_t seed 
   } else {
     for (int r = 0; r < kRanks; r += 2) w.samples[static_cast<std::size_t>(r)].stages[5].ms *= 3.0;
   }
-  if (scenario == 2 && pauses)
+  if (scenario == 2)
     for (laggard::StepSample& s : w.samples)
       for (laggard::StageTime& st : s.stages)
         if (noise() < 0.02) st.ms *= 1.5 + 1.5 * noise();
@@ -99,20 +98,14 @@ const laggard::Window& window(int scenario) {
 constexpr int kFreshWindows = 8;
 // Window k % 8 of scenario 2 (with pauses) or 3 (the same without).
 const laggard::Window& fresh_window(int scenario, int k) {
-  auto make = [](bool pauses) {
+  auto make = [](int s) {
     std::vector<laggard::Window> out;
     for (int i = 0; i < kFreshWindows; ++i)
-      out.push_back(
-          make_window(2, 100 + i, 12345 + 7919 * static_cast<std::uint64_t>(i), pauses));
+      out.push_back(make_window(s, 100 + i, 12345 + 7919 * static_cast<std::uint64_t>(i)));
     return out;
   };
-  const std::size_t i = static_cast<std::size_t>(k % kFreshWindows);
-  if (scenario == 2) {
-    static const std::vector<laggard::Window> paused = make(true);
-    return paused[i];
-  }
-  static const std::vector<laggard::Window> plain = make(false);
-  return plain[i];
+  static const std::vector<laggard::Window> paused = make(2), plain = make(3);
+  return (scenario == 2 ? paused : plain)[static_cast<std::size_t>(k % kFreshWindows)];
 }
 
 void BM_Evaluate(benchmark::State& state) {
