@@ -258,6 +258,9 @@ class LAGGARD_API Detector {
     std::vector<int> slot_rank;     ///< the rank of each slot
     std::vector<int> slot_of_rank;  ///< indexed by rank: its slot, or -1
     double log_scale = 0.0;  ///< EWMA of ln(noise sigma of the log-ratio)
+    /// Windows since the slots last changed, up to the own-baseline warm-up: from there every
+    /// slot of the window has a baseline past its first windows.
+    int settled_windows = 0;
     int scale_windows = 0;
     /// Pauses seen (>= 1.5x the median straight after a window under relative_threshold), out
     /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that

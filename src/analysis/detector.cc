@@ -1223,6 +1223,8 @@ struct SeqPass {
   float ceiling_open, ceiling_held;  // most evidence a window may add; held: waiting or tiny
   float hold_below, absolute;    // excess (ms) at or under which the window is held
   float step_limit;              // 3 sigma: the most a window moves the level
+  float early_limit;             // first windows: |x| over this is left out of the baseline
+  bool early;                    // some slot may be in its first kOwnWarmup windows
   float log_slow;                // ln(relative_threshold): pauses count after windows under it
   // The own-baseline test: a Student-t LLR of d = x - base,
   // own_half_nu1 ln((own_nu_s2 + d^2) / (own_nu_s2 + (d - own_delta)^2)), capped at
@@ -1257,13 +1259,13 @@ struct SeqCounts {
 // branch-free pass over contiguous arrays (restrict: nothing aliases), so the compiler
 // vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop, and bound by
 // memory: every slot's state is read and written once per window.
-LAGGARD_WIDE_CLONES
-SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms,
-                   double median, int* __restrict seen, float* __restrict level,
-                   float* __restrict last, float* __restrict evidence, float* __restrict c0,
-                   float* __restrict c1, float* __restrict c2, float* __restrict c3,
-                   float* __restrict c4, float* __restrict base, float* __restrict own,
-                   std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
+template <bool kEarly>
+inline __attribute__((always_inline)) SeqCounts seq_pass_body(
+    std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
+    int* __restrict seen, float* __restrict level, float* __restrict last,
+    float* __restrict evidence, float* __restrict c0, float* __restrict c1, float* __restrict c2,
+    float* __restrict c3, float* __restrict c4, float* __restrict base, float* __restrict own,
+    std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
@@ -1295,18 +1297,24 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const doubl
     c3[j] = v3;
     c4[j] = v4;
     // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
-    // learnt while this CUSUM is at 0, as a running mean over the first windows and then an
-    // EWMA, from 0 (the median), a window moving it by 3 sigma at most: one heavy-tailed first
-    // window does not become the baseline.
+    // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
+    // only the prior), as a running mean and then an EWMA, from 0 (the median). Over the first
+    // kOwnWarmup windows a window whose |x| is over 3 sigma + ln(healthy_spread) (a pause, a
+    // heavy-tailed or warm-up window) is left out; after them each window moves it by 3 sigma at
+    // most. Clipped around the baseline instead, two fast first windows had held it low: the
+    // ordinary windows that followed were clipped too, so it came back too slowly, the test
+    // started against it and read them as slow, and a baseline learnt only at 0 stayed there.
     const float b = base[j];
     const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
     const float v5 = std::max(
         0.0f, own[j] + std::min(own_ceiling, own_llr(q, xj, b, seen_before >= kOwnWarmup)) -
                   q.own_shift);
-    const float base_alpha =
-        std::max(static_cast<float>(kBaseAlpha), 1.0f / static_cast<float>(seen_before + 1));
-    const float base_step = clamp_f(xj - b, -q.step_limit, q.step_limit);
-    const bool learn = own[j] == 0.0f;
+    const bool early = kEarly && seen_before < kOwnWarmup;
+    const float base_alpha = std::max(static_cast<float>(kBaseAlpha),
+                                      1.0f / static_cast<float>(std::max(seen_before, 1)));
+    const float base_step = early ? xj - b : clamp_f(xj - b, -q.step_limit, q.step_limit);
+    const bool learn = (own[j] == 0.0f) & (seen_before > 0) &
+                       (!early | (std::fabs(xj) <= q.early_limit));
     base[j] = learn ? b + base_alpha * base_step : b;
     own[j] = v5;
     const float most =
@@ -1322,11 +1330,27 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const doubl
   return {jumps, jump_base};
 }
 
+// The pass, for a (cohort, stage) whose slots may still be in their first kOwnWarmup windows
+// (p.early) or not: past them, the first windows' baseline rule is compiled out of the loop.
+LAGGARD_WIDE_CLONES
+SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms,
+                   double median, int* __restrict seen, float* __restrict level,
+                   float* __restrict last, float* __restrict evidence, float* __restrict c0,
+                   float* __restrict c1, float* __restrict c2, float* __restrict c3,
+                   float* __restrict c4, float* __restrict base, float* __restrict own,
+                   std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
+  return p.early ? seq_pass_body<true>(n, p, threshold, ms, median, seen, level, last, evidence,
+                                       c0, c1, c2, c3, c4, base, own, named, attention)
+                 : seq_pass_body<false>(n, p, threshold, ms, median, seen, level, last, evidence,
+                                        c0, c1, c2, c3, c4, base, own, named, attention);
+}
+
 }  // namespace
 
 void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
   const std::size_t n = ranks.size();
   if (n <= slot_rank.size() && std::equal(ranks.begin(), ranks.end(), slot_rank.begin())) return;
+  settled_windows = 0;  // a slot may be new
   // For each new slot, the old slot it takes (-1: a rank not seen before): the window's ranks
   // in order, then the ranks that are not in this window, parked.
   const std::size_t old_slots = slot_rank.size();
@@ -1601,6 +1625,9 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     pass.hold_below = hold_below;
     pass.absolute = absolute;
     pass.step_limit = step_limit;
+    pass.early_limit = step_limit + static_cast<float>(std::log(options_.healthy_spread));
+    pass.early = track.settled_windows < kOwnWarmup;
+    track.settled_windows = std::min(track.settled_windows + 1, kOwnWarmup);
     // The own-baseline test: "slower than its own baseline by relative_threshold" against "no
     // change", the LLR of a Student-t(kOwnNu) d = x - base, bounded and redescending.
     const double own_scale = sigma * kOwnScalePerSigma * kOwnScaleShrink;
