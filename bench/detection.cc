@@ -811,6 +811,11 @@ std::vector<std::unique_ptr<Rule>> make_rules(bool sweep) {
   return rules;
 }
 
+// Per-run tables (--runs): a run is this many sampled windows unless --windows says otherwise.
+constexpr int kRunWindows = 100;  // the default of --windows
+constexpr int kRunOnset = 20;  // faulty runs: the fault from this window on
+constexpr int kRunRecallWindows = 5;
+
 struct Args {
   bool quick = false, csv = false, sweep = false, runs = false;
   int ranks = 64;
@@ -821,11 +826,13 @@ struct Args {
   // --runs only: one rule, one noise level, one fault of the rotation (0-6), for quick studies.
   std::string rule, noise;
   int fault = -1;
+  int windows = kRunWindows;  // --runs: sampled windows per run
+  bool why = false;   // list every false confirmation and missed fault on stderr
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
-               "%s\nusage: detection [--runs [--rule NAME] [--noise gentle|moderate|heavy] [--fault 0-6]] [--quick] [--ranks N] [--trials T] [--seed S] [--csv] [--sweep]\n",
+               "%s\nusage: detection [--runs [--rule NAME] [--noise gentle|moderate|heavy] [--fault 0-6] [--windows W] [--why]] [--quick] [--ranks N] [--trials T] [--seed S] [--csv] [--sweep]\n",
                msg);
   std::exit(2);
 }
@@ -864,12 +871,21 @@ Args parse_args(int argc, char** argv) {
       const long long v = value();
       if (v < 0 || v > 6) usage("--fault must be 0 to 6 (1.1x, 1.2x, 1.5x, 2x, host, 5%, small stage)");
       a.fault = static_cast<int>(v);
+    } else if (arg == "--windows") {
+      const long long v = value();
+      if (v < 30 || v > 100000) usage("--windows must be 30 to 100000 (the onset is at window 20)");
+      a.windows = static_cast<int>(v);
+    } else if (arg == "--why") {
+      a.why = true;
     } else if (arg == "--help" || arg == "-h") {
       usage("detection quality of laggard's straggler analysis vs published rules");
     } else {
       usage(("unknown argument " + arg).c_str());
     }
   }
+  if (!a.runs && (a.windows != kRunWindows || a.why || a.fault >= 0 || !a.rule.empty() ||
+                  !a.noise.empty()))
+    usage("--rule, --noise, --fault, --windows and --why apply to --runs only");
   if (a.quick && !a.trials_given) a.trials = 20;
   return a;
 }
@@ -891,9 +907,6 @@ struct NoiseLevel {
 const NoiseLevel kNoiseLevels[] = {
     {"gentle", 0.01, 0.01}, {"moderate", 0.02, 0.03}, {"heavy", 0.05, 0.10}};
 constexpr double kRunSpread = 0.02;  // persistent per-rank speed: uniform +-2 %
-constexpr int kRunWindows = 100;
-constexpr int kRunOnset = 20;  // faulty runs: the fault from this window on
-constexpr int kRunRecallWindows = 5;
 
 // Student's t with 4 degrees of freedom, scaled to unit variance: heavy tails.
 double heavy_tailed(Rng& rng) {
@@ -1082,8 +1095,15 @@ Fault run_fault(int ranks, int trial, Rng& rng, int& kind) {
   }
 }
 
+// The length of a run and what --why lists (run_per_run_tables).
+struct RunShape {
+  int windows = kRunWindows;
+  bool why = false;
+};
+
 void run_one(std::vector<RunRule>& rules, std::vector<RunTally>& tallies, int ranks, int cohorts,
-             const NoiseLevel& noise, bool faulty, int trial, std::uint64_t seed) {
+             const NoiseLevel& noise, bool faulty, int trial, std::uint64_t seed,
+             const RunShape& shape) {
   Rng rng(seed);
   int kind = -1;
   Fault fault = faulty ? run_fault(ranks, trial, rng, kind) : Fault{};
@@ -1101,7 +1121,7 @@ void run_one(std::vector<RunRule>& rules, std::vector<RunTally>& tallies, int ra
   std::vector<std::vector<char>> wrong(rules.size());  // per rule: [rank * kStages + stage]
   std::vector<std::vector<char>> found(rules.size(), std::vector<char>(fault.ranks.size(), 0));
   for (auto& w : wrong) w.assign(static_cast<std::size_t>(ranks) * kStages, 0);
-  for (int w = 0; w < kRunWindows; ++w) {
+  for (int w = 0; w < shape.windows; ++w) {
     const bool active = faulty && w >= kRunOnset;
     model.next(active ? &fault : nullptr, rng, ms);
     const laggard::Window& window = buffer.load(static_cast<std::int64_t>(w) * 10, ms);
@@ -1120,7 +1140,13 @@ void run_one(std::vector<RunRule>& rules, std::vector<RunTally>& tallies, int ra
         const auto it = std::lower_bound(fault.ranks.begin(), fault.ranks.end(), n.rank);
         const bool injected = n.stage == fault.stage && it != fault.ranks.end() && *it == n.rank;
         if (!injected) {
-          wrong[i][static_cast<std::size_t>(n.rank) * kStages + static_cast<std::size_t>(n.stage)] = 1;
+          char& seen = wrong[i][static_cast<std::size_t>(n.rank) * kStages +
+                                static_cast<std::size_t>(n.stage)];
+          if (shape.why && !seen)
+            std::fprintf(stderr, "why: %s %s %s run %d: rank %d (cohort %d) %s confirmed at window %d\n",
+                         rules[i].label.c_str(), noise.name, faulty ? "faulty" : "healthy", trial,
+                         n.rank, model.cohort_of(n.rank), kStageDefs[n.stage].name, w);
+          seen = 1;
         } else if (w >= kRunOnset && w < kRunOnset + kRunRecallWindows) {
           found[i][static_cast<std::size_t>(it - fault.ranks.begin())] = 1;
         }
@@ -1139,19 +1165,25 @@ void run_one(std::vector<RunRule>& rules, std::vector<RunTally>& tallies, int ra
       t.wrong_pairs += wrong_pairs;
       t.pairs[static_cast<std::size_t>(kind)] += static_cast<long>(fault.ranks.size());
       for (char c : found[i]) t.found[static_cast<std::size_t>(kind)] += c;
+      if (shape.why)
+        for (std::size_t q = 0; q < found[i].size(); ++q)
+          if (!found[i][q])
+            std::fprintf(stderr, "why: %s %s faulty run %d: rank %d %s %.2fx not named within %d windows\n",
+                         rules[i].label.c_str(), noise.name, trial, fault.ranks[q],
+                         kStageDefs[fault.stage].name, fault.factor, kRunRecallWindows);
     }
   }
 }
 
 int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks,
                        const std::string& only_rule, const std::string& only_noise,
-                       int only_fault) {
+                       int only_fault, const RunShape& shape) {
   const std::vector<int> scales = only_ranks > 0 ? std::vector<int>{only_ranks}
                                   : quick        ? std::vector<int>{8, 64}
                                                  : std::vector<int>{8, 64, 512, 4096};
   std::printf("laggard detection per run — seed %llu%s; %d windows per run (faulty: onset at "
               "window %d), recall = named within %d windows of the onset\n",
-              static_cast<unsigned long long>(base_seed), quick ? ", quick" : "", kRunWindows,
+              static_cast<unsigned long long>(base_seed), quick ? ", quick" : "", shape.windows,
               kRunOnset, kRunRecallWindows);
   std::printf("noise: per-window jitter t(4)-distributed; persistent per-rank spread +-2%%; pauses "
               "+10..100 ms in one own-work stage (1 ms to 1 s) of a rank-window; cohorts of "
@@ -1180,11 +1212,11 @@ int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks,
       const std::uint64_t level = static_cast<std::uint64_t>(&noise - kNoiseLevels);
       for (int t = 0; t < healthy; ++t)
         run_one(rules, tallies, ranks, cohorts, noise, false, t,
-                trial_seed(base_seed, 1000 + 10 * level, static_cast<std::uint64_t>(t) * 8192 + ranks));
+                trial_seed(base_seed, 1000 + 10 * level, static_cast<std::uint64_t>(t) * 8192 + ranks), shape);
       for (int t = 0; t < (only_fault >= 0 ? 7 * faulty : faulty); ++t)
         if (only_fault < 0 || t % 7 == only_fault)
           run_one(rules, tallies, ranks, cohorts, noise, true, t,
-                trial_seed(base_seed, 2000 + 10 * level, static_cast<std::uint64_t>(t) * 8192 + ranks));
+                trial_seed(base_seed, 2000 + 10 * level, static_cast<std::uint64_t>(t) * 8192 + ranks), shape);
       std::fprintf(stderr, "[runs] %s R=%d: %.1f s\n", noise.name, ranks,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       for (std::size_t i = 0; i < rules.size(); ++i) {
@@ -1204,7 +1236,7 @@ int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks,
         }
         std::printf("\n");
         std::fprintf(stderr, "  %-12s %.2f ms per window\n", rules[i].label.c_str(),
-                     1e3 * rules[i].seconds / ((healthy + faulty) * double(kRunWindows)));
+                     1e3 * rules[i].seconds / ((healthy + faulty) * double(shape.windows)));
         // The quick run's check: the default must stay silent when healthy and name no wrong
         // pair in the gentle and moderate noise (the full run's table is the real measure).
         if (quick && i == 0 && &noise != &kNoiseLevels[2] &&
@@ -1226,7 +1258,7 @@ int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   if (args.runs)
     return run_per_run_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0, args.rule,
-                              args.noise, args.fault);
+                              args.noise, args.fault, RunShape{args.windows, args.why});
   const auto started = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<Rule>> rules = make_rules(args.sweep);
   const std::size_t nrules = rules.size();
