@@ -10,6 +10,9 @@
 //   detection --csv      the same tables as CSV
 //   detection --sweep    adds a grid of robust/median settings (how the proposal was chosen;
 //                        about 10x slower: use it with --ranks N, e.g. --sweep --ranks 8)
+//   detection --runs     the per-run tables; with --rule NAME, --noise LEVEL, --fault K (one
+//                        fault of the rotation), --windows W (windows per run, default 100) and
+//                        --why (each false confirmation and each missed fault, on stderr)
 //
 // The exit status is 1 when a check fails: a laggard setting blames a waiting rank for its wait
 // (names it a straggler for its communication time), or a proposed setting (marked *) names any

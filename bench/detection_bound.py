@@ -12,7 +12,8 @@ see the cohort's median, whose noise this leaves out).
 Per scale (ranks x the 5 stages that are not communication = pairs) and noise level it prints
 the recall within 5 windows of the onset at
   (a) the detector's threshold, ln(pairs x 500 / 0.01) + ln 6 (evidence_threshold plus the six
-      tests' share), and
+      tests' share), and that of its own-baseline test, whose share of the budget is 0.7 where
+      it runs (ln(pairs x 500 / 0.01) + ln(1 / 0.7), `h_own`), and
   (b) the least threshold at which the oracle keeps healthy runs (100 windows, every pair) with
       any alarm at 1 %: the chance that one healthy pair's CUSUM reaches h within 100 windows is
       measured at low h, where it is frequent, as A e^-h (Wald: A <= 100), and h is solved from
@@ -32,6 +33,7 @@ SHIFT = math.log(1.1)     # the fault: one rank 1.1x slower
 NON_COMM_STAGES = 5       # bench/detection.cc kStageDefs: 6 stages, one of them communication
 RUN_WINDOWS, ONSET, RECALL_WINDOWS = 100, 20, 5
 BUDGET, BUDGET_WINDOWS, TESTS = 0.01, 500, 6
+OWN_SHARE = 0.7           # the own-baseline test's share of the budget (src/analysis/detector.cc)
 SCALES = (8, 64, 512, 4096)
 # name, jitter (sigma of the log), share of rank-windows with a pause (spread over 5 stages)
 LEVELS = (("gentle", 0.01, 0.01), ("moderate", 0.02, 0.03), ("heavy", 0.05, 0.10))
@@ -88,7 +90,7 @@ def main():
           f"{RECALL_WINDOWS} windows; seed {args.seed}, {args.faulty} faulty and {args.healthy} "
           f"healthy pairs per level")
     print(f"{'noise':9} {'ranks':>5} {'pairs':>6} {'KL/win':>6} {'h_det':>6} {'recall':>7}"
-          f" {'h_union':>7} {'h_least':>7} {'recall':>7}")
+          f" {'h_own':>6} {'recall':>7} {'h_union':>7} {'h_least':>7} {'recall':>7}")
     for name, sigma, pause in LEVELS:
         pause_share = pause / NON_COMM_STAGES
         scale = sigma * math.sqrt((NU - 2) / NU)
@@ -101,14 +103,17 @@ def main():
         a = float(p[ok[-1]] * math.exp(low_h[ok[-1]]))
         h_det = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) + math.log(TESTS)
                  for r in SCALES]
+        h_own = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) - math.log(OWN_SHARE)
+                 for r in SCALES]
         h_union = [math.log(r * NON_COMM_STAGES * RUN_WINDOWS / BUDGET) for r in SCALES]
         h_least = [math.log(r * NON_COMM_STAGES * a / BUDGET) for r in SCALES]
         rec = cusum_reaches(rng, args.faulty, ONSET + RECALL_WINDOWS, ONSET, sigma, pause_share,
-                            h_det + h_least)
+                            h_det + h_own + h_least)
         for i, r in enumerate(SCALES):
+            k = len(SCALES)
             print(f"{name:9} {r:5d} {r * NON_COMM_STAGES:6d} {kl:6.2f} {h_det[i]:6.2f}"
-                  f" {100 * rec[i]:6.1f}% {h_union[i]:7.2f} {h_least[i]:7.2f}"
-                  f" {100 * rec[len(SCALES) + i]:6.1f}%")
+                  f" {100 * rec[i]:6.1f}% {h_own[i]:6.2f} {100 * rec[k + i]:6.1f}%"
+                  f" {h_union[i]:7.2f} {h_least[i]:7.2f} {100 * rec[2 * k + i]:6.1f}%")
         print(f"{'':9} (healthy pair, 100 windows: P(reach h) = {a:.1f} e^-h at h = "
               f"{low_h[ok[-1]]:.1f}; Wald's bound: 100 e^-h)")
     print(f"{time.time() - t0:.0f} s")
