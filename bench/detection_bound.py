@@ -109,8 +109,8 @@ def main():
         h_least = [math.log(r * NON_COMM_STAGES * a / BUDGET) for r in SCALES]
         rec = cusum_reaches(rng, args.faulty, ONSET + RECALL_WINDOWS, ONSET, sigma, pause_share,
                             h_det + h_own + h_least)
+        k = len(SCALES)
         for i, r in enumerate(SCALES):
-            k = len(SCALES)
             print(f"{name:9} {r:5d} {r * NON_COMM_STAGES:6d} {kl:6.2f} {h_det[i]:6.2f}"
                   f" {100 * rec[i]:6.1f}% {h_own[i]:6.2f} {100 * rec[k + i]:6.1f}%"
                   f" {h_union[i]:7.2f} {h_least[i]:7.2f} {100 * rec[2 * k + i]:6.1f}%")

@@ -1305,11 +1305,11 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     // ordinary windows that followed were clipped too, so it came back too slowly, the test
     // started against it and read them as slow, and a baseline learnt only at 0 stayed there.
     const float b = base[j];
+    const bool warm = seen_before >= kOwnWarmup;  // the test runs; before, the first windows' rule
     const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
     const float v5 = std::max(
-        0.0f, own[j] + std::min(own_ceiling, own_llr(q, xj, b, seen_before >= kOwnWarmup)) -
-                  q.own_shift);
-    const bool early = kEarly && seen_before < kOwnWarmup;
+        0.0f, own[j] + std::min(own_ceiling, own_llr(q, xj, b, warm)) - q.own_shift);
+    const bool early = kEarly && !warm;
     const float base_alpha = std::max(static_cast<float>(kBaseAlpha),
                                       1.0f / static_cast<float>(std::max(seen_before, 1)));
     const float base_step = early ? xj - b : clamp_f(xj - b, -q.step_limit, q.step_limit);
