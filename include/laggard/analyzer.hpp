@@ -96,6 +96,10 @@ struct AnalyzerOptions {
   void* cuda_stream = nullptr;  ///< CUstream the CUDA events are recorded on (null = default)
   int cuda_device = -1;         ///< -1: the calling thread's current context (cuda.hpp)
   int max_pending_steps = 4;    ///< CUDA: sampled steps whose events may still be running
+  /// A device timing backend of one's own, used instead of `timing` when set (a fake device in
+  /// tests; another runtime's events). Called once, by the constructor; its capacity must be
+  /// at least 2 * (max_pending_steps + 1) marks.
+  std::function<std::unique_ptr<TimingBackend>()> timing_backend;
 
   std::size_t queue_capacity = 64;        ///< samples waiting for the background thread
   std::size_t max_unacked_samples = 256;  ///< per rank, in flight to its parent in the tree
@@ -140,7 +144,8 @@ struct AnalyzerOptions {
 struct AnalyzerCounters {
   std::uint64_t sampled_steps = 0;
   std::uint64_t samples_emitted = 0;    ///< samples the recorder finished
-  std::uint64_t recorder_dropped = 0;   ///< steps, stages, intervals the recorder dropped
+  /// Steps, stages, intervals and values the recorder dropped (deferred values included)
+  std::uint64_t recorder_dropped = 0;
   RecorderCounters recorder;            ///< the recorder's own counters, in detail
   std::uint64_t queue_dropped = 0;      ///< samples dropped: the log writer was behind (disk)
   std::uint64_t queue_pushed = 0;      ///< samples the log writer got (emitted - queue_dropped)
@@ -177,8 +182,9 @@ struct AnalyzerCounters {
 
 /// The live analysis of one rank. One per training thread.
 ///
-/// Thread-safety: begin_step, end_step, add, stage, set_stream, Section, counters and close
-/// belong to the training thread (the one that constructed it, for CUDA timing).
+/// Thread-safety: begin_step, end_step, add, record, defer, resolve, stage, set_stream, Section,
+/// counters and close belong to the training thread (the one that constructed it, for CUDA
+/// timing).
 /// latest_metrics, latest_report, summary and add_sink may be called from any thread.
 ///
 /// Cost on the training thread: disabled, or a step that is not sampled: one predictable branch
@@ -246,6 +252,19 @@ class LAGGARD_API Analyzer {
   void record_resource(std::string_view name, double value) noexcept {
     if (LAGGARD_LIKELY(!sampled_)) return;
     recorder_->record_resource(name, value);
+  }
+  /// CUDA timing: a value of this step that becomes known later (a loss still on the device,
+  /// copied to the host without waiting): Recorder::defer. 0 (nothing deferred: record the
+  /// value instead) when not sampled, or with the host clock. The step's sample waits for
+  /// resolve(token, value) a bounded while once its events have completed; close() emits it
+  /// without a value never resolved (counted, RecorderCounters::deferred_dropped).
+  Recorder::DeferToken defer(std::string_view name) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return 0;
+    return recorder_->defer(name);
+  }
+  /// Gives a deferred value (Recorder::resolve); false when its step is gone. Training thread.
+  bool resolve(Recorder::DeferToken token, double value) noexcept {
+    return recorder_ != nullptr && recorder_->resolve(token, value);
   }
   /// CUDA timing: later events are recorded on `cu_stream` (a CUstream). No-op otherwise.
   void set_stream(void* cu_stream) noexcept;

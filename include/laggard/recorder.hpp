@@ -40,6 +40,10 @@ struct RecorderOptions {
   /// Device backends only: how many sampled steps may wait for their marks to complete before
   /// the oldest is dropped (and counted).
   int max_pending_steps = 4;
+  /// Device backends only: how many polls a sampled step whose marks have all completed waits
+  /// for its deferred values (defer) before it is emitted without the ones still missing (and
+  /// they are counted, deferred_dropped). 0: it does not wait.
+  int max_deferred_polls = 8;
 };
 
 /// Counters of what the recorder dropped instead of blocking or allocating.
@@ -51,6 +55,10 @@ struct RecorderCounters {
   std::uint64_t dropped_steps = 0;      ///< device steps dropped (pending queue full, errors)
   std::uint64_t unbalanced = 0;         ///< end without begin, or step ended inside a section
   std::uint64_t dropped_values = 0;     ///< values/resources beyond kMaxValues names
+  /// Deferred values (defer) a sample was emitted without: not resolved before the step had to
+  /// go (the pending queue full, flush()/close, or max_deferred_polls polls after its marks
+  /// completed). A step dropped as a whole counts in dropped_steps only.
+  std::uint64_t deferred_dropped = 0;
 };
 
 /// Records stage times on sampled steps. One per training thread; not thread-safe.
@@ -65,6 +73,8 @@ class LAGGARD_API Recorder {
   static constexpr int kMaxValues = 32;
   using StageId = int;
   using SampleCallback = std::function<void(const StepSample&)>;
+  /// Names a value that defer() promised to the step being recorded; 0 = none.
+  using DeferToken = std::uint64_t;
 
   /// `backend` null = host clock. Throws std::invalid_argument for a negative interval.
   explicit Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backend = nullptr);
@@ -84,8 +94,13 @@ class LAGGARD_API Recorder {
   void begin_step(std::int64_t step) noexcept;
   /// Ends the step; a sampled host-clock step emits its sample here.
   void end_step() noexcept;
-  /// Device backends: emits samples whose marks have completed. Never blocks.
+  /// Device backends: emits samples whose marks have completed (and whose deferred values have
+  /// been resolved, or waited max_deferred_polls polls for). Never blocks.
   void poll() noexcept;
+  /// Device backends: poll(), but a step whose marks have completed is emitted at once, without
+  /// the deferred values not resolved yet (counted, deferred_dropped). For the end of a run
+  /// (Analyzer::close drains with it). Host clock: nothing to do.
+  void flush() noexcept;
 
   bool sampled() const noexcept { return sampled_; }
   bool enabled() const noexcept { return options_.interval > 0; }
@@ -111,6 +126,25 @@ class LAGGARD_API Recorder {
     if (LAGGARD_LIKELY(!sampled_)) return;
     record_slow(resources_, name, value);
   }
+
+  /// Device backends: promises a value of `name` for the current sampled step's `values` that
+  /// becomes known later (a loss still being computed on the device, copied to the host without
+  /// waiting), to be given with resolve(token, value). Returns the token, or 0 when nothing is
+  /// deferred: not sampled, the host clock (whose sample is emitted at end_step, as always:
+  /// record the value instead), or no name slot left (dropped_values). Once its marks have
+  /// completed, the step waits for its deferred values up to max_deferred_polls polls; after
+  /// that, when the pending queue is full, or at flush(), it is emitted without the missing ones
+  /// and each is counted (deferred_dropped). A later record or defer of the same name in the
+  /// step replaces it (the older token then resolves nothing). Same cost as record().
+  DeferToken defer(std::string_view name) noexcept {
+    if (LAGGARD_LIKELY(!sampled_) || !backend_) return 0;
+    return defer_slow(name);
+  }
+  /// Gives the value of a deferred name, to the step it was deferred in, whether that step is
+  /// still being recorded or already waits for its marks. False (and nothing changes) when the
+  /// token is 0, was resolved already, was replaced, or its step is gone (emitted without it or
+  /// dropped). No allocation; a scan of at most max_pending_steps + 1 steps. Training thread only.
+  bool resolve(DeferToken token, double value) noexcept;
 
   /// The device backend, or nullptr for the host clock.
   TimingBackend* backend() noexcept { return backend_.get(); }
@@ -140,9 +174,23 @@ class LAGGARD_API Recorder {
     std::array<std::string, kMaxValues> names{};
     std::array<double, kMaxValues> value{};
     std::array<bool, kMaxValues> set{};
+    std::array<DeferToken, kMaxValues> waiting{};  ///< the token a deferred name waits for, or 0
     int count = 0;
+    int awaiting = 0;  ///< names with a token in `waiting`
+    void clear_step() noexcept {
+      set.fill(false);
+      waiting.fill(0);
+      awaiting = 0;
+    }
   };
+  /// The slot of `name` in `slots`, added on first sight; -1 when none is left (counted).
+  int slot_of(NamedSlots& slots, std::string_view name) noexcept;
   void record_slow(NamedSlots& slots, std::string_view name, double value) noexcept;
+  DeferToken defer_slow(std::string_view name) noexcept;
+  /// Emits (or, on a device error, drops) the oldest pending step once its marks have completed;
+  /// false when it must wait (marks not complete, or — unless `force` — deferred values it may
+  /// still wait for).
+  bool retire_oldest(bool force) noexcept;
   static void copy_named(const NamedSlots& from, std::vector<NamedValue>& to);
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
@@ -187,6 +235,7 @@ class LAGGARD_API Recorder {
   int pending_head_ = 0;
   int pending_count_ = 0;
   std::uint32_t next_mark_ = 0;
+  DeferToken defer_seq_ = 0;  ///< defer() calls so far: a token is (seq << 8) | name slot
 };
 
 /// RAII section scope: times one entry of a stage. Cannot be copied or moved.

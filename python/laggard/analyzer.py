@@ -27,6 +27,7 @@ import numbers
 import os
 import socket
 import sys
+import time
 import weakref
 
 from ._log import EngineErrors, ErrorCounter, log_once
@@ -190,6 +191,7 @@ class Analyzer:
         self._recorder = None
         self._engine = None  # laggard._core.Engine: the live engine (also self._recorder)
         self._stream = None
+        self._deferred = None  # laggard._deferred.DeferredValues, made on first use
         self.backend_name = None
         self.analysis_rank = int(analysis_rank)
         self.is_analysis_rank = False
@@ -462,6 +464,9 @@ class Analyzer:
                 # into the extension costs microseconds when training has just evicted the
                 # CPU caches (bench/overhead.py).
                 return
+            deferred = self._deferred
+            if deferred is not None and deferred.pending:
+                deferred.resolve_ready()  # values whose copy has arrived, before the recorder polls
             self._sampled = sampled = self._rec_begin_step(step)
             if sampled and self._stream is not None:
                 self._rec_set_stream(self._stream())
@@ -568,6 +573,19 @@ class Analyzer:
         except Exception as e:
             self._errors.report("record_resource", e)
 
+    def _defer_values(self, device):
+        """The ring of values read from the device without waiting for it (laggard.torch's
+        loss on a GPU; laggard._deferred), made on first use with `device` (CudaCopies). None
+        with the host clock: its sample is emitted at end_step and cannot wait for a value, which
+        is then read at once, as before."""
+        deferred = self._deferred
+        if deferred is None and self._enabled and self.backend_name != "host-clock":
+            from ._deferred import DeferredValues
+
+            defer, resolve = self._engine.deferred_calls()
+            deferred = self._deferred = DeferredValues(defer, resolve, device, self._errors)
+        return deferred
+
     def end_step(self):
         """Ends the step. A sampled step's sample goes to the background thread; its report
         appears at a later step (see latest_metrics)."""
@@ -580,6 +598,9 @@ class Analyzer:
                 self._errors.report("resources", e)
         try:
             self._sampled = False
+            deferred = self._deferred
+            if deferred is not None and deferred.pending:
+                deferred.resolve_ready()
             self._rec_end_step()
         except Exception as e:
             self._errors.report("end_step", e)
@@ -669,7 +690,17 @@ class Analyzer:
                     res.close()
                 except Exception as e:
                     self._errors.report("close", e)
-            self._engine.close(timeout_s)  # device timing drains first, within the bound
+            spent = 0.0
+            deferred = self._deferred
+            if deferred is not None and deferred.pending:
+                # Values still on their way from the device (laggard.torch's loss): their events
+                # are polled (never waited on) for a part of the bound; the rest go unresolved,
+                # and the engine's drain emits their steps without them (deferred_dropped).
+                t0 = time.monotonic()
+                deferred.drain(min(1.0, timeout_s / 4), self._engine.poll)
+                spent = time.monotonic() - t0
+            # device timing drains first, within the bound
+            self._engine.close(max(timeout_s - spent, timeout_s * 0.75))
         except Exception as e:
             self._errors.report("close", e)
         finally:
@@ -698,6 +729,7 @@ def _after_fork_in_child(ref):
         return
     an._enabled = False
     an._sampled = False
+    an._deferred = None  # the parent's CUDA events and buffers: not the child's
     an._forked_steps = 0
     an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child
     res, an._res = an._res, None  # its thread is the parent's: not joined, not touched

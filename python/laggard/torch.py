@@ -1,8 +1,8 @@
 """Automatic stages for PyTorch: laggard.torch.instrument(analyzer, model=..., optimizer=...).
 
 Stages (all measured on sampled steps only, by the C++ recorder: host clock, or CUDA events on
-the current stream; nothing here calls a collective, and nothing synchronizes the device but the
-loss's .item() on sampled steps, see Values below):
+the current stream; nothing here calls a collective or synchronizes the device; with the host
+clock, the loss's .item() on sampled steps does, see Values below):
 
   forward        the top model's forward() (on sampled steps the instance's forward is a
                  wrapper: torch keeps its hook-free path; forward hooks for a ScriptModule).
@@ -37,9 +37,13 @@ loss's .item() on sampled steps, see Values below):
 Values: on sampled steps, the loss (values["loss"]): the one-element floating tensor that the
 model's torch.autograd.backward call starts from (loss.backward()); where that call is not
 wrapped (FSDP2, hooks only), the forward output's `loss` (an attribute, as Hugging Face model
-outputs have, or a dict key). Reading it is `.item()`, which waits for the device to compute it
-(a GPU sync, as a training loop's own `loss.item()`): only on sampled steps, before the
-backward is started (record_loss=False: never).
+outputs have, or a dict key), taken on sampled steps only, before the backward is started
+(record_loss=False: never). With CUDA event timing a CUDA loss is not read with `.item()`
+(which would wait for the device): it is copied into a pinned host buffer without waiting, a
+CUDA event recorded after the copy, and the value attached to the step's sample once that event
+has completed (laggard._deferred; the sample waits for it a bounded while after its own events,
+else goes without it, counted in counters()["deferred_dropped"]). A CPU loss, or any loss under
+the host clock, is read with `.item()` (on a GPU, a sync, as a training loop's own).
 
 Batches: timed_batches(loader, analyzer) times each fetch for the resource host_data_wait_ms.
 
@@ -280,8 +284,9 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
     """Times forward, backward (and, for DDP, communication), optimizer and optionally module
     stages without hand-written sections. Returns an Instrumentation (call .remove() to undo).
 
-    record_loss: on sampled steps, the loss goes into the sample's values (an.record("loss"),
-    see the module doc: `.item()` syncs a GPU, once per sampled step).
+    record_loss: on sampled steps, the loss goes into the sample's values ("loss"; see the module
+    doc: with CUDA event timing a CUDA loss is copied without a device sync and attached once it
+    has arrived; under the host clock `.item()` syncs a GPU, once per sampled step).
 
     On a disabled analyzer nothing is installed. Call it once per model and optimizer, before
     training. Never raises into training: a failure to install a hook is logged and skipped.
@@ -336,24 +341,46 @@ def instrument(analyzer, model=None, optimizer=None, *, forward=True, backward=T
     return inst
 
 
-def _loss_recorder(torch, an):
-    """record(t): an.record("loss", t.item()) when `t` is a one-element floating tensor (or a
-    sequence of one), on a sampled step; anything else is left alone. `.item()` syncs a GPU."""
+def _loss_recorder(torch, an, device=None):
+    """record(t): the loss into the sampled step's values when `t` is a one-element floating
+    tensor (or a sequence of one); anything else is left alone. A CUDA tensor under a device
+    backend is copied to the host without waiting and attached once it has arrived
+    (laggard._deferred: no device sync); a CPU tensor, or any tensor under the host clock, is
+    read with .item() at once. `device`: the copying side (default _deferred.CudaCopies; tests
+    pass a fake, whose takes(t) says which tensors it copies)."""
     tensor_type = torch.Tensor
     errors = an._errors
+    takes = device.takes if device is not None else _is_cuda
 
     def record(t):
+        if not an._sampled:  # (its callers call it on sampled steps only)
+            return
         try:
             if isinstance(t, (list, tuple)):
                 if len(t) != 1:
                     return
                 t = t[0]
             if isinstance(t, tensor_type) and t.numel() == 1 and t.is_floating_point():
+                if takes(t):
+                    deferred = an._deferred
+                    if deferred is None:
+                        if device is None:
+                            from ._deferred import CudaCopies
+
+                            deferred = an._defer_values(CudaCopies(torch))
+                        else:
+                            deferred = an._defer_values(device)
+                    if deferred is not None and deferred.record("loss", t):
+                        return
                 an.record("loss", t.detach().item())
         except Exception as e:
             errors.report("record loss", e)
 
     return record
+
+
+def _is_cuda(t):
+    return t.is_cuda
 
 
 def _output_loss(output):
@@ -754,7 +781,7 @@ class _BackwardCall(_MethodCall):
         if not self._an._sampled or state["called"] or state["in_backward"] or \
                 get_ident() != state["thread"]:
             return inner(*args, **kwargs)
-        if self._loss is not None:  # before the backward starts: .item() waits for the forward
+        if self._loss is not None:  # before the backward starts (.item() on the host clock only)
             self._loss(args[0] if args else kwargs.get("tensors"))
         if state["output_hook"]:
             return inner(*args, **kwargs)

@@ -52,6 +52,8 @@ py::object cancel_mark(const py::object& owner, HotTarget& target, int id);
 py::tuple step_calls(const py::object& owner, HotTarget& target);
 /// record_resources(pairs): a builtin recording each (name, value) as a resource reading.
 py::object record_resources_call(const py::object& owner, HotTarget& target);
+/// (defer, resolve) builtins: Recorder::defer(name) -> token, Recorder::resolve(token, value).
+py::tuple deferred_calls(const py::object& owner, HotTarget& target);
 
 // The module's parts.
 void bind_model(py::module_& m);     // model.cc: stage kinds, samples, the JSONL parser, read_run

@@ -73,7 +73,8 @@ py::dict counters_dict(const RecorderCounters& c) {
                   "dropped_stages"_a = c.dropped_stages,
                   "dropped_intervals"_a = c.dropped_intervals,
                   "dropped_steps"_a = c.dropped_steps, "unbalanced"_a = c.unbalanced,
-                  "dropped_values"_a = c.dropped_values);
+                  "dropped_values"_a = c.dropped_values,
+                  "deferred_dropped"_a = c.deferred_dropped);
 }
 
 StepSample parse_line(SampleParser& parser, const std::string& line) {

@@ -287,6 +287,26 @@ void install_log_bridge() {
   });
 }
 
+/// timing="manual", for tests of the device path on machines without a GPU: a device backend
+/// whose marks all complete (each interval 1 ms) once debug_complete_marks(True) says so, and
+/// answer "not yet" before, as a GPU that has not got there.
+class ManualBackend final : public TimingBackend {
+ public:
+  explicit ManualBackend(std::shared_ptr<std::atomic<bool>> complete)
+      : complete_(std::move(complete)) {}
+  const char* name() const noexcept override { return "manual"; }
+  std::uint32_t capacity() const noexcept override { return 4096; }
+  bool record(std::uint32_t) noexcept override { return true; }
+  int elapsed_ms(std::uint32_t, std::uint32_t, double& ms) noexcept override {
+    if (!complete_->load(std::memory_order_relaxed)) return 0;
+    ms = 1.0;
+    return 1;
+  }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> complete_;
+};
+
 class PyEngine final : public HotTarget {
  public:
   explicit PyEngine(const py::kwargs& kw) : gil_(std::make_shared<GilTime>()) {
@@ -323,10 +343,14 @@ class PyEngine final : public HotTarget {
     set_int("cuda_device", o.cuda_device);
     if (auto v = get("timing"); !v.is_none()) {
       const auto t = v.cast<std::string>();
-      if (t == "cuda")
+      if (t == "cuda") {
         o.timing = Timing::cuda;
-      else if (t != "host")
+      } else if (t == "manual") {  // tests only (ManualBackend)
+        auto complete = manual_complete_;
+        o.timing_backend = [complete] { return std::make_unique<ManualBackend>(complete); };
+      } else if (t != "host") {
         throw std::invalid_argument("Engine: timing must be 'host' or 'cuda', got '" + t + "'");
+      }
     }
     if (auto v = get("max_pending_windows"); !v.is_none())
       o.max_pending_windows = v.cast<std::size_t>();
@@ -380,6 +404,9 @@ class PyEngine final : public HotTarget {
     analyzer_->close(timeout_s);
   }
 
+  /// timing="manual" only: whether the device has passed every mark recorded so far.
+  void debug_complete_marks(bool complete) { manual_complete_->store(complete); }
+
   /// In a child forked from this process: the engine's threads do not exist here and its locks
   /// may be held, so it is never touched again, not even to be destroyed.
   void forget() { (void)analyzer_.release(); }
@@ -411,6 +438,7 @@ class PyEngine final : public HotTarget {
 
  private:
   std::shared_ptr<GilTime> gil_;
+  std::shared_ptr<std::atomic<bool>> manual_complete_ = std::make_shared<std::atomic<bool>>(false);
   std::unique_ptr<Analyzer> analyzer_;
   Recorder* recorder_ = nullptr;  // the engine's, alive as long as analyzer_ (also after close)
 };
@@ -490,6 +518,22 @@ void bind_engine(py::module_& m) {
       .def("begin", [](PyEngine& e, int id) { e.rec().begin(id); }, "id"_a)
       .def("end", [](PyEngine& e, int id) { e.rec().end(id); }, "id"_a)
       .def("poll", [](PyEngine& e) { e.rec().poll(); })
+      .def("flush", [](PyEngine& e) { e.rec().flush(); },
+           "Device backends: emits every step whose marks have completed, without the deferred "
+           "values not resolved yet (counted, deferred_dropped).")
+      .def("defer", [](PyEngine& e, std::string_view name) { return e.rec().defer(name); },
+           "Device backends, sampled steps: promises a value of `name` to this step; returns its "
+           "token for resolve (0: nothing deferred, record the value instead).", "name"_a)
+      .def("resolve",
+           [](PyEngine& e, std::uint64_t token, double value) {
+             return e.rec().resolve(token, value);
+           },
+           "Gives a deferred value; False when its step is gone (emitted without it, or dropped).",
+           "token"_a, "value"_a)
+      .def(
+          "deferred_calls",
+          [](py::object self) { return deferred_calls(self, self.cast<PyEngine&>()); },
+          "(defer, resolve) builtins: the training-thread form of defer and resolve.")
       .def(
           "section",
           [](py::object self, int id) { return section_scope(self, self.cast<PyEngine&>(), id); },
@@ -540,6 +584,9 @@ void bind_engine(py::module_& m) {
           "Counts a failure (straggler/report_errors) with a rate-limited warning.", "kind"_a,
           "message"_a)
       .def("debug_fail_transport", [](PyEngine& e) { e.an().debug_fail_transport(); })
+      .def("debug_complete_marks", &PyEngine::debug_complete_marks,
+           "Tests, timing='manual': whether the fake device has passed every mark so far.",
+           "complete"_a)
       .def("close", &PyEngine::close, "Flushes and stops, waiting at most timeout_s (GIL "
            "released).", "timeout_s"_a)
       .def("forget", &PyEngine::forget,

@@ -110,6 +110,33 @@ PyObject* hot_record_resources(PyObject* self, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// defer(name) -> int: Recorder::defer, the token (0: nothing deferred).
+PyObject* hot_defer(PyObject* self, PyObject* arg) {
+  Py_ssize_t size = 0;
+  const char* name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8AndSize(arg, &size) : nullptr;
+  if (!name) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "defer: the name must be a str");
+    return nullptr;
+  }
+  const Recorder::DeferToken token = reinterpret_cast<HotHandle*>(self)->target->rec().defer(
+      std::string_view(name, static_cast<std::size_t>(size)));
+  return PyLong_FromUnsignedLongLong(token);
+}
+
+// resolve(token, value) -> bool: Recorder::resolve.
+PyObject* hot_resolve(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "resolve(token, value) takes 2 arguments");
+    return nullptr;
+  }
+  const unsigned long long token = PyLong_AsUnsignedLongLong(args[0]);
+  if (token == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  const double value = PyFloat_AsDouble(args[1]);
+  if (value == -1.0 && PyErr_Occurred()) return nullptr;
+  return PyBool_FromLong(
+      reinterpret_cast<HotHandle*>(self)->target->rec().resolve(token, value));
+}
+
 PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
 
 PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
@@ -135,6 +162,12 @@ PyMethodDef kHotEndStep = {"end_step", hot_end_step, METH_NOARGS, "Ends the step
 PyMethodDef kHotRecordResources = {
     "record_resources", hot_record_resources, METH_O,
     "Records each (name, value) of a tuple into the sampled step's resources."};
+PyMethodDef kHotDefer = {"defer", hot_defer, METH_O,
+                         "Promises a value of `name` to the sampled step; returns its token "
+                         "(0: nothing deferred)."};
+PyMethodDef kHotResolve = {
+    "resolve", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_resolve)),
+    METH_FASTCALL, "Gives a deferred value: resolve(token, value) -> whether it was attached."};
 PyMethodDef kHotSetStream = {"set_stream", hot_set_stream, METH_O,
                              "Device backends: later marks go on this stream (an int handle)."};
 
@@ -215,6 +248,11 @@ py::tuple step_calls(const py::object& owner, HotTarget& target) {
 
 py::object record_resources_call(const py::object& owner, HotTarget& target) {
   return new_builtin(&kHotRecordResources, new_handle(g_handle_type, owner, target, -1));
+}
+
+py::tuple deferred_calls(const py::object& owner, HotTarget& target) {
+  py::object h = new_handle(g_handle_type, owner, target, -1);
+  return py::make_tuple(new_builtin(&kHotDefer, h), new_builtin(&kHotResolve, h));
 }
 
 }  // namespace laggard::py_bindings

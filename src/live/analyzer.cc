@@ -705,7 +705,9 @@ Analyzer::Analyzer(AnalyzerOptions options) {
 
     // Timing: CUDA events when asked for and possible, else the host clock.
     std::unique_ptr<TimingBackend> backend;
-    if (options.timing == Timing::cuda) {
+    if (options.timing_backend) {
+      backend = options.timing_backend();
+    } else if (options.timing == Timing::cuda) {
       const auto regions = static_cast<std::uint32_t>(options.max_pending_steps + 1);
       auto made = make_cuda_backend(regions * 2 * 256, options.cuda_device);
       if (made.backend) {
@@ -897,7 +899,8 @@ AnalyzerCounters Analyzer::counters() const noexcept {
     c.sampled_steps = r.sampled_steps;
     c.samples_emitted = r.samples_emitted;
     c.recorder_dropped =
-        r.dropped_stages + r.dropped_intervals + r.dropped_steps + r.dropped_values;
+        r.dropped_stages + r.dropped_intervals + r.dropped_steps + r.dropped_values +
+        r.deferred_dropped;
     c.recorder = r;
   }
   const auto get = [](const std::atomic<std::uint64_t>& a) {
@@ -993,10 +996,12 @@ void Analyzer::close(double timeout_s) noexcept {
     Recorder& rec = *impl_->recorder;
     if (rec.backend() != nullptr) {
       // Device timing: poll (never wait on the device) until every sampled step is emitted or
-      // dropped, for at most a quarter of the bound.
+      // dropped, for at most a quarter of the bound. Nobody resolves a deferred value from here
+      // on (that is the training thread's, and it is here): a step whose marks have completed
+      // goes without the values it still waits for (counted, deferred_dropped).
       const auto drain_until = start + seconds(std::min(1.0, timeout_s / 4));
       while (Clock::now() < drain_until) {
-        rec.poll();
+        rec.flush();
         const RecorderCounters& c = rec.counters();
         if (c.samples_emitted + c.dropped_steps >= c.sampled_steps) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -38,12 +38,14 @@ struct Recorder::Pending {
   double step_ms = 0.0;
   int intervals = 0;
   int resolved = 0;  // intervals [0, resolved) are already added into ms[]
+  int waited_polls = 0;  // polls its marks were complete while deferred values were missing
   std::uint32_t first_mark = 0;
   std::array<std::int8_t, kMaxIntervals> slot{};
   std::array<std::uint32_t, kMaxIntervals> start_mark{};
   std::array<double, kMaxStages> ms{};
   std::array<std::uint32_t, kMaxStages> calls{};
-  NamedSlots values;  // copied at end_step: the step's values wait with its device intervals
+  NamedSlots values;  // copied at end_step: the step's values (and deferred names) wait with
+                      // its device intervals
   NamedSlots resources;
 };
 
@@ -55,6 +57,9 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backe
   if (options_.max_pending_steps < 1)
     throw std::invalid_argument("Recorder: max_pending_steps must be >= 1, got " +
                                 std::to_string(options_.max_pending_steps));
+  if (options_.max_deferred_polls < 0)
+    throw std::invalid_argument("Recorder: max_deferred_polls must be >= 0, got " +
+                                std::to_string(options_.max_deferred_polls));
   if (backend_) {
     const auto regions = static_cast<std::uint32_t>(options_.max_pending_steps + 1);
     if (backend_->capacity() < regions * 2)
@@ -120,11 +125,14 @@ void Recorder::begin_step(std::int64_t step) noexcept {
     slots_[i].calls = 0;
     slots_[i].open = false;
   }
-  values_.set.fill(false);
-  resources_.set.fill(false);
+  values_.clear_step();
+  resources_.clear_step();
   if (backend_) {
     const int regions = options_.max_pending_steps + 1;
-    if (pending_count_ == options_.max_pending_steps) {  // device fell behind: drop the oldest
+    // The queue is full: the oldest step goes now. Its marks complete, it is emitted without
+    // the deferred values it still waits for (counted); else the device fell behind and it is
+    // dropped.
+    if (pending_count_ == options_.max_pending_steps && !retire_oldest(/*force=*/true)) {
       pending_head_ = (pending_head_ + 1) % regions;
       --pending_count_;
       ++counters_.dropped_steps;
@@ -134,6 +142,7 @@ void Recorder::begin_step(std::int64_t step) noexcept {
     p.step = step;
     p.intervals = 0;
     p.resolved = 0;
+    p.waited_polls = 0;
     p.ms.fill(0.0);
     p.calls.fill(0);
     const std::uint32_t per_region = backend_->capacity() / static_cast<std::uint32_t>(regions);
@@ -243,51 +252,109 @@ void Recorder::end_step() noexcept {
   emit(step_, step_ms, ms.data(), calls.data(), values_, resources_);
 }
 
+bool Recorder::retire_oldest(bool force) noexcept {
+  Pending& p = pending_[pending_head_];
+  bool failed = false;
+  while (p.resolved < p.intervals) {
+    double ms = 0.0;
+    const std::uint32_t start = p.start_mark[p.resolved];
+    const int state = backend_->elapsed_ms(start, start + 1, ms);
+    if (state == 0) return false;  // the device has not got there yet; never wait
+    if (state < 0) {
+      failed = true;
+      break;
+    }
+    p.ms[p.slot[p.resolved]] += ms;
+    ++p.resolved;
+  }
+  if (failed) {
+    ++counters_.dropped_steps;
+  } else {
+    if (p.values.awaiting > 0) {  // marks complete, deferred values still missing
+      if (!force && p.waited_polls < options_.max_deferred_polls) {
+        ++p.waited_polls;
+        return false;  // later steps wait behind it: samples stay in step order
+      }
+      counters_.deferred_dropped += static_cast<std::uint64_t>(p.values.awaiting);
+    }
+    emit(p.step, p.step_ms, p.ms.data(), p.calls.data(), p.values, p.resources);
+  }
+  pending_head_ = (pending_head_ + 1) % (options_.max_pending_steps + 1);
+  --pending_count_;
+  return true;
+}
+
 void Recorder::poll() noexcept {
   if (!backend_) return;
-  const int regions = options_.max_pending_steps + 1;
-  while (pending_count_ > 0) {
-    Pending& p = pending_[pending_head_];
-    while (p.resolved < p.intervals) {
-      double ms = 0.0;
-      const std::uint32_t start = p.start_mark[p.resolved];
-      const int state = backend_->elapsed_ms(start, start + 1, ms);
-      if (state == 0) return;  // the device has not got there yet; never wait
-      if (state < 0) break;
-      p.ms[p.slot[p.resolved]] += ms;
-      ++p.resolved;
-    }
-    if (p.resolved == p.intervals) {
-      emit(p.step, p.step_ms, p.ms.data(), p.calls.data(), p.values, p.resources);
-    } else {
-      ++counters_.dropped_steps;
-    }
-    pending_head_ = (pending_head_ + 1) % regions;
-    --pending_count_;
+  while (pending_count_ > 0 && retire_oldest(/*force=*/false)) {
   }
 }
 
-void Recorder::record_slow(NamedSlots& slots, std::string_view name, double value) noexcept {
-  for (int i = 0; i < slots.count; ++i) {
-    if (slots.names[i] == name) {
-      slots.value[i] = value;
-      slots.set[i] = true;
-      return;
-    }
+void Recorder::flush() noexcept {
+  if (!backend_) return;
+  while (pending_count_ > 0 && retire_oldest(/*force=*/true)) {
   }
+}
+
+int Recorder::slot_of(NamedSlots& slots, std::string_view name) noexcept {
+  for (int i = 0; i < slots.count; ++i)
+    if (slots.names[i] == name) return i;
   if (slots.count == kMaxValues) {
     ++counters_.dropped_values;
-    return;
+    return -1;
   }
   try {
     slots.names[slots.count].assign(name.data(), name.size());
   } catch (...) {  // out of memory for a long name: the value is lost, not the step
     ++counters_.dropped_values;
-    return;
+    return -1;
   }
-  slots.value[slots.count] = value;
-  slots.set[slots.count] = true;
-  ++slots.count;
+  slots.set[slots.count] = false;
+  slots.waiting[slots.count] = 0;
+  return slots.count++;
+}
+
+void Recorder::record_slow(NamedSlots& slots, std::string_view name, double value) noexcept {
+  const int i = slot_of(slots, name);
+  if (i < 0) return;
+  slots.value[i] = value;
+  slots.set[i] = true;
+  if (slots.waiting[i] != 0) {  // a value recorded after a defer of the name replaces it
+    slots.waiting[i] = 0;
+    --slots.awaiting;
+  }
+}
+
+Recorder::DeferToken Recorder::defer_slow(std::string_view name) noexcept {
+  const int i = slot_of(values_, name);
+  if (i < 0) return 0;
+  const DeferToken token = (++defer_seq_ << 8) | static_cast<DeferToken>(i);
+  values_.set[i] = false;  // a value recorded before is replaced by the one to come
+  if (values_.waiting[i] == 0) ++values_.awaiting;
+  values_.waiting[i] = token;
+  return token;
+}
+
+bool Recorder::resolve(DeferToken token, double value) noexcept {
+  if (token == 0) return false;
+  const auto i = static_cast<int>(token & 0xffu);
+  if (i >= kMaxValues) return false;
+  NamedSlots* slots = nullptr;
+  if (sampled_ && values_.waiting[i] == token) {
+    slots = &values_;  // the step being recorded
+  } else if (backend_) {
+    const int regions = options_.max_pending_steps + 1;
+    for (int k = 0; k < pending_count_ && slots == nullptr; ++k) {
+      NamedSlots& v = pending_[(pending_head_ + k) % regions].values;
+      if (v.waiting[i] == token) slots = &v;
+    }
+  }
+  if (slots == nullptr) return false;
+  slots->value[i] = value;
+  slots->set[i] = true;
+  slots->waiting[i] = 0;
+  --slots->awaiting;
+  return true;
 }
 
 void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to) {

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -500,6 +501,80 @@ TEST(Analyzer, CudaTimingWithoutADeviceFallsBackToTheHostClock) {
       EXPECT_NE(m.find("using the host clock"), std::string::npos) << m;
     }
   }
+}
+
+// A device backend whose marks all complete once `complete` is set, as a GPU would later.
+class LateDevice : public TimingBackend {
+ public:
+  explicit LateDevice(std::shared_ptr<std::atomic<bool>> complete)
+      : complete_(std::move(complete)) {}
+  const char* name() const noexcept override { return "late-device"; }
+  std::uint32_t capacity() const noexcept override { return 1024; }
+  bool record(std::uint32_t) noexcept override { return true; }
+  int elapsed_ms(std::uint32_t, std::uint32_t, double& ms) noexcept override {
+    if (!complete_->load()) return 0;
+    ms = 2.0;
+    return 1;
+  }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> complete_;
+};
+
+TEST(Analyzer, CloseEmitsStepsWaitingForDeferredValuesWithoutThemCounted) {
+  TempDir dir;
+  auto complete = std::make_shared<std::atomic<bool>>(false);
+  auto o = enabled_options();
+  o.log_dir = dir.path().string();
+  o.timing_backend = [complete] { return std::make_unique<LateDevice>(complete); };
+  Analyzer an(o);
+  EXPECT_STREQ(an.backend_name(), "late-device");
+  const auto fwd = an.stage("forward");
+  std::vector<Recorder::DeferToken> tokens;
+  for (int step = 0; step < 3; ++step) {
+    an.begin_step(step);
+    { Analyzer::Section s(an, fwd); }
+    tokens.push_back(an.defer("loss"));
+    an.end_step();
+  }
+  EXPECT_NE(tokens[0], 0u);
+  EXPECT_TRUE(an.resolve(tokens[0], 0.5));
+  EXPECT_TRUE(an.resolve(tokens[2], 2.5));  // step 1's loss never arrives
+  complete->store(true);
+  an.close();  // nobody resolves from here: step 1 goes without its loss
+  const AnalyzerCounters c = an.counters();
+  EXPECT_EQ(c.samples_emitted, 3u);
+  EXPECT_EQ(c.recorder.deferred_dropped, 1u);
+  EXPECT_EQ(c.recorder_dropped, 1u);
+  EXPECT_EQ(c.recorder.dropped_steps, 0u);
+  EXPECT_FALSE(an.resolve(tokens[1], 1.5));  // closed
+  const auto lines = read_lines(dir.path() / "rank-0.jsonl");
+  ASSERT_EQ(lines.size(), 3u);
+  SampleParser parser;
+  std::vector<StepSample> got(3);
+  std::string error;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(parser.parse(lines[i], got[i], error)) << error;
+  ASSERT_NE(got[0].find_value("loss"), nullptr);
+  EXPECT_EQ(got[0].find_value("loss")->value, 0.5);
+  EXPECT_EQ(got[1].find_value("loss"), nullptr);
+  ASSERT_NE(got[2].find_value("loss"), nullptr);
+  EXPECT_EQ(got[2].find_value("loss")->value, 2.5);
+  EXPECT_DOUBLE_EQ(got[1].find("forward")->ms, 2.0);
+}
+
+TEST(Analyzer, HostClockDefersNothing) {
+  Analyzer an(enabled_options());
+  an.begin_step(0);
+  EXPECT_EQ(an.defer("loss"), 0u);  // the value is recorded at once instead
+  an.record("loss", 1.0);
+  an.end_step();
+  an.close();
+  EXPECT_EQ(an.counters().samples_emitted, 1u);
+  EXPECT_EQ(an.counters().recorder.deferred_dropped, 0u);
+  Analyzer off;  // disabled: nothing to defer
+  off.begin_step(0);
+  EXPECT_EQ(off.defer("loss"), 0u);
+  EXPECT_FALSE(off.resolve(1u, 1.0));
 }
 
 TEST(Analyzer, SectionsTimeByIdAndByNameOnSampledStepsOnly) {

@@ -512,5 +512,54 @@ TEST_F(FakeDriver, RecordFailureIsCountedNotFatal) {
   EXPECT_TRUE(got[0].stages.empty());
 }
 
+TEST_F(FakeDriver, RecorderWaitsForADeferredValueOnlyOnceTheMarksAreComplete) {
+  // The loss of each step is deferred (copied to the host without waiting) and resolved at
+  // different times: before the device is done, after it, and never.
+  auto r = make(64);
+  ASSERT_NE(r.backend, nullptr);
+  std::vector<StepSample> got;
+  RecorderOptions o;
+  o.interval = 1;
+  o.max_pending_steps = 4;
+  o.max_deferred_polls = 2;
+  Recorder rec(o, std::move(r.backend));
+  rec.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  const auto fwd = rec.stage("forward");
+  std::vector<Recorder::DeferToken> tokens;
+  for (int step = 0; step < 3; ++step) {
+    rec.begin_step(step);
+    rec.begin(fwd);
+    g.now_ms += 4.0;
+    rec.end(fwd);
+    tokens.push_back(rec.defer("loss"));
+    rec.end_step();
+  }
+  EXPECT_TRUE(rec.resolve(tokens[0], 10.0));  // before the device has passed step 0
+  g.completed = 2;  // step 0's marks
+  rec.poll();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].find_value("loss")->value, 10.0);
+  EXPECT_DOUBLE_EQ(got[0].stages[0].ms, 4.0);
+
+  g.completed = 4;  // step 1's marks; its loss is not there yet
+  rec.poll();
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_TRUE(rec.resolve(tokens[1], 11.0));
+  rec.poll();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].find_value("loss")->value, 11.0);
+
+  g.completed = g.next_seq;  // step 2's marks; its loss never comes
+  rec.poll();
+  rec.poll();
+  EXPECT_EQ(got.size(), 2u);
+  rec.poll();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[2].find_value("loss"), nullptr);
+  EXPECT_EQ(rec.counters().deferred_dropped, 1u);
+  EXPECT_EQ(rec.counters().dropped_steps, 0u);
+  EXPECT_EQ(g.elapsed_on_incomplete, 0);
+}
+
 }  // namespace
 }  // namespace laggard

@@ -329,5 +329,230 @@ TEST(Recorder, ValuesBeyondTheSlotsAreDroppedAndCounted) {
   EXPECT_EQ(r.counters().dropped_values, 3u);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Deferred values: a value (the loss on a GPU) that becomes known after the step was recorded.
+
+// A device recorder at interval 1 with a manual backend; `got` collects the samples.
+struct DeferFixture {
+  explicit DeferFixture(int max_pending = 4, int max_deferred_polls = 8) {
+    auto backend = std::make_unique<ManualBackend>();
+    dev = backend.get();
+    RecorderOptions o;
+    o.interval = 1;
+    o.max_pending_steps = max_pending;
+    o.max_deferred_polls = max_deferred_polls;
+    rec = std::make_unique<Recorder>(o, std::move(backend));
+    rec->on_sample([this](const StepSample& s) { got.push_back(s); });
+    fwd = rec->stage("forward");
+  }
+  // One step with a forward section; the loss deferred in it; returns the token.
+  Recorder::DeferToken step(std::int64_t n) {
+    rec->begin_step(n);
+    { Section s(*rec, fwd); }
+    const auto token = rec->defer("loss");
+    rec->record("tokens", 4096.0);
+    rec->end_step();
+    return token;
+  }
+  ManualBackend* dev = nullptr;
+  std::unique_ptr<Recorder> rec;
+  std::vector<StepSample> got;
+  Recorder::StageId fwd = -1;
+};
+
+TEST(RecorderDefer, ValueResolvedBeforeTheMarksCompleteIsInTheSample) {
+  DeferFixture f;
+  f.rec->begin_step(0);
+  { Section s(*f.rec, f.fwd); }
+  const auto token = f.rec->defer("loss");
+  EXPECT_NE(token, 0u);
+  EXPECT_TRUE(f.rec->resolve(token, 2.5));  // while the step is still being recorded
+  EXPECT_FALSE(f.rec->resolve(token, 9.0));  // once only
+  f.rec->end_step();
+  const auto token1 = f.step(1);
+  EXPECT_TRUE(f.rec->resolve(token1, 1.25));  // after end_step, before the device is done
+  EXPECT_TRUE(f.got.empty());
+  f.dev->complete = true;
+  f.rec->poll();
+  ASSERT_EQ(f.got.size(), 2u);
+  ASSERT_NE(f.got[0].find_value("loss"), nullptr);
+  EXPECT_EQ(f.got[0].find_value("loss")->value, 2.5);
+  EXPECT_EQ(f.got[1].find_value("loss")->value, 1.25);
+  EXPECT_EQ(f.got[1].find_value("tokens")->value, 4096.0);
+  EXPECT_DOUBLE_EQ(f.got[1].stages[0].ms, 1.5);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 0u);
+  EXPECT_EQ(f.rec->counters().dropped_steps, 0u);
+}
+
+TEST(RecorderDefer, CompleteStepWaitsForItsValueAndLaterStepsWaitBehindIt) {
+  DeferFixture f;
+  const auto t0 = f.step(0);
+  const auto t1 = f.step(1);
+  EXPECT_TRUE(f.rec->resolve(t1, 1.0));  // the second's value first
+  f.dev->complete = true;
+  f.rec->poll();
+  EXPECT_TRUE(f.got.empty());  // step 0 waits for its loss; step 1 behind it, in order
+  f.rec->poll();
+  EXPECT_TRUE(f.got.empty());
+  EXPECT_TRUE(f.rec->resolve(t0, 0.5));
+  f.rec->poll();
+  ASSERT_EQ(f.got.size(), 2u);
+  EXPECT_EQ(f.got[0].step, 0);
+  EXPECT_EQ(f.got[0].find_value("loss")->value, 0.5);
+  EXPECT_EQ(f.got[1].step, 1);
+  EXPECT_EQ(f.got[1].find_value("loss")->value, 1.0);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 0u);
+  EXPECT_EQ(f.rec->counters().samples_emitted, 2u);
+}
+
+TEST(RecorderDefer, NeverResolvedGoesAfterTheBoundedPollsCountedSampleKept) {
+  DeferFixture f(/*max_pending=*/4, /*max_deferred_polls=*/3);
+  const auto token = f.step(0);
+  f.rec->poll();  // marks not complete: this poll does not count against the value
+  f.dev->complete = true;
+  for (int i = 0; i < 3; ++i) {
+    f.rec->poll();
+    EXPECT_TRUE(f.got.empty()) << "poll " << i;
+  }
+  f.rec->poll();  // the fourth poll with the marks complete: it goes without the loss
+  ASSERT_EQ(f.got.size(), 1u);
+  EXPECT_EQ(f.got[0].find_value("loss"), nullptr);
+  EXPECT_EQ(f.got[0].find_value("tokens")->value, 4096.0);  // the rest of the sample is whole
+  ASSERT_EQ(f.got[0].stages.size(), 1u);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 1u);
+  EXPECT_EQ(f.rec->counters().dropped_steps, 0u);
+  EXPECT_FALSE(f.rec->resolve(token, 1.0));  // too late: nothing changes
+  EXPECT_EQ(f.rec->counters().samples_emitted, 1u);
+}
+
+TEST(RecorderDefer, ZeroPollsEmitsAtOnce) {
+  DeferFixture f(/*max_pending=*/4, /*max_deferred_polls=*/0);
+  f.dev->complete = true;
+  f.step(0);  // end_step polls: complete, nothing to wait for
+  ASSERT_EQ(f.got.size(), 1u);
+  EXPECT_EQ(f.got[0].find_value("loss"), nullptr);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 1u);
+}
+
+TEST(RecorderDefer, FullQueueEmitsTheOldestWithoutItsValueInsteadOfDroppingIt) {
+  DeferFixture f(/*max_pending=*/2, /*max_deferred_polls=*/1000);
+  f.dev->complete = true;
+  const auto t0 = f.step(0);
+  const auto t1 = f.step(1);
+  EXPECT_TRUE(f.got.empty());  // both complete, both waiting for their loss
+  const auto t2 = f.step(2);   // the queue was full: step 0 goes, without its loss
+  ASSERT_EQ(f.got.size(), 1u);
+  EXPECT_EQ(f.got[0].step, 0);
+  EXPECT_EQ(f.got[0].find_value("loss"), nullptr);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 1u);
+  EXPECT_EQ(f.rec->counters().dropped_steps, 0u);
+  EXPECT_FALSE(f.rec->resolve(t0, 1.0));
+  EXPECT_TRUE(f.rec->resolve(t1, 1.0));
+  EXPECT_TRUE(f.rec->resolve(t2, 2.0));
+  f.rec->poll();
+  ASSERT_EQ(f.got.size(), 3u);
+  EXPECT_EQ(f.got[2].find_value("loss")->value, 2.0);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 1u);
+}
+
+TEST(RecorderDefer, FullQueueOfIncompleteStepsStillDropsTheOldest) {
+  DeferFixture f(/*max_pending=*/2, /*max_deferred_polls=*/1000);
+  for (int step = 0; step < 4; ++step) f.step(step);  // the device passes nothing
+  EXPECT_EQ(f.rec->counters().dropped_steps, 2u);  // as without deferred values
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 0u);  // counted with its step, not again
+}
+
+TEST(RecorderDefer, FlushEmitsCompleteStepsWithoutTheirMissingValues) {
+  DeferFixture f;
+  const auto t0 = f.step(0);
+  const auto t1 = f.step(1);
+  EXPECT_TRUE(f.rec->resolve(t1, 3.0));
+  f.rec->flush();  // marks not complete: flush does not wait for the device either
+  EXPECT_TRUE(f.got.empty());
+  f.dev->complete = true;
+  f.rec->flush();
+  ASSERT_EQ(f.got.size(), 2u);
+  EXPECT_EQ(f.got[0].find_value("loss"), nullptr);
+  EXPECT_EQ(f.got[1].find_value("loss")->value, 3.0);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 1u);
+  EXPECT_FALSE(f.rec->resolve(t0, 1.0));
+}
+
+TEST(RecorderDefer, DeviceErrorDropsTheStepWithItsValues) {
+  DeferFixture f;
+  f.step(0);
+  f.dev->fail = true;
+  f.rec->poll();
+  EXPECT_TRUE(f.got.empty());
+  EXPECT_EQ(f.rec->counters().dropped_steps, 1u);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 0u);
+}
+
+TEST(RecorderDefer, LaterRecordOrDeferOfTheNameReplacesIt) {
+  DeferFixture f;
+  f.rec->begin_step(0);
+  const auto a = f.rec->defer("loss");
+  f.rec->record("loss", 7.0);  // replaces the deferred one
+  EXPECT_FALSE(f.rec->resolve(a, 1.0));
+  f.rec->end_step();
+  f.rec->begin_step(1);
+  f.rec->record("loss", 7.0);
+  const auto b = f.rec->defer("loss");  // replaces the recorded one
+  const auto c = f.rec->defer("loss");  // and this the deferred one (gradient accumulation)
+  EXPECT_NE(b, c);
+  EXPECT_FALSE(f.rec->resolve(b, 1.0));
+  EXPECT_TRUE(f.rec->resolve(c, 2.0));
+  f.rec->end_step();
+  f.dev->complete = true;
+  f.rec->poll();
+  ASSERT_EQ(f.got.size(), 2u);
+  EXPECT_EQ(f.got[0].find_value("loss")->value, 7.0);
+  EXPECT_EQ(f.got[1].find_value("loss")->value, 2.0);
+  EXPECT_EQ(f.rec->counters().deferred_dropped, 0u);
+}
+
+TEST(RecorderDefer, NothingIsDeferredOnStepsNotSampledOrBeyondTheNames) {
+  auto backend = std::make_unique<ManualBackend>();
+  ManualBackend* dev = backend.get();
+  std::vector<StepSample> got;
+  Recorder r({2, {}, 4}, std::move(backend));
+  r.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  r.begin_step(1);
+  EXPECT_EQ(r.defer("loss"), 0u);  // not sampled
+  r.end_step();
+  EXPECT_FALSE(r.resolve(0, 1.0));
+  r.begin_step(2);
+  for (int i = 0; i < Recorder::kMaxValues; ++i) r.record("v" + std::to_string(i), i);
+  EXPECT_EQ(r.defer("loss"), 0u);  // no name slot left: dropped_values, as for record
+  EXPECT_EQ(r.counters().dropped_values, 1u);
+  EXPECT_FALSE(r.resolve(0xfffu, 1.0));  // a made-up token
+  r.end_step();
+  dev->complete = true;
+  r.poll();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(r.counters().deferred_dropped, 0u);
+}
+
+TEST(RecorderDefer, HostClockDefersNothingAndEmitsAtEndStep) {
+  std::vector<StepSample> got;
+  Recorder r({1, {}, 4});
+  r.on_sample([&got](const StepSample& s) { got.push_back(s); });
+  r.begin_step(0);
+  EXPECT_EQ(r.defer("loss"), 0u);  // the caller records the value itself, as before
+  r.record("loss", 0.75);
+  r.end_step();
+  ASSERT_EQ(got.size(), 1u);  // at end_step, as always
+  EXPECT_EQ(got[0].find_value("loss")->value, 0.75);
+  r.flush();  // nothing pending: nothing happens
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(r.counters().deferred_dropped, 0u);
+}
+
+TEST(RecorderDefer, NegativePollBoundIsRejected) {
+  RecorderOptions o;
+  o.max_deferred_polls = -1;
+  EXPECT_THROW(Recorder r(o), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace laggard

@@ -1,6 +1,7 @@
 """laggard.torch.instrument in one process (no DDP): stages, module stages, undo."""
 
 import time
+import types
 import warnings
 
 import pytest
@@ -877,3 +878,345 @@ def test_ddp_calls_that_never_reach_the_output_switch_to_the_output_hook(
     for s in samples[3:]:  # from the output's gradient: the loss's op is not in it
         assert 10 * 0.9 <= s.find("backward").ms < LOSS_MS, s.find("backward").ms
     assert c["unbalanced"] == 0 and c["report_errors"] == 0
+
+
+# -- the loss on a device: copied without waiting, attached once it has arrived ---------------
+# laggard._deferred on the CPU: the engine's timing="manual" device (its marks complete when
+# the test says so) and a fake copying side whose copies "arrive" when the test says so.
+
+from laggard._deferred import DeferredValues  # noqa: E402
+
+
+class FakeCopies:
+    """CudaCopies' stand-in: start() copies the tensor as float32 (float64 for float64) into
+    the slot's buffer; ready() is the slot's own flag, set by arrive() (or at once, `auto`)."""
+
+    def __init__(self, auto=False, fail=None):
+        self.auto = auto
+        self.fail = fail
+        self.slots = []
+        self.started = 0
+
+    @staticmethod
+    def takes(t):
+        return True
+
+    def new_slot(self):
+        slot = {"buf": None, "ready": False}
+        self.slots.append(slot)
+        return slot
+
+    def start(self, slot, t):
+        if self.fail is not None:
+            raise self.fail
+        src = t.detach().reshape(1)
+        slot["buf"] = src.to(torch.float64 if src.dtype == torch.float64 else torch.float32,
+                             copy=True)
+        slot["ready"] = self.auto
+        self.started += 1
+
+    @staticmethod
+    def ready(slot):
+        return slot["ready"]
+
+    @staticmethod
+    def read(slot):
+        return slot["buf"].tolist()[0]  # (not .item(): the tests count those)
+
+    def arrive(self):
+        for slot in self.slots:
+            slot["ready"] = True
+
+
+class FakeRecorder:
+    """defer/resolve of a recorder: tokens 1, 2, ...; `gone` tokens resolve nothing."""
+
+    def __init__(self, defers=True):
+        self.defers = defers
+        self.n = 0
+        self.values = {}
+        self.gone = set()
+
+    def defer(self, name):
+        if not self.defers:
+            return 0
+        self.n += 1
+        return self.n
+
+    def resolve(self, token, value):
+        if token in self.gone:
+            return False
+        self.values[token] = value
+        return True
+
+
+class Errors:
+    def __init__(self):
+        self.reported = []
+
+    def report(self, kind, e):
+        self.reported.append((kind, e))
+
+
+def test_deferred_values_resolve_only_what_has_arrived_and_reuse_only_resolved_slots():
+    rec, dev, errors = FakeRecorder(), FakeCopies(), Errors()
+    d = DeferredValues(rec.defer, rec.resolve, dev, errors, slots=4)
+    for v in (1.5, 2.5, 3.5):
+        assert d.record("loss", torch.tensor(v))
+    assert len(d.pending) == 3 and rec.values == {}
+    d.resolve_ready()  # nothing has arrived: nothing resolved, nothing waited for
+    assert len(d.pending) == 3 and rec.values == {}
+    second = dev.slots[1]
+    second["ready"] = True
+    d.resolve_ready()
+    assert rec.values == {2: 2.5}
+    assert [token for token, _, _ in d.pending] == [1, 3]  # still in order
+    d.record("loss", torch.tensor(4.5))  # reuses the resolved slot, not a pending one
+    assert len(dev.slots) == 3 and d.pending[-1][1] is second
+    dev.arrive()
+    rec.gone.add(1)  # its step went without it (the recorder counted it)
+    d.resolve_ready()
+    assert rec.values == {2: 2.5, 3: 3.5, 4: 4.5}
+    assert (d.resolved, d.late) == (3, 1) and not d.pending and errors.reported == []
+
+
+def test_deferred_values_full_ring_and_host_clock():
+    rec, dev, errors = FakeRecorder(), FakeCopies(), Errors()
+    d = DeferredValues(rec.defer, rec.resolve, dev, errors, slots=2)
+    assert d.record("loss", torch.tensor(1.0)) and d.record("loss", torch.tensor(2.0))
+    # Every slot still waits for the device: deferred without a copy (the recorder counts it
+    # when the step goes without it), never a blocking read.
+    assert d.record("loss", torch.tensor(3.0))
+    assert rec.n == 3 and dev.started == 2 and d.ring_full == 1 and len(d.pending) == 2
+    # A recorder that defers nothing (host clock): the caller reads the value itself.
+    d2 = DeferredValues(FakeRecorder(defers=False).defer, rec.resolve, dev, errors)
+    assert d2.record("loss", torch.tensor(1.0)) is False and not d2.pending
+
+
+def test_deferred_values_failures_are_reported_and_their_slots_not_reused():
+    rec, dev, errors = FakeRecorder(), FakeCopies(), Errors()
+    d = DeferredValues(rec.defer, rec.resolve, dev, errors, slots=4)
+    d.record("loss", torch.tensor(1.0))
+    dev.ready = lambda slot: (_ for _ in ()).throw(RuntimeError("event query failed"))
+    d.resolve_ready()  # never raises
+    assert [k for k, _ in errors.reported] == ["record loss"] and not d.pending
+    assert d._free == [] and d._made == 0  # the slot's state is unknown: forgotten
+    dev.fail = RuntimeError("copy failed")
+    with pytest.raises(RuntimeError):  # record() raises to its caller, which reports it
+        d.record("loss", torch.tensor(2.0))
+    assert d._made == 0 and not d.pending
+
+
+def test_deferred_values_drain_polls_until_arrived_or_timeout():
+    rec, dev, errors = FakeRecorder(), FakeCopies(), Errors()
+    d = DeferredValues(rec.defer, rec.resolve, dev, errors)
+    d.record("loss", torch.tensor(1.0))
+    polls = []
+
+    def poll():
+        polls.append(1)
+        if len(polls) == 3:
+            dev.arrive()
+
+    assert d.drain(5.0, poll) == 0
+    assert rec.values == {1: 1.0} and len(polls) == 4
+    d.record("loss", torch.tensor(2.0))  # never arrives
+    t0 = time.monotonic()
+    assert d.drain(0.05, poll) == 1
+    assert 0.04 <= time.monotonic() - t0 < 2.0 and not d.pending
+
+
+def manual_analyzer(monkeypatch, tmp_path, **kwargs):
+    """An Analyzer on the engine's timing="manual" device: its marks complete once
+    an._engine.debug_complete_marks(True) says so."""
+    monkeypatch.setattr(laggard.Analyzer, "_choose_timing",
+                        staticmethod(lambda timing, torch: ("manual", -1)))
+    kwargs.setdefault("interval", 1)
+    an = laggard.Analyzer(enabled=True, log_dir=str(tmp_path), resources=False, **kwargs)
+    assert an.backend_name == "manual"
+    an._stream = None  # no CUDA stream to set
+    return an
+
+
+def deferred_setup(monkeypatch, tmp_path, dev, **kwargs):
+    """A manual-device analyzer, a model instrumented with record_loss, and `dev` as the loss's
+    copying side (every tensor taken as a device one)."""
+    monkeypatch.setattr(lt, "_is_cuda", lambda t: True)
+    an = manual_analyzer(monkeypatch, tmp_path, **kwargs)
+    assert an._defer_values(dev) is an._deferred
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lt.instrument(an, model=model, optimizer=opt)
+    return an, model, opt
+
+
+def train_step(an, model, opt, step, losses):
+    an.begin_step(step)
+    opt.zero_grad()
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    loss.backward()
+    losses[step] = loss.detach().clone()  # read after training, not here
+    opt.step()
+    an.end_step()
+
+
+def test_instrument_attaches_a_device_loss_without_item_once_it_has_arrived(
+        monkeypatch, tmp_path):
+    dev = FakeCopies()
+    an, model, opt = deferred_setup(monkeypatch, tmp_path, dev)
+    items = []
+    item = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: items.append(t) or item(t))
+    losses = {}
+    order = []
+    begin_step = an._rec_begin_step
+    an._rec_begin_step = lambda step: order.append(len(an._deferred.pending)) or begin_step(step)
+    for step in range(2):  # neither the marks nor the copies are there yet
+        train_step(an, model, opt, step, losses)
+    assert an.counters()["samples_emitted"] == 0 and len(an._deferred.pending) == 2
+    dev.arrive()
+    dev.auto = True  # from now on a copy has arrived by the next poll
+    an._engine.debug_complete_marks(True)
+    train_step(an, model, opt, 2, losses)  # begin_step resolves both, then the recorder polls
+    assert order[2] == 0  # resolved before the recorder's begin_step
+    assert an.counters()["samples_emitted"] == 3  # and step 2's at its own end_step
+    for step in range(3, 6):
+        train_step(an, model, opt, step, losses)
+    an.close()
+    monkeypatch.undo()
+    assert items == []  # laggard read no tensor with .item()
+    samples = samples_of(tmp_path)
+    assert [s.step for s in samples] == list(range(6))
+    for s in samples:
+        assert s.values["loss"] == losses[s.step].item(), s.step  # float32, exactly
+        assert s.find("forward") is not None and s.find("optimizer") is not None
+    c = an.counters()
+    assert c["deferred_dropped"] == 0 and c["dropped_steps"] == 0
+    assert c["report_errors"] == 0
+
+
+def test_a_device_loss_that_arrives_after_the_marks_is_still_attached(monkeypatch, tmp_path):
+    # Interval 2: the device backend polls in every begin_step; a complete step waits a few
+    # polls for its loss.
+    dev = FakeCopies()
+    an, model, opt = deferred_setup(monkeypatch, tmp_path, dev, interval=2)
+    an._engine.debug_complete_marks(True)
+    losses = {}
+    for step in range(3):
+        train_step(an, model, opt, step, losses)
+    assert an.counters()["samples_emitted"] == 0  # step 0 complete, waiting for its loss
+    dev.arrive()
+    train_step(an, model, opt, 3, losses)  # begin_step resolves, then the recorder polls
+    assert an.counters()["samples_emitted"] == 2
+    an.close()
+    samples = samples_of(tmp_path)
+    assert [s.step for s in samples] == [0, 2]
+    for s in samples:
+        assert s.values["loss"] == losses[s.step].item()
+    assert an.counters()["deferred_dropped"] == 0
+
+
+def test_a_device_loss_that_never_arrives_is_counted_and_its_sample_kept(monkeypatch, tmp_path):
+    dev = FakeCopies()
+    an, model, opt = deferred_setup(monkeypatch, tmp_path, dev, close_timeout_s=1.0)
+    an._engine.debug_complete_marks(True)
+    losses = {}
+    train_step(an, model, opt, 0, losses)
+    t0 = time.monotonic()
+    an.close()  # polls the copy for a quarter of the bound, then the step goes without it
+    assert time.monotonic() - t0 < 1.5
+    assert an._deferred is not None and not an._deferred.pending
+    samples = samples_of(tmp_path)
+    assert len(samples) == 1 and "loss" not in samples[0].values
+    assert samples[0].find("forward") is not None
+    c = an.counters()
+    assert c["deferred_dropped"] == 1 and c["samples_emitted"] == 1 and c["report_errors"] == 0
+
+
+def test_a_device_loss_arriving_during_close_is_attached(monkeypatch, tmp_path):
+    dev = FakeCopies()
+    an, model, opt = deferred_setup(monkeypatch, tmp_path, dev)
+    an._engine.debug_complete_marks(True)
+    train_step(an, model, opt, 0, losses := {})
+    calls = []
+    ready = dev.ready
+    dev.ready = lambda slot: calls.append(1) or len(calls) > 3 or ready(slot)
+    an.close()
+    assert samples_of(tmp_path)[0].values["loss"] == losses[0].item()
+    assert an.counters()["deferred_dropped"] == 0
+
+
+def test_a_failing_device_copy_is_counted_never_raised(monkeypatch, tmp_path):
+    dev = FakeCopies(fail=RuntimeError("copy failed"))
+    an, model, opt = deferred_setup(monkeypatch, tmp_path, dev)
+    an._engine.debug_complete_marks(True)
+    losses = {}
+    for step in range(2):
+        train_step(an, model, opt, step, losses)
+    an.close()
+    samples = samples_of(tmp_path)
+    assert len(samples) == 2 and all("loss" not in s.values for s in samples)
+    c = an.counters()
+    assert c["report_errors"] == 2 and c["deferred_dropped"] == 2
+
+
+def test_host_clock_reads_a_device_loss_with_item_as_before(monkeypatch, tmp_path):
+    # The host clock's sample is emitted at end_step: nothing is deferred, the loss is read at
+    # once (on a GPU, .item() syncs, as before).
+    monkeypatch.setattr(lt, "_is_cuda", lambda t: True)
+    an = laggard.Analyzer(enabled=True, interval=1, timing="host", log_dir=str(tmp_path),
+                          resources=False)
+    assert an._defer_values(FakeCopies()) is None
+    model = nn.Linear(8, 1)
+    lt.instrument(an, model=model)
+    losses = {}
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    train_step(an, model, opt, 0, losses)
+    an.close()
+    assert an._deferred is None
+    assert samples_of(tmp_path)[0].values["loss"] == losses[0].item()
+    assert an.counters()["deferred_dropped"] == 0
+
+
+def test_cuda_copies_queue_a_non_blocking_copy_then_an_event_and_reuse_their_buffer(
+        monkeypatch):
+    # CudaCopies over a stand-in for torch.cuda (no GPU here): what it asks of torch, in order.
+    from laggard._deferred import CudaCopies
+
+    log = []
+
+    class Event:
+        def record(self, stream):
+            log.append(("record", stream))
+
+        def query(self):
+            log.append("query")
+            return True
+
+    cuda = types.SimpleNamespace(Event=Event, current_stream=lambda device: ("stream", device))
+
+    def empty(*shape, dtype, pin_memory):
+        log.append(("pinned", dtype, pin_memory))
+        return torch.empty(*shape, dtype=dtype)
+
+    fake_torch = types.SimpleNamespace(float32=torch.float32, float64=torch.float64,
+                                       empty=empty, cuda=cuda)
+    copy_ = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, src, non_blocking=False: (
+        log.append(("copy", non_blocking)), copy_(self, src, non_blocking))[1])
+    cc = CudaCopies(fake_torch)
+    slot = cc.new_slot()
+    w = torch.tensor(1.5, dtype=torch.bfloat16, requires_grad=True)
+    cc.start(slot, w * 2)  # a bf16 loss with a graph: copied as float32
+    assert log == [("pinned", torch.float32, True), ("copy", True),
+                   ("record", ("stream", torch.device("cpu")))]
+    assert cc.ready(slot) and cc.read(slot) == 3.0
+    buffer, event = slot.buffer, slot.event
+    log.clear()
+    cc.start(slot, torch.tensor([[0.1]]))  # float32, shape (1, 1): the same buffer and event
+    assert log == [("copy", True), ("record", ("stream", torch.device("cpu")))]
+    assert slot.buffer is buffer and slot.event is event
+    assert cc.read(slot) == torch.tensor(0.1).item()
+    cc.start(slot, torch.tensor(0.1, dtype=torch.float64))  # float64: a float64 buffer
+    assert slot.buffer.dtype == torch.float64 and cc.read(slot) == 0.1
