@@ -78,7 +78,7 @@ LOSS_MODES = [("on, interval 10, record_loss=False", dict(interval=10), dict(rec
 MUST_BE_ZERO = ("dropped_stages", "dropped_intervals", "dropped_steps", "dropped_values",
                 "queue_dropped", "rank_log_lost", "gather_dropped", "analysis_dropped",
                 "forward_dropped", "unbalanced", "malformed_samples", "late_samples",
-                "report_errors")
+                "report_errors", "deferred_dropped")
 
 SIZES = {  # (layers, d_model, heads, seq, batch, vocab)
     "cuda": (8, 1024, 16, 1024, 16, 32768),
