@@ -13,13 +13,24 @@ Per scale (ranks x the 5 stages that are not communication = pairs) and noise le
 the recall within 5 windows of the onset at
   (a) the detector's threshold, ln(pairs x 500 / 0.01) + ln 6 (evidence_threshold plus the six
       tests' share), and that of its own-baseline test, whose share of the budget is 0.7 where
-      it runs (ln(pairs x 500 / 0.01) + ln(1 / 0.7), `h_own`), and
+      it runs (ln(pairs x 500 / 0.01) + ln(1 / 0.7) - ln 2.5, `h_own`: the test's own model's
+      false alarms, --own-model, are under 0.4 of Wald's bound), and
   (b) the least threshold at which the oracle keeps healthy runs (100 windows, every pair) with
       any alarm at 1 %: the chance that one healthy pair's CUSUM reaches h within 100 windows is
       measured at low h, where it is frequent, as A e^-h (Wald: A <= 100), and h is solved from
       pairs x A e^-h = 0.01. The union bound ln(pairs x 100 / 0.01) is printed as well.
 
     .venv/bin/python bench/detection_bound.py            # ~30 s, seed 1
+
+--own-model prints instead the false alarms of the detector's own-baseline test under its own
+noise model (src/analysis/detector.cc, kOwnModelFactor): the CUSUM of its bounded Student-t(4)
+LLR of "slower by ln 1.1" (at most 8 a window, nothing from a window 1.5x over the baseline)
+over t(4) noise at the test's scale s, with a known baseline, for shift-to-scale ratios ln(1.1)/s
+from 3.9 (the gate under which the test does not run) to 25; per ratio, A = P(the CUSUM reaches
+h within 90 windows) x e^h for h = 6 to 16. Wald's bound is A <= 90; the detector takes A <= 36
+(0.4 W e^-h over W windows).
+
+    .venv/bin/python bench/detection_bound.py --own-model    # ~2 min
 """
 
 import argparse
@@ -34,6 +45,7 @@ NON_COMM_STAGES = 5       # bench/detection.cc kStageDefs: 6 stages, one of them
 RUN_WINDOWS, ONSET, RECALL_WINDOWS = 100, 20, 5
 BUDGET, BUDGET_WINDOWS, TESTS = 0.01, 500, 6
 OWN_SHARE = 0.7           # the own-baseline test's share of the budget (src/analysis/detector.cc)
+OWN_MODEL = math.log(2.5)  # kOwnModelFactor: its threshold is this much under Wald's
 SCALES = (8, 64, 512, 4096)
 # name, jitter (sigma of the log), share of rank-windows with a pause (spread over 5 stages)
 LEVELS = (("gentle", 0.01, 0.01), ("moderate", 0.02, 0.03), ("heavy", 0.05, 0.10))
@@ -78,14 +90,59 @@ def cusum_reaches(rng, n, windows, onset, sigma, pause_share, h_values, chunk=50
     return hits / n
 
 
+OWN_CEILING = 8.0            # kOwnCeiling
+OWN_JUMP = math.log(1.5)     # a window this far over the baseline adds nothing
+OWN_WINDOWS = RUN_WINDOWS - 10  # a run's windows past the baseline's first 10
+
+
+def own_model(rng, pairs, ratios, h_values, chunk=250_000):
+    """A = P(reach h within OWN_WINDOWS) e^h of the own-baseline test under its own model."""
+    print(f"own-baseline test under its own model (t(4) noise at the test's scale, known "
+          f"baseline), {OWN_WINDOWS} windows, {pairs} pairs per ratio; A = P(reach h) e^h "
+          f"(Wald: A <= {OWN_WINDOWS})")
+    print(f"{'ln1.1/s':>8} " + " ".join(f"{'h=' + format(h, 'g'):>6}" for h in h_values)
+          + f" {'max A':>6}")
+    worst = 0.0
+    for ratio in ratios:
+        s = SHIFT / ratio
+        hits = np.zeros(len(h_values))
+        h = np.asarray(h_values)[:, None]
+        done = 0
+        while done < pairs:
+            m = min(chunk, pairs - done)
+            c = np.zeros(m)
+            reached = np.zeros((len(h_values), m), dtype=bool)
+            for _ in range(OWN_WINDOWS):
+                d = s * rng.standard_t(NU, size=m)
+                e = 2.5 * np.log((4 * s * s + d * d) / (4 * s * s + (d - SHIFT) ** 2))
+                e = np.where(d >= OWN_JUMP, 0.0, np.minimum(e, OWN_CEILING))
+                c = np.maximum(0.0, c + e)
+                reached |= c[None, :] >= h
+            hits += reached.sum(axis=1)
+            done += m
+        a = hits / pairs * np.exp(np.asarray(h_values))
+        worst = max(worst, float(a.max()))
+        print(f"{ratio:8.1f} " + " ".join(f"{v:6.1f}" for v in a) + f" {a.max():6.1f}")
+    print(f"largest A: {worst:.1f} (the detector takes {0.4 * OWN_WINDOWS:.0f}: ln 2.5 off Wald's "
+          f"threshold)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--own-model", action="store_true",
+                    help="the own-baseline test's false alarms under its own model")
+    ap.add_argument("--pairs", type=int, default=1_000_000, help="--own-model: pairs per ratio")
     ap.add_argument("--faulty", type=int, default=200_000, help="faulty pairs per level")
     ap.add_argument("--healthy", type=int, default=400_000, help="healthy pairs per level")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
+    if args.own_model:
+        own_model(rng, args.pairs, (3.9, 5.0, 6.5, 7.8, 10.0, 15.0, 25.0),
+                  [float(v) for v in range(6, 17)])
+        print(f"{time.time() - t0:.0f} s")
+        return
     print(f"oracle CUSUM (exact t(4) LLR, known baseline, scale and pauses), 1.1x, recall within "
           f"{RECALL_WINDOWS} windows; seed {args.seed}, {args.faulty} faulty and {args.healthy} "
           f"healthy pairs per level")
@@ -104,6 +161,7 @@ def main():
         h_det = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) + math.log(TESTS)
                  for r in SCALES]
         h_own = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) - math.log(OWN_SHARE)
+                 - OWN_MODEL
                  for r in SCALES]
         h_union = [math.log(r * NON_COMM_STAGES * RUN_WINDOWS / BUDGET) for r in SCALES]
         h_least = [math.log(r * NON_COMM_STAGES * a / BUDGET) for r in SCALES]

@@ -131,7 +131,8 @@ struct RankFinding {
   int windows_flagged = 0;  ///< windows this (rank, stage) was flagged in, since first seen
   bool confirmed = false;   ///< threshold: slow in k of the last n; sequential: evidence >= threshold
   /// sequential: the largest CUSUM (log-likelihood ratio) now, plus ln(w_i / w_min) for its
-  /// test's share of the budget over the smallest share, so that one threshold per stage holds
+  /// test's share of the budget over the smallest share (and, for the own-baseline test, the
+  /// ln 2.5 its threshold is under Wald's bound), so that one threshold per stage holds
   double evidence = 0.0;
 };
 
@@ -204,6 +205,16 @@ class LAGGARD_API Detector {
   };
   const std::vector<Confirmed>& confirmed() const noexcept { return confirmed_; }
   std::int64_t windows() const noexcept { return windows_; }
+  /// Sequential method, for diagnostics and tests: what the next window's evidence of one
+  /// (cohort, stage, rank) starts from. Nothing where that (cohort, stage) or rank was not seen.
+  struct SequentialState {
+    double sigma = 0.0;     ///< the noise of the stage's log-ratios (step 1 of the method)
+    double baseline = 0.0;  ///< the rank's own baseline: its usual log-ratio to the median
+    double own_evidence = 0.0;  ///< the CUSUM of the own-baseline test
+    int windows = 0;        ///< windows the rank took part in
+  };
+  std::optional<SequentialState> sequential_state(const std::string& cohort,
+                                                  const std::string& stage, int rank) const;
   const DetectorOptions& options() const noexcept { return options_; }
 
  private:

@@ -1109,8 +1109,13 @@ constexpr double kMinExcessMs = 0.5;
 constexpr double kPriorSigma = 0.05;
 // The noise estimate never goes below this: a rank 0.5 % off is not resolved.
 constexpr double kMinSigma = 0.005;
-constexpr double kLevelAlpha = 0.1;  // EWMA of each rank's log-ratio (noise estimate only)
-constexpr double kScaleAlpha = 0.1;  // EWMA of ln(sigma) of a (cohort, stage)
+// EWMA of each rank's log-ratio (noise estimate only), and of ln(sigma) of a (cohort, stage); both
+// are running means over their first windows (weight max(alpha, 1 / n)), so that the first
+// window's draw, and the first deviations from a level that is one draw, do not linger: started
+// as EWMAs from their first value, they had held sigma 15-20 % over its settled value at window
+// 20, which made every test read the first windows of an onset as noisier than they are.
+constexpr double kLevelAlpha = 0.1;
+constexpr double kScaleAlpha = 0.1;
 constexpr double kSqrt2 = 1.4142135623730951;
 constexpr double kPausePrior = 1000.0;  // rank-windows pause_rate counts for
 constexpr double kBaseAlpha = 0.05;  // EWMA of a rank's own baseline (after its first windows)
@@ -1129,6 +1134,14 @@ const double kLogPause = std::log(1.5);  // a pause: at least 1.5x the median
 constexpr double kOwnNu = 4.0;
 constexpr double kOwnScalePerSigma = 0.6745 / 0.7407;
 constexpr double kOwnScaleShrink = 0.85;
+// The baseline's update after a rank's first kOwnWarmup windows: a step of Fisher scoring for the
+// location of the same t(kOwnNu) noise (at the stage's t scale, unshrunk): psi(d) = d / (1 + d^2
+// / (nu s^2)), times 1 / E[psi'] = (nu + 3) / nu. A window near the baseline moves it as the mean
+// would; one far from it (a pause, a tail, the first window of an onset, 6-7 t scales over it at
+// 1.1x under 2 % jitter) moves it little: psi redescends. The 3-sigma clip it replaces let an
+// onset's first window drag the baseline by 3 sigma x alpha, a third to a half of its standard
+// error at window 20 (docs/detection.md).
+constexpr double kOwnScoreGain = (kOwnNu + 3.0) / kOwnNu;
 // Most evidence one window adds to the own-baseline test. The t LLR is bounded (by 6-7 under
 // 2 % jitter, 9-10 under 1 %) and redescends: a pause or a heavy-tailed window far over the
 // shift adds little, so no data-driven cap is needed for it; this one only bounds quiet stages.
@@ -1137,6 +1150,16 @@ constexpr double kOwnCeiling = 8.0;
 // relative_threshold; the larger shifts' tests share what is left (docs/detection.md, step 4).
 constexpr double kShareOwn = 0.7;
 constexpr double kShareFirst = 0.2;
+// The own-baseline test's false alarms under its own noise model, against Wald's bound: its
+// CUSUM (the bounded t(4) LLR, at most kOwnCeiling a window, none from windows 1.5x over the
+// baseline) over t(4) noise at its scale, with a known baseline, reaches h within W windows at
+// most 0.38 W e^-h, for h from 6 to 16 and shift-to-scale ratios from 3.9 (the gate) to 25
+// (bench/detection_bound.py --own-model: at most 34 e^-h in 90 windows, where Wald's bound is
+// 90 e^-h; the overshoot over h and the CUSUM's returns to 0 are what the bound leaves out). Its
+// threshold is ln 2.5 under the bound's (0.4 W e^-h). On the detector, whose baseline is
+// estimated, the benchmark's healthy runs (2 % jitter, 4,096 ranks) gave 26-34 e^-h per 100
+// windows at h = 15-16 (docs/detection.md).
+const double kOwnModelFactor = std::log(2.5);
 // A rank confirmed in a timed stage with this many times its untimed excess (ms over the median)
 // is not named for `untimed` as well (observe_sequential).
 constexpr double kUntimedExplained = 4.0;
@@ -1233,6 +1256,7 @@ struct SeqPass {
   float own_shift;  // taken off after the cap: the evidence falls to 0 where the test is off
   float own_jump;  // over the baseline by this (log): no evidence for the own-baseline test
   float own_ceiling_open, own_ceiling_held;
+  float base_inv_nu_s2;  // 1 / (nu s^2) of the baseline's score (kOwnScoreGain)
   // Added to the evidence of the relative_threshold test and the own-baseline one where it is
   // over 0: their larger shares of the budget (the threshold is that of the smallest share).
   float bonus0, bonus_own;
@@ -1280,9 +1304,14 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const int pause_base = (seen_before > 0) & (last[j] < log_slow);
     jump_base += pause_base;
     jumps += pause_base & (xj >= log_pause);
-    // The level follows the rank, a pause moving it by 3 sigma at most.
+    // The level follows the rank, a pause moving it by 3 sigma at most: a running mean over the
+    // first windows, then an EWMA (past kOwnWarmup windows every slot is in the EWMA).
     const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
-    level[j] = seen_before > 0 ? level[j] + static_cast<float>(kLevelAlpha) * dev : xj;
+    const float level_alpha =
+        kEarly ? std::max(static_cast<float>(kLevelAlpha),
+                          1.0f / static_cast<float>(seen_before + 1))
+               : static_cast<float>(kLevelAlpha);
+    level[j] = seen_before > 0 ? level[j] + level_alpha * dev : xj;
     last[j] = xj;
     const bool held = (exj <= q.hold_below) | (exj < q.absolute);
     const float ceiling = held ? q.ceiling_held : q.ceiling_open;
@@ -1300,10 +1329,11 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
     // only the prior), as a running mean and then an EWMA, from 0 (the median). Over the first
     // kOwnWarmup windows a window whose |x| is over 3 sigma + ln(healthy_spread) (a pause, a
-    // heavy-tailed or warm-up window) is left out; after them each window moves it by 3 sigma at
-    // most. Clipped around the baseline instead, two fast first windows had held it low: the
-    // ordinary windows that followed were clipped too, so it came back too slowly, the test
-    // started against it and read them as slow, and a baseline learnt only at 0 stayed there.
+    // heavy-tailed or warm-up window) is left out; after them each window moves it by a step of
+    // the t score (kOwnScoreGain), which a window far from the baseline hardly moves. Clipped
+    // around the baseline instead, two fast first windows had held it low: the ordinary windows
+    // that followed were clipped too, so it came back too slowly, the test started against it and
+    // read them as slow, and a baseline learnt only at 0 stayed there.
     const float b = base[j];
     const bool warm = seen_before >= kOwnWarmup;  // the test runs; before, the first windows' rule
     const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
@@ -1312,7 +1342,9 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const bool early = kEarly && !warm;
     const float base_alpha = std::max(static_cast<float>(kBaseAlpha),
                                       1.0f / static_cast<float>(std::max(seen_before, 1)));
-    const float base_step = early ? xj - b : clamp_f(xj - b, -q.step_limit, q.step_limit);
+    const float d = xj - b;
+    const float base_step =
+        early ? d : static_cast<float>(kOwnScoreGain) * d / (1.0f + d * d * q.base_inv_nu_s2);
     const bool learn = (own[j] == 0.0f) & (seen_before > 0) &
                        (!early | (std::fabs(xj) <= q.early_limit));
     base[j] = learn ? b + base_alpha * base_step : b;
@@ -1398,6 +1430,23 @@ void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
   }
 }
 
+std::optional<Detector::SequentialState> Detector::sequential_state(const std::string& cohort,
+                                                                    const std::string& stage,
+                                                                    int rank) const {
+  const auto it = seq_tracks_.find(cohort + '\x1f' + stage);
+  if (it == seq_tracks_.end()) return std::nullopt;
+  const SeqTrack& t = it->second;
+  const int slot = t.slot(rank);
+  if (slot < 0) return std::nullopt;
+  const std::size_t u = static_cast<std::size_t>(slot);
+  SequentialState s;
+  s.sigma = t.scale_windows > 0 ? std::max(kMinSigma, std::exp(t.log_scale)) : kPriorSigma;
+  s.baseline = t.base[u];
+  s.own_evidence = t.own[u];
+  s.windows = t.seen[u];
+  return s;
+}
+
 void Detector::observe_sequential(const Window& window, Report& report) {
   const double log_slow = std::log(options_.relative_threshold);
   const double log_healthy = std::log(options_.healthy_spread);
@@ -1432,7 +1481,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       num_shifts > 1 ? (1.0 - kShareOwn - kShareFirst) / (num_shifts - 1) : share_first;
   const double split_threshold = base_threshold - std::log(share_rest);
   const float bonus_first = static_cast<float>(std::log(share_first / share_rest));
-  const float bonus_own = static_cast<float>(std::log(kShareOwn / share_rest));
+  const float bonus_own = static_cast<float>(std::log(kShareOwn / share_rest) + kOwnModelFactor);
 
   std::string key;
   auto track_key = [&](const std::string& cohort, const std::string& stage) -> const std::string& {
@@ -1646,6 +1695,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       pass.own_delta = 0.0f;  // the ratio is 1 (own_nu_s2 > 0)
       pass.own_shift = own_cap;  // no evidence: what it had falls to 0
     }
+    const double base_scale = sigma * kOwnScalePerSigma;
+    pass.base_inv_nu_s2 = static_cast<float>(1.0 / (kOwnNu * base_scale * base_scale));
     pass.own_ceiling_open = comparable ? own_cap : -own_cap;
     pass.own_ceiling_held = comparable ? 0.0f : -own_cap;
     pass.log_slow = flog_slow;
@@ -1683,10 +1734,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     if (scratch.size() >= 2) {
       const double window_sigma = std::max(
           kMinSigma, kMadToSigma * detail::median_inplace(scratch.data(), scratch.size()));
-      // A pair's first windows (warm-up, an onset) count as a running mean, not as the estimate.
+      // The first windows count as a running mean (kScaleAlpha): for a pair, warm-up and an
+      // onset; for larger cohorts, the first deviations from levels that are still one draw.
       const double alpha =
-          pair_noise ? std::max(kScaleAlpha, 1.0 / static_cast<double>(track.scale_windows + 1))
-                     : kScaleAlpha;
+          std::max(kScaleAlpha, 1.0 / static_cast<double>(track.scale_windows + 1));
       track.log_scale = track.scale_windows == 0
                             ? std::log(window_sigma)
                             : (1.0 - alpha) * track.log_scale + alpha * std::log(window_sigma);

@@ -1230,6 +1230,57 @@ TEST(Sequential, FastWarmUpWindowsDoNotBecomeARanksBaseline) {
   }
 }
 
+TEST(Sequential, TheNoiseEstimateHasSettledWhenTheFirstWindowsArePast) {
+  // 2 % jitter, 64 ranks. The noise of a stage is a running mean of its windows' estimates over
+  // the first windows, then an EWMA, and so are the levels it is measured from: at window 20 it
+  // is within 5 % of where it settles (the mean of windows 60-100), over 10 runs (4.5 % here).
+  // Started as EWMAs from the first window, it was 11 % over.
+  double ratios = 0.0;
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    JitteryRun run(64, 0.02, 300 + seed);
+    Detector d;
+    double at20 = 0.0, settled = 0.0;
+    for (int w = 0; w < 100; ++w) {
+      d.observe(run.next(w));
+      const auto st = d.sequential_state("", "forward", 0);
+      ASSERT_TRUE(st.has_value());
+      if (w == 19) at20 = st->sigma;  // what window 20's evidence uses
+      if (w >= 59) settled += st->sigma / 41.0;
+    }
+    EXPECT_NEAR(settled, 0.02, 0.004) << "seed " << seed;  // 1.4826 MAD of a normal: its sigma
+    EXPECT_LT(at20 / settled, 1.15) << "seed " << seed;
+    ratios += at20 / settled / 10.0;
+  }
+  EXPECT_LT(ratios, 1.05);
+}
+
+TEST(Sequential, AWindowFarOverTheBaselineHardlyMovesIt) {
+  // Past its first windows a rank's baseline moves by a step of the t(4) score: a window near it
+  // moves it as a mean would; one far over it (here 1.45x, under what counts as a pause: an
+  // onset's first window, a heavy tail) hardly at all. The 3-sigma clip it replaces moved it by
+  // 3 sigma x 1/20 there, 0.3 % of the time, a third of its standard error at window 20.
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    JitteryRun run(64, 0.02, 400 + seed);
+    Detector d;
+    double before = 0.0;
+    bool learning = false;
+    for (int w = 0; w < 20; ++w) {
+      d.observe(run.next(w, [&](Window& win) {
+        if (w == 19) win.samples[5].stages[1].ms *= 1.45;
+      }));
+      const auto st = d.sequential_state("", "forward", 5);
+      ASSERT_TRUE(st.has_value());
+      if (w == 18) {
+        before = st->baseline;
+        learning = st->own_evidence == 0.0;
+      }
+      if (w == 19 && learning)
+        EXPECT_LT(std::fabs(st->baseline - before), 0.001) << "seed " << seed;
+    }
+    if (!learning) ADD_FAILURE() << "seed " << seed << ": the baseline was not learning";
+  }
+}
+
 TEST(Sequential, HealthyRunsWithFrequentPausesConfirmNobody) {
   // 2 % jitter (the own-baseline test is on) and pauses of +10 to 100 ms in forward or backward
   // of 10 or 20 % of the rank-windows: in the 400 ms backward, +2.5 to 25 %, the size of a slowdown
