@@ -13,8 +13,7 @@ Per scale (ranks x the 5 stages that are not communication = pairs) and noise le
 the recall within 5 windows of the onset at
   (a) the detector's threshold, ln(pairs x 500 / 0.01) + ln 6 (evidence_threshold plus the six
       tests' share), and that of its own-baseline test, whose share of the budget is 0.7 where
-      it runs (ln(pairs x 500 / 0.01) + ln(1 / 0.7) - ln 2.5, `h_own`: the test's own model's
-      false alarms, --own-model, are under 0.4 of Wald's bound), and
+      it runs (ln(pairs x 500 / 0.01) + ln(1 / 0.7), `h_own`), and
   (b) the least threshold at which the oracle keeps healthy runs (100 windows, every pair) with
       any alarm at 1 %: the chance that one healthy pair's CUSUM reaches h within 100 windows is
       measured at low h, where it is frequent, as A e^-h (Wald: A <= 100), and h is solved from
@@ -23,12 +22,12 @@ the recall within 5 windows of the onset at
     .venv/bin/python bench/detection_bound.py            # ~30 s, seed 1
 
 --own-model prints instead the false alarms of the detector's own-baseline test under its own
-noise model (src/analysis/detector.cc, kOwnModelFactor): the CUSUM of its bounded Student-t(4)
+noise model (docs/detection.md, step 4): the CUSUM of its bounded Student-t(4)
 LLR of "slower by ln 1.1" (at most 8 a window, nothing from a window 1.5x over the baseline)
 over t(4) noise at the test's scale s, with a known baseline, for shift-to-scale ratios ln(1.1)/s
 from 3.9 (the gate under which the test does not run) to 25; per ratio, A = P(the CUSUM reaches
-h within 90 windows) x e^h for h = 6 to 16. Wald's bound is A <= 90; the detector takes A <= 36
-(0.4 W e^-h over W windows).
+h within 90 windows) x e^h for h = 6 to 16. Wald's bound, which the detector's threshold keeps,
+is A <= 90.
 
     .venv/bin/python bench/detection_bound.py --own-model    # ~2 min
 """
@@ -45,7 +44,6 @@ NON_COMM_STAGES = 5       # bench/detection.cc kStageDefs: 6 stages, one of them
 RUN_WINDOWS, ONSET, RECALL_WINDOWS = 100, 20, 5
 BUDGET, BUDGET_WINDOWS, TESTS = 0.01, 500, 6
 OWN_SHARE = 0.7           # the own-baseline test's share of the budget (src/analysis/detector.cc)
-OWN_MODEL = math.log(2.5)  # kOwnModelFactor: its threshold is this much under Wald's
 SCALES = (8, 64, 512, 4096)
 # name, jitter (sigma of the log), share of rank-windows with a pause (spread over 5 stages)
 LEVELS = (("gentle", 0.01, 0.01), ("moderate", 0.02, 0.03), ("heavy", 0.05, 0.10))
@@ -123,8 +121,7 @@ def own_model(rng, pairs, ratios, h_values, chunk=250_000):
         a = hits / pairs * np.exp(np.asarray(h_values))
         worst = max(worst, float(a.max()))
         print(f"{ratio:8.1f} " + " ".join(f"{v:6.1f}" for v in a) + f" {a.max():6.1f}")
-    print(f"largest A: {worst:.1f} (the detector takes {0.4 * OWN_WINDOWS:.0f}: ln 2.5 off Wald's "
-          f"threshold)")
+    print(f"largest A: {worst:.1f} (Wald's bound: {OWN_WINDOWS})")
 
 
 def main():
@@ -161,7 +158,6 @@ def main():
         h_det = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) + math.log(TESTS)
                  for r in SCALES]
         h_own = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) - math.log(OWN_SHARE)
-                 - OWN_MODEL
                  for r in SCALES]
         h_union = [math.log(r * NON_COMM_STAGES * RUN_WINDOWS / BUDGET) for r in SCALES]
         h_least = [math.log(r * NON_COMM_STAGES * a / BUDGET) for r in SCALES]

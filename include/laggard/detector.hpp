@@ -131,8 +131,7 @@ struct RankFinding {
   int windows_flagged = 0;  ///< windows this (rank, stage) was flagged in, since first seen
   bool confirmed = false;   ///< threshold: slow in k of the last n; sequential: evidence >= threshold
   /// sequential: the largest CUSUM (log-likelihood ratio) now, plus ln(w_i / w_min) for its
-  /// test's share of the budget over the smallest share (and, for the own-baseline test, the
-  /// ln 2.5 its threshold is under Wald's bound), so that one threshold per stage holds
+  /// test's share of the budget over the smallest share, so that one threshold per stage holds
   double evidence = 0.0;
 };
 

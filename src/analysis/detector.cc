@@ -1150,16 +1150,6 @@ constexpr double kOwnCeiling = 8.0;
 // relative_threshold; the larger shifts' tests share what is left (docs/detection.md, step 4).
 constexpr double kShareOwn = 0.7;
 constexpr double kShareFirst = 0.2;
-// The own-baseline test's false alarms under its own noise model, against Wald's bound: its
-// CUSUM (the bounded t(4) LLR, at most kOwnCeiling a window, none from windows 1.5x over the
-// baseline) over t(4) noise at its scale, with a known baseline, reaches h within W windows at
-// most 0.38 W e^-h, for h from 6 to 16 and shift-to-scale ratios from 3.9 (the gate) to 25
-// (bench/detection_bound.py --own-model: at most 34 e^-h in 90 windows, where Wald's bound is
-// 90 e^-h; the overshoot over h and the CUSUM's returns to 0 are what the bound leaves out). Its
-// threshold is ln 2.5 under the bound's (0.4 W e^-h). On the detector, whose baseline is
-// estimated, the benchmark's healthy runs (2 % jitter, 4,096 ranks) gave 26-34 e^-h per 100
-// windows at h = 15-16 (docs/detection.md).
-const double kOwnModelFactor = std::log(2.5);
 // A rank confirmed in a timed stage with this many times its untimed excess (ms over the median)
 // is not named for `untimed` as well (observe_sequential).
 constexpr double kUntimedExplained = 4.0;
@@ -1481,7 +1471,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       num_shifts > 1 ? (1.0 - kShareOwn - kShareFirst) / (num_shifts - 1) : share_first;
   const double split_threshold = base_threshold - std::log(share_rest);
   const float bonus_first = static_cast<float>(std::log(share_first / share_rest));
-  const float bonus_own = static_cast<float>(std::log(kShareOwn / share_rest) + kOwnModelFactor);
+  const float bonus_own = static_cast<float>(std::log(kShareOwn / share_rest));
 
   std::string key;
   auto track_key = [&](const std::string& cohort, const std::string& stage) -> const std::string& {
