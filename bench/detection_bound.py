@@ -65,10 +65,9 @@ def llr(x, scale):
     return t_logpdf(x - SHIFT, scale) - t_logpdf(x, scale)
 
 
-def cusum_reaches(rng, n, windows, onset, sigma, pause_share, h_values, chunk=50_000):
-    """Share of n pairs whose CUSUM reaches each h at a window >= onset (and < windows);
-    the shift is on from `onset` when onset < windows-of-run (faulty), else none."""
-    scale = sigma * math.sqrt((NU - 2) / NU)
+def reach_share(n, windows, evidence, h_values, counted_from=0, chunk=50_000):
+    """Share of n pairs whose CUSUM reaches each h at a window >= counted_from (and < windows);
+    evidence(m, w) gives the m pairs' evidence of window w."""
     hits = np.zeros(len(h_values))
     h = np.asarray(h_values)[:, None]
     done = 0
@@ -77,15 +76,26 @@ def cusum_reaches(rng, n, windows, onset, sigma, pause_share, h_values, chunk=50
         s = np.zeros(m)
         reached = np.zeros((len(h_values), m), dtype=bool)
         for w in range(windows):
-            x = jitter(rng, m, sigma) + (SHIFT if w >= onset and onset > 0 else 0.0)
-            e = llr(x, scale)
-            e[rng.random(m) < pause_share] = 0.0  # the oracle knows a pause: no evidence
-            s = np.maximum(0.0, s + e)
-            if w >= onset:
+            s = np.maximum(0.0, s + evidence(m, w))
+            if w >= counted_from:
                 reached |= s[None, :] >= h
         hits += reached.sum(axis=1)
         done += m
     return hits / n
+
+
+def cusum_reaches(rng, n, windows, onset, sigma, pause_share, h_values):
+    """Share of n pairs whose CUSUM reaches each h at a window >= onset (and < windows);
+    the shift is on from `onset` when onset < windows-of-run (faulty), else none."""
+    scale = sigma * math.sqrt((NU - 2) / NU)
+
+    def evidence(m, w):
+        x = jitter(rng, m, sigma) + (SHIFT if w >= onset and onset > 0 else 0.0)
+        e = llr(x, scale)
+        e[rng.random(m) < pause_share] = 0.0  # the oracle knows a pause: no evidence
+        return e
+
+    return reach_share(n, windows, evidence, h_values, counted_from=onset)
 
 
 OWN_CEILING = 8.0            # kOwnCeiling
@@ -103,22 +113,14 @@ def own_model(rng, pairs, ratios, h_values, chunk=250_000):
     worst = 0.0
     for ratio in ratios:
         s = SHIFT / ratio
-        hits = np.zeros(len(h_values))
-        h = np.asarray(h_values)[:, None]
-        done = 0
-        while done < pairs:
-            m = min(chunk, pairs - done)
-            c = np.zeros(m)
-            reached = np.zeros((len(h_values), m), dtype=bool)
-            for _ in range(OWN_WINDOWS):
-                d = s * rng.standard_t(NU, size=m)
-                e = 2.5 * np.log((4 * s * s + d * d) / (4 * s * s + (d - SHIFT) ** 2))
-                e = np.where(d >= OWN_JUMP, 0.0, np.minimum(e, OWN_CEILING))
-                c = np.maximum(0.0, c + e)
-                reached |= c[None, :] >= h
-            hits += reached.sum(axis=1)
-            done += m
-        a = hits / pairs * np.exp(np.asarray(h_values))
+
+        def evidence(m, _w, s=s):
+            d = s * rng.standard_t(NU, size=m)
+            e = 2.5 * np.log((4 * s * s + d * d) / (4 * s * s + (d - SHIFT) ** 2))
+            return np.where(d >= OWN_JUMP, 0.0, np.minimum(e, OWN_CEILING))
+
+        a = reach_share(pairs, OWN_WINDOWS, evidence, h_values, chunk=chunk) * np.exp(
+            np.asarray(h_values))
         worst = max(worst, float(a.max()))
         print(f"{ratio:8.1f} " + " ".join(f"{v:6.1f}" for v in a) + f" {a.max():6.1f}")
     print(f"largest A: {worst:.1f} (Wald's bound: {OWN_WINDOWS})")
@@ -154,7 +156,8 @@ def main():
         low_h = np.arange(4.0, 14.01, 0.5)
         p = cusum_reaches(rng, args.healthy, RUN_WINDOWS, 0, sigma, pause_share, low_h)
         ok = np.nonzero(p * args.healthy >= 200)[0]
-        a = float(p[ok[-1]] * math.exp(low_h[ok[-1]]))
+        at = ok[-1] if len(ok) else 0  # too few healthy pairs for 200 hits: the lowest h
+        a = float(p[at] * math.exp(low_h[at]))
         h_det = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) + math.log(TESTS)
                  for r in SCALES]
         h_own = [math.log(r * NON_COMM_STAGES * BUDGET_WINDOWS / BUDGET) - math.log(OWN_SHARE)
@@ -169,7 +172,7 @@ def main():
                   f" {100 * rec[i]:6.1f}% {h_own[i]:6.2f} {100 * rec[k + i]:6.1f}%"
                   f" {h_union[i]:7.2f} {h_least[i]:7.2f} {100 * rec[2 * k + i]:6.1f}%")
         print(f"{'':9} (healthy pair, 100 windows: P(reach h) = {a:.1f} e^-h at h = "
-              f"{low_h[ok[-1]]:.1f}; Wald's bound: 100 e^-h)")
+              f"{low_h[at]:.1f}; Wald's bound: 100 e^-h)")
     print(f"{time.time() - t0:.0f} s")
 
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "laggard/laggard.hpp"
@@ -54,6 +55,29 @@ py::tuple step_calls(const py::object& owner, HotTarget& target);
 py::object record_resources_call(const py::object& owner, HotTarget& target);
 /// (defer, resolve) builtins: Recorder::defer(name) -> token, Recorder::resolve(token, value).
 py::tuple deferred_calls(const py::object& owner, HotTarget& target);
+
+/// flush, defer, resolve and deferred_calls on a class whose objects are a HotTarget (the
+/// standalone Recorder and the engine): values that reach a sampled step after it ended.
+template <typename Target, typename... Options>
+void def_deferred(py::class_<Target, Options...>& cls) {
+  using namespace pybind11::literals;
+  cls.def("flush", [](Target& t) { t.rec().flush(); },
+          "Device backends: emits every step whose marks have completed, without the deferred "
+          "values not resolved yet (counted, deferred_dropped).")
+      .def("defer", [](Target& t, std::string_view name) { return t.rec().defer(name); },
+           "Device backends, sampled steps: promises a value of `name` to this step; returns its "
+           "token for resolve (0: nothing deferred, record the value instead).", "name"_a)
+      .def("resolve",
+           [](Target& t, std::uint64_t token, double value) {
+             return t.rec().resolve(token, value);
+           },
+           "Gives a deferred value; False when its step is gone (emitted without it, or dropped).",
+           "token"_a, "value"_a)
+      .def(
+          "deferred_calls",
+          [](py::object self) { return deferred_calls(self, self.cast<Target&>()); },
+          "(defer, resolve) builtins: the training-thread form of defer and resolve.");
+}
 
 // The module's parts.
 void bind_model(py::module_& m);     // model.cc: stage kinds, samples, the JSONL parser, read_run

@@ -486,7 +486,7 @@ void bind_engine(py::module_& m) {
       "parent is -1 on the root.",
       "rank"_a, "world_size"_a, "root"_a, "host_of"_a, "fan_out"_a = 32);
 
-  py::class_<PyEngine>(
+  auto e_class = py::class_<PyEngine>(
       m, "Engine",
       "The live engine (laggard::Analyzer): the recorder, the rank log, the side channel (a "
       "transport by name, or a Python object), window assembly, the detector, the live "
@@ -518,22 +518,6 @@ void bind_engine(py::module_& m) {
       .def("begin", [](PyEngine& e, int id) { e.rec().begin(id); }, "id"_a)
       .def("end", [](PyEngine& e, int id) { e.rec().end(id); }, "id"_a)
       .def("poll", [](PyEngine& e) { e.rec().poll(); })
-      .def("flush", [](PyEngine& e) { e.rec().flush(); },
-           "Device backends: emits every step whose marks have completed, without the deferred "
-           "values not resolved yet (counted, deferred_dropped).")
-      .def("defer", [](PyEngine& e, std::string_view name) { return e.rec().defer(name); },
-           "Device backends, sampled steps: promises a value of `name` to this step; returns its "
-           "token for resolve (0: nothing deferred, record the value instead).", "name"_a)
-      .def("resolve",
-           [](PyEngine& e, std::uint64_t token, double value) {
-             return e.rec().resolve(token, value);
-           },
-           "Gives a deferred value; False when its step is gone (emitted without it, or dropped).",
-           "token"_a, "value"_a)
-      .def(
-          "deferred_calls",
-          [](py::object self) { return deferred_calls(self, self.cast<PyEngine&>()); },
-          "(defer, resolve) builtins: the training-thread form of defer and resolve.")
       .def(
           "section",
           [](py::object self, int id) { return section_scope(self, self.cast<PyEngine&>(), id); },
@@ -591,6 +575,7 @@ void bind_engine(py::module_& m) {
            "released).", "timeout_s"_a)
       .def("forget", &PyEngine::forget,
            "In a forked child: never touch the engine again (it is leaked).");
+  def_deferred(e_class);
 }
 
 }  // namespace laggard::py_bindings

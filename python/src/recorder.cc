@@ -88,7 +88,7 @@ class PyRecorder final : public HotTarget {
 }  // namespace
 
 void bind_recorder(py::module_& m) {
-  py::class_<PyRecorder>(
+  auto r_class = py::class_<PyRecorder>(
       m, "Recorder",
       "Sampled stage timing for one training thread (not thread-safe). backend='cuda' asks for "
       "CUDA events; if that is not possible the host clock is used and backend_reason says why.")
@@ -122,22 +122,6 @@ void bind_recorder(py::module_& m) {
              r.rec().record_resource(name, value);
            }, "Attaches a reading to this sampled step's `resources`.", "name"_a, "value"_a)
       .def("poll", [](PyRecorder& r) { r.rec().poll(); })
-      .def("flush", [](PyRecorder& r) { r.rec().flush(); },
-           "Device backends: emits every step whose marks have completed, without the deferred "
-           "values not resolved yet (counted, deferred_dropped).")
-      .def("defer", [](PyRecorder& r, std::string_view name) { return r.rec().defer(name); },
-           "Device backends, sampled steps: promises a value of `name` to this step; returns its "
-           "token for resolve (0: nothing deferred, record the value instead).", "name"_a)
-      .def("resolve",
-           [](PyRecorder& r, std::uint64_t token, double value) {
-             return r.rec().resolve(token, value);
-           },
-           "Gives a deferred value; False when its step is gone (emitted without it, or dropped).",
-           "token"_a, "value"_a)
-      .def(
-          "deferred_calls",
-          [](py::object self) { return deferred_calls(self, self.cast<PyRecorder&>()); },
-          "(defer, resolve) builtins: the training-thread form of defer and resolve.")
       .def("sampled", [](PyRecorder& r) { return r.rec().sampled(); })
       .def_property_readonly("step", [](PyRecorder& r) { return r.rec().step(); })
       .def_property_readonly("enabled", [](PyRecorder& r) { return r.rec().enabled(); })
@@ -187,6 +171,7 @@ void bind_recorder(py::module_& m) {
            "Calls fn(StepSample) with each finished sample, on the training thread (None: "
            "samples go nowhere). For tests and tools; the Analyzer uses _core.Engine.",
            "fn"_a);
+  def_deferred(r_class);
 
 
 }
