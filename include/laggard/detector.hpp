@@ -279,6 +279,9 @@ class LAGGARD_API Detector {
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);
+    /// The noise of the log-ratios as estimated up to the previous window (the prior before
+    /// the first estimate).
+    double sigma() const;
     /// The slot of `rank`, or -1.
     int slot(int rank) const {
       return rank >= 0 && static_cast<std::size_t>(rank) < slot_of_rank.size()

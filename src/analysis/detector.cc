@@ -972,6 +972,15 @@ int popcount(std::uint32_t v) {
   for (; v; v &= v - 1) ++n;
   return n;
 }
+
+// The key of a (cohort, stage) in tracks_, seq_tracks_ and confirmed_at_, written into `key`
+// (a buffer the caller reuses).
+const std::string& stage_key(std::string& key, std::string_view cohort, std::string_view stage) {
+  key.assign(cohort);
+  key += '\x1f';
+  key += stage;
+  return key;
+}
 }  // namespace
 
 Detector::Detector(DetectorOptions options) : options_(options) { options_.validate(); }
@@ -1006,10 +1015,7 @@ void Detector::observe_threshold(const Window& window, Report& report) {
 
   std::string key;
   auto track_of = [&](const std::string& cohort, const std::string& stage) {
-    key.assign(cohort);
-    key += '\x1f';
-    key += stage;
-    return &tracks_[key];
+    return &tracks_[stage_key(key, cohort, stage)];
   };
 
   for (const StageFigures& f : report.stages) {
@@ -1420,17 +1426,22 @@ void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
   }
 }
 
+double Detector::SeqTrack::sigma() const {
+  return scale_windows > 0 ? std::max(kMinSigma, std::exp(log_scale)) : kPriorSigma;
+}
+
 std::optional<Detector::SequentialState> Detector::sequential_state(const std::string& cohort,
                                                                     const std::string& stage,
                                                                     int rank) const {
-  const auto it = seq_tracks_.find(cohort + '\x1f' + stage);
+  std::string key;
+  const auto it = seq_tracks_.find(stage_key(key, cohort, stage));
   if (it == seq_tracks_.end()) return std::nullopt;
   const SeqTrack& t = it->second;
   const int slot = t.slot(rank);
   if (slot < 0) return std::nullopt;
   const std::size_t u = static_cast<std::size_t>(slot);
   SequentialState s;
-  s.sigma = t.scale_windows > 0 ? std::max(kMinSigma, std::exp(t.log_scale)) : kPriorSigma;
+  s.sigma = t.sigma();
   s.baseline = t.base[u];
   s.own_evidence = t.own[u];
   s.windows = t.seen[u];
@@ -1475,14 +1486,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
 
   std::string key;
   auto track_key = [&](const std::string& cohort, const std::string& stage) -> const std::string& {
-    key.assign(cohort);
-    key += '\x1f';
-    key += stage;
-    return key;
-  };
-  // The noise of a (cohort, stage) as estimated up to the previous window.
-  auto sigma_of = [&](const SeqTrack& track) {
-    return track.scale_windows > 0 ? std::max(kMinSigma, std::exp(track.log_scale)) : kPriorSigma;
+    return stage_key(key, cohort, stage);
   };
 
   // Per stage: how many ranks are relative_threshold slower and faster than the median (the wait
@@ -1563,7 +1567,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         auto t = seq_tracks_.find(track_key(f.cohort, f.stage));
         const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
                                                            ? kPriorSigma
-                                                           : sigma_of(t->second)));
+                                                           : t->second.sigma()));
         const float* x = stage_ratios(f);
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
           const double deficit = f.median_ms - f.rank_ms[j];
@@ -1602,7 +1606,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
 
     // The evidence uses the noise estimated up to the previous window; this window's deviations
     // update it afterwards.
-    const double sigma = sigma_of(track);
+    const double sigma = track.sigma();
     const bool comparable = f.kind != StageKind::communication && n >= 2;
     // Shifts not looked for get weight 0: their CUSUM stays at 0 (the loop has a fixed length).
     float weight[kShifts] = {}, mid[kShifts] = {};
@@ -1883,10 +1887,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
                              : st->rise_step >= 0    ? st->rise_step
                                                      : window.step;
       confirmed_.push_back(std::move(c));
-      key.assign(f.cohort);
-      key += '\x1f';
-      key += f.stage;
-      confirmed_at_.push_back({key, f.rank});
+      confirmed_at_.push_back({stage_key(key, f.cohort, f.stage), f.rank});
     }
     Confirmed& c = confirmed_[static_cast<std::size_t>(st->confirmed_index)];
     c.finding = f;

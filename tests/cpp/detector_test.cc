@@ -1274,8 +1274,9 @@ TEST(Sequential, AWindowFarOverTheBaselineHardlyMovesIt) {
         before = st->baseline;
         learning = st->own_evidence == 0.0;
       }
-      if (w == 19 && learning)
+      if (w == 19 && learning) {
         EXPECT_LT(std::fabs(st->baseline - before), 0.001) << "seed " << seed;
+      }
     }
     if (!learning) ADD_FAILURE() << "seed " << seed << ": the baseline was not learning";
   }
