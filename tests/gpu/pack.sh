@@ -11,12 +11,17 @@ cd "$(dirname "$0")/../.."
 dir=${1:?usage: bash tests/gpu/pack.sh DIR [PYTHON]}
 py=$(command -v "${2:-python3}")
 pyexe=$("$py" -c 'import sys; print(sys.executable)')
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLAGGARD_BUILD_GPU_CHECK=ON \
+# pybind11 from the interpreter's packages where it has them (else CMake's own search)
+pbdir=$("$pyexe" -m pybind11 --cmakedir 2>/dev/null || true)
+# One build tree per Python version: CMake keeps the interpreter it first found in its cache.
+build=build-gpu-py$("$pyexe" -c 'import sys; print("%d%d" % sys.version_info[:2])')
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLAGGARD_BUILD_GPU_CHECK=ON \
   -DLAGGARD_BUILD_PYTHON=ON -DLAGGARD_BUILD_TESTS=OFF -DLAGGARD_BUILD_BENCH=OFF \
-  -DLAGGARD_WITH_MPI=OFF -DLAGGARD_INSTALL=OFF -DPython3_EXECUTABLE="$pyexe" >/dev/null
-cmake --build build-gpu -j"$(nproc)" --target laggard_cuda_check _core laggard_cli
+  -DLAGGARD_WITH_MPI=OFF -DLAGGARD_INSTALL=OFF -DPython3_EXECUTABLE="$pyexe" \
+  ${pbdir:+-Dpybind11_DIR="$pbdir"} >/dev/null
+cmake --build "$build" -j"$(nproc)" --target laggard_cuda_check _core laggard_cli
 mkdir -p "$dir/lib"
-cp build-gpu/tests/gpu/laggard_cuda_check build-gpu/tools/laggard "$dir/"
+cp "$build"/tests/gpu/laggard_cuda_check "$build"/tools/laggard "$dir/"
 suffix=$("$pyexe" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 cp "python/laggard/_core$suffix" "$dir/"
 # Shared libraries outside the C and C++ runtimes and zlib (which every Linux machine has).

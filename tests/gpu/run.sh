@@ -4,8 +4,8 @@
 # (trace_check.py). Prints each check's output and a summary line per check; exit 0 when every
 # check passed, 1 when one failed, 77 when every check was skipped (no GPU).
 #
-#   bash tests/gpu/run.sh                 # builds build-gpu here (needs the build dependencies
-#                                         # of scripts/install-deps.sh and pybind11), then runs
+#   bash tests/gpu/run.sh                 # builds here with tests/gpu/pack.sh (needs the build
+#                                         # dependencies of scripts/install-deps.sh), then runs
 #   bash tests/gpu/run.sh PREBUILT        # runs binaries that tests/gpu/pack.sh put in PREBUILT
 #                                         # (built on another machine for this one's Python)
 #
@@ -23,25 +23,17 @@ command -v nvidia-smi >/dev/null &&
 "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
 "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1
 
-if [ -n "$prebuilt" ]; then
-  prebuilt=$(cd "$prebuilt" && pwd)
-  check=$prebuilt/laggard_cuda_check
-  cli=$prebuilt/laggard
-  # The extension module and the shared libraries it was built against (not on this machine).
-  cp "$prebuilt"/_core.*.so python/laggard/ || exit 1
-  export LD_LIBRARY_PATH=$prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-else
-  pyexe=$("$py" -c 'import sys; print(sys.executable)')
-  pbdir=$("$py" -m pybind11 --cmakedir 2>/dev/null || true)
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAGGARD_BUILD_GPU_CHECK=ON \
-    -DLAGGARD_BUILD_PYTHON=ON -DLAGGARD_BUILD_TESTS=OFF -DLAGGARD_BUILD_BENCH=OFF \
-    -DLAGGARD_WITH_MPI=OFF -DLAGGARD_INSTALL=OFF -DPython3_EXECUTABLE="$pyexe" \
-    ${pbdir:+-Dpybind11_DIR="$pbdir"} >/dev/null || exit 1
-  cmake --build build-gpu -j"$(nproc)" --target laggard_cuda_check _core laggard_cli >/dev/null ||
-    exit 1
-  check=build-gpu/tests/gpu/laggard_cuda_check
-  cli=build-gpu/tools/laggard
+if [ -z "$prebuilt" ]; then
+  # Build here, as tests/gpu/pack.sh does for another machine, for this machine's Python.
+  prebuilt=build-gpu-pack
+  bash tests/gpu/pack.sh "$prebuilt" "$py" >/dev/null || exit 1
 fi
+prebuilt=$(cd "$prebuilt" && pwd)
+check=$prebuilt/laggard_cuda_check
+cli=$prebuilt/laggard
+# The extension module and the shared libraries it was built against (maybe not on this machine).
+cp "$prebuilt"/_core.*.so python/laggard/ || exit 1
+export LD_LIBRARY_PATH=$prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 declare -A result
 run_check() {  # name, command...
