@@ -103,6 +103,9 @@ struct StageFigures {
   double median_ms = 0.0;
   double min_ms = 0.0;
   double max_ms = 0.0;
+  /// The cohort's step time in this window: the median over its ranks of step_ms (of the sum of
+  /// their stage times for a rank without one). The denominator of every finding's cost_share.
+  double step_ms = 0.0;
   double slowdown_ratio = 1.0;  ///< max / ref (1 when ref is 0)
   double relative_score = 1.0;  ///< ref / t of the worst rank, in (0, 1]; 1 when t <= ref
   int top_rank = -1;            ///< rank with the largest time
@@ -127,6 +130,13 @@ struct RankFinding {
   double ms = 0.0;
   double ref_ms = 0.0;
   double slowdown = 1.0;  ///< ms / ref_ms
+  /// What the finding costs the step: its excess over the reference, max(0, ms - ref_ms). In a
+  /// synchronous job every other rank waits for it at the next collective, so the whole job's
+  /// step is that much longer (docs/detection.md, "Materiality").
+  double cost_ms = 0.0;
+  /// cost_ms as a share of the step time (StageFigures::step_ms of its cohort in this window),
+  /// in [0, 1]; 0 when the step time is unknown.
+  double cost_share = 0.0;
   // Filled by Detector::observe:
   int windows_flagged = 0;  ///< windows this (rank, stage) was flagged in, since first seen
   bool confirmed = false;   ///< threshold: slow in k of the last n; sequential: evidence >= threshold
@@ -201,6 +211,8 @@ class LAGGARD_API Detector {
     std::int64_t first_flagged_step = 0;
     int windows_seen = 0;
     std::vector<double> slowdowns;  ///< one per flagged window (for the typical slowdown)
+    std::vector<double> costs_ms;     ///< the finding's cost_ms in the same windows
+    std::vector<double> cost_shares;  ///< its cost_share in the same windows
   };
   const std::vector<Confirmed>& confirmed() const noexcept { return confirmed_; }
   std::int64_t windows() const noexcept { return windows_; }

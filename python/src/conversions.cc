@@ -36,6 +36,7 @@ py::dict finding_dict(const RankFinding& f) {
                   "stage"_a = f.stage, "kind"_a = to_string(f.kind),
                   "role"_a = f.role == RankFinding::Role::straggler ? "straggler" : "waiting",
                   "ms"_a = f.ms, "ref_ms"_a = f.ref_ms, "slowdown"_a = f.slowdown,
+                  "cost_ms"_a = f.cost_ms, "cost_share"_a = f.cost_share,
                   "windows_flagged"_a = f.windows_flagged, "confirmed"_a = f.confirmed,
                   "evidence"_a = f.evidence);
 }
@@ -48,7 +49,7 @@ py::dict report_dict(const Report& r, int local_rank) {
       ranks_ms[py::int_(f.rank_ids[i])] = f.rank_ms[i];
     stages.append(py::dict(
         "cohort"_a = f.cohort, "stage"_a = f.stage, "kind"_a = to_string(f.kind),
-        "ranks"_a = f.ranks, "ref_ms"_a = f.ref_ms, "mean_ms"_a = f.mean_ms,
+        "ranks"_a = f.ranks, "ref_ms"_a = f.ref_ms, "step_ms"_a = f.step_ms, "mean_ms"_a = f.mean_ms,
         "median_ms"_a = f.median_ms, "min_ms"_a = f.min_ms, "max_ms"_a = f.max_ms,
         "slowdown_ratio"_a = f.slowdown_ratio, "relative_score"_a = f.relative_score,
         "top_rank"_a = f.top_rank, "num_stragglers"_a = f.num_stragglers,

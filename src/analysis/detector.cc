@@ -208,6 +208,7 @@ struct Workspace {
   std::vector<double> scratch;
   std::vector<double> own_work, capped_work;
   std::vector<double> untimed;
+  std::vector<double> step;  // per member: its step time (step_of), for the cohort's median
   std::vector<int> host_of_member;
   std::vector<int> host_size;             // members per host
   std::vector<int> flagged_on, ranks_on;  // per host, for group_hosts
@@ -255,6 +256,13 @@ void append_ranks(std::string& out, const std::vector<int>& sorted) {
     }
     i = j + 1;
   }
+}
+
+// A finding's cost to the step (RankFinding::cost_ms, cost_share) from its times and the step
+// time of its cohort in the window.
+void set_cost(RankFinding& f, double step_ms) {
+  f.cost_ms = std::max(0.0, f.ms - f.ref_ms);
+  f.cost_share = step_ms > 0.0 ? std::min(1.0, f.cost_ms / step_ms) : 0.0;
 }
 
 std::string ranks_phrase(const std::vector<int>& sorted) {
@@ -432,7 +440,13 @@ class WindowEvaluator {
       sum += st[p].ms;
     }
     ws_.untimed[m] = untimed_ms(s, sum);
+    ws_.step[m] = step_of(s, sum);
     return true;
+  }
+
+  // A sample's step time: its step_ms, or without one the sum of its stage times (`timed`).
+  static double step_of(const StepSample& s, double timed) {
+    return std::isfinite(s.step_ms) && s.step_ms > 0.0 ? s.step_ms : timed;
   }
 
   // The part of a sample's step_ms that its stages (`timed`, the sum of their finite times) do
@@ -466,6 +480,7 @@ class WindowEvaluator {
   void build_columns(Cohort& cohort) {
     const std::size_t members = cohort.members.size();
     ws_.untimed.resize(members);
+    ws_.step.resize(members);
     bool fast = false;
     std::size_t rows = 0;  // on the fast path: members [0, rows) are in every column
     for (std::size_t m = 0; m < members; ++m) {
@@ -502,6 +517,7 @@ class WindowEvaluator {
           append(col, members, static_cast<int>(m), st.ms);
       }
       ws_.untimed[m] = untimed_ms(s, timed);
+      ws_.step[m] = step_of(s, timed);
       if (enter_layout(cohort, m)) {
         fast = true;
         rows = m + 1;
@@ -629,6 +645,7 @@ class WindowEvaluator {
     f.ms = col.ms[p];
     f.ref_ms = r.ref;
     f.slowdown = r.ref > 0.0 ? col.ms[p] / r.ref : 1.0;
+    set_cost(f, cohort_step_);
   }
 
   void hint_missing(const Cohort& cohort, const Column& col) {
@@ -763,6 +780,9 @@ class WindowEvaluator {
     const std::size_t members = cohort.members.size();
     const std::size_t stages = cohort.used;
     hosts_known_ = false;
+    // The step time the findings' costs are shares of: the cohort's median (a straggler lengthens
+    // every rank's step_ms alike in a synchronous job, so the median is the job's step).
+    cohort_step_ = members > 0 ? detail::median_of(ws_.step.data(), members, ws_.scratch) : 0.0;
     if (members == 1)
       report_.hints.push_back("only one rank in cohort " + cohort_label(cohort.name) +
                               ": nothing to compare");
@@ -834,6 +854,7 @@ class WindowEvaluator {
       f.kind = col.kind;
       f.ranks = static_cast<int>(col.count);
       f.ref_ms = r.ref;
+      f.step_ms = cohort_step_;
       f.mean_ms = r.mean;
       f.median_ms = r.median;
       f.min_ms = r.min;
@@ -887,6 +908,7 @@ class WindowEvaluator {
   Report& report_;
   Workspace& ws_;
   bool hosts_known_ = false;  // ws_.host_of_member holds the current cohort's hosts
+  double cohort_step_ = 0.0;  // the current cohort's step time (StageFigures::step_ms)
   std::size_t figures_used_ = 0;  // report_.stages in use; the rest are left from before
 };
 
@@ -1077,6 +1099,8 @@ void Detector::observe_threshold(const Window& window, Report& report) {
       Confirmed& c = confirmed_[static_cast<std::size_t>(h->confirmed_index)];
       c.finding = f;
       c.slowdowns.push_back(f.slowdown);
+      c.costs_ms.push_back(f.cost_ms);
+      c.cost_shares.push_back(f.cost_share);
     } else if (f.confirmed) {
       h->confirmed_index = static_cast<int>(confirmed_.size());
       Confirmed c;
@@ -1084,6 +1108,8 @@ void Detector::observe_threshold(const Window& window, Report& report) {
       c.first_confirmed_step = window.step;
       c.first_flagged_step = h->first_flagged_step;
       c.slowdowns.push_back(f.slowdown);
+      c.costs_ms.push_back(f.cost_ms);
+      c.cost_shares.push_back(f.cost_share);
       confirmed_.push_back(std::move(c));
       confirmed_at_.push_back({key, f.rank});
     }
@@ -1842,6 +1868,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     r.ms = f.rank_ms[j];
     r.ref_ms = f.ref_ms;
     r.slowdown = f.ref_ms > 0.0 ? f.rank_ms[j] / f.ref_ms : 1.0;
+    set_cost(r, f.step_ms);
     r.windows_flagged = st->flagged;
     r.evidence = st.evidence();
     r.confirmed = true;
@@ -1892,6 +1919,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     Confirmed& c = confirmed_[static_cast<std::size_t>(st->confirmed_index)];
     c.finding = f;
     c.slowdowns.push_back(f.slowdown);
+    c.costs_ms.push_back(f.cost_ms);
+    c.cost_shares.push_back(f.cost_share);
   }
   for (std::size_t i = 0; i < confirmed_.size(); ++i) {
     auto it = seq_tracks_.find(confirmed_at_[i].key);

@@ -133,6 +133,8 @@ RunSummary RunAnalysis::summary() const {
     s.first_flagged_step = c.first_flagged_step;
     s.confirmed_step = c.first_confirmed_step;
     s.typical_slowdown = detail::median_of(c.slowdowns);
+    s.cost_ms = detail::median_of(c.costs_ms);
+    s.cost_share = detail::median_of(c.cost_shares);
     s.last_ms = c.finding.ms;
     s.last_ref_ms = c.finding.ref_ms;
     s.onset_step = onset(s.cohort, s.stage, s.rank);

@@ -38,6 +38,10 @@ void append_findings(const char* key, const std::vector<RankFinding>& findings, 
     append_json_number(f.ref_ms, out);
     out += ",\"slowdown\":";
     append_json_number(f.slowdown, out);
+    out += ",\"cost_ms\":";
+    append_json_number(f.cost_ms, out);
+    out += ",\"cost_share\":";
+    append_json_number(f.cost_share, out);
     out += ",\"windows_flagged\":";
     append_json_int(f.windows_flagged, out);
     out += ",\"confirmed\":";

@@ -146,6 +146,8 @@ Json summary_object(const RunSummary& sum, const RunOutputInput& in) {
                                {"confirmed_step", s.confirmed_step},
                                {"onset_step", s.onset_step ? Json(*s.onset_step) : Json(nullptr)},
                                {"typical_slowdown", number_or_null(s.typical_slowdown)},
+                               {"cost_ms", number_or_null(s.cost_ms)},
+                               {"cost_share", number_or_null(s.cost_share)},
                                {"last_ms", s.last_ms},
                                {"last_ref_ms", s.last_ref_ms}});
   j["slow_hosts"] = Json::array();
