@@ -4,12 +4,26 @@ The engine (C++, laggard._core.Engine) gathers samples up a tree — the ranks o
 leader, leaders in a tree to the analysis rank (docs/design.md) — in binary batches with
 acknowledgements and timeouts of its own. It needs a transport only to carry byte messages to
 and from the few ranks it talks to: its parent and its children. GlooTransport does that with
-torch.distributed.send/recv over a gloo group of its own (never the training communicator),
-created with gloo's lazy connections (TORCH_GLOO_LAZY_INIT, torch >= 2.7; set for that one
-new_group call only): a rank connects only to those ranks, never in a full mesh. Creating it is collective in the way new_group is: every rank creates its
-Analyzer at the same point of its program. Each rank then greets its children and its parent
-(children first, up the tree), so every link is connected before training goes on: a peer that
-hangs later blocks only its own link, never the connection of another.
+gloo send/recv over a gloo process group of its own (never the training communicator), made
+with gloo's lazy connections (TORCH_GLOO_LAZY_INIT, set for that one construction only): a rank
+connects only to those ranks, never in a full mesh.
+
+Setup never blocks the training thread and never touches the training's own groups. The group
+is a ProcessGroupGloo made directly over a PrefixStore of the default store, not with
+torch.distributed.new_group: new_group is collective over every rank (a rank that never made an
+Analyzer would hold the others forever), and it advances torch's group counter on the ranks that
+call it only, so the user's later new_group calls would pair different groups across ranks.
+Constructing it with lazy connections talks to nobody. The ranks then meet in the store, under
+a prefix of their own for each GlooTransport a process makes (the n-th on one rank pairs with
+the n-th on the others), on a thread of the transport's: each rank announces itself and waits,
+at most setup_timeout_s from its construction, until every rank has. All or nothing: when every
+rank has joined, each greets its children and then its parent (so a link is connected when its
+threads start); when one has not, the first rank whose time is up records "timed out" and the
+ranks missing in the store, every rank that joined (and any that joins later, at once) warns
+once naming them, and this transport fails: the engine then keeps the rank log and its counters
+and sends nothing. close() gives up a setup still under way at once (the others learn it from
+the store) instead of waiting for the timeout. Samples the engine hands over while the setup
+runs wait in the links' queues: sent once it is done, else dropped and counted by the engine.
 
 torch's gloo point-to-point operations complete only in a blocking wait(), so each link has a
 thread of its own that waits (with the GIL released) for the next message from that peer, and
@@ -22,9 +36,11 @@ shutdown, and optionally attach) can be given to laggard.Analyzer(transport=...)
 
 import collections
 import datetime
+import itertools
 import os
 import queue
 import threading
+import time
 
 from ._log import logger
 
@@ -32,6 +48,12 @@ _TAG_HEADER = 7301
 _TAG_PAYLOAD = 7302
 _TAG_HELLO = 7303
 _MAX_QUEUED = 64  # messages waiting to be sent to one peer before send() refuses
+_STORE_PREFIX = "laggard/side_channel/"
+_SETUP_POLL_S = (0.01, 0.5)  # the setup thread's first and longest pause between store checks
+
+# The n-th GlooTransport of a process meets the n-th of every other rank in the store.
+_instances = itertools.count()
+_instances_lock = threading.Lock()
 
 
 def host_groups(world_size, local_world_size=None):
@@ -48,14 +70,50 @@ def host_groups(world_size, local_world_size=None):
     return [r // local_world_size for r in range(world_size)]
 
 
+def rank_ranges(ranks):
+    """"0-3, 7, 9-12": sorted ranks as compact ranges (a long list stays readable)."""
+    out = []
+    ranks = sorted(set(int(r) for r in ranks))
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else "%d-%d" % (ranks[i], ranks[j]))
+        i = j + 1
+    return ", ".join(out)
+
+
+def parse_rank_ranges(text):
+    """The ranks of rank_ranges(ranks) (malformed parts are skipped)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            elif part:
+                out.append(int(part))
+        except ValueError:
+            continue
+    return out
+
+
 class GlooTransport:
     """Messages over a lazily connected gloo group of every rank (torch.distributed must be
-    initialized). Thread-safe where the engine needs it: send/receive from its thread, the
-    link threads on their own."""
+    initialized). Construction returns at once; the ranks join in the background (see the
+    module doc). Thread-safe where the engine needs it: send/receive from its thread, the link
+    threads and the setup thread on their own.
+
+    setup_state: "joining", then "joined", "timed out" (a rank had not joined within
+    setup_timeout_s), "closed" (this or another rank closed before every rank joined) or
+    "failed" (an error; the engine counts it). missing_ranks: the ranks that had not joined."""
 
     name = "gloo"
 
-    def __init__(self, rank, world_size, analysis_rank, timeout_s, fan_out=32, hosts=None):
+    def __init__(self, rank, world_size, analysis_rank, timeout_s, fan_out=32, hosts=None,
+                 setup_timeout_s=30.0, store=None):
         import torch
         import torch.distributed as dist
 
@@ -65,16 +123,25 @@ class GlooTransport:
         self._dist = dist
         self.rank = int(rank)
         self.world_size = int(world_size)
+        self.setup_timeout_s = float(setup_timeout_s)
         hosts = host_groups(self.world_size) if hosts is None else hosts
         self._links = _core.gather_tree(self.rank, self.world_size, int(analysis_rank),
                                         list(hosts), int(fan_out))
-        # gloo connects a new group's ranks in a full mesh at creation unless told to connect
-        # each pair at its first message; torch reads the switch when the group is made.
+        self._created = time.monotonic()
+        with _instances_lock:
+            self.instance = next(_instances)
+        if store is None:
+            store = dist.distributed_c10d._get_default_store()
+        self._store = dist.PrefixStore("%s%d/" % (_STORE_PREFIX, self.instance), store)
+        # gloo connects a new group's ranks in a full mesh at construction (a collective that
+        # waits for every rank) unless told to connect each pair at its first message; torch
+        # reads the switch when the group is made.
         before = os.environ.get("TORCH_GLOO_LAZY_INIT")
         os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
         try:
-            self._group = dist.new_group(backend="gloo",
-                                         timeout=datetime.timedelta(seconds=float(timeout_s)))
+            self._group = dist.ProcessGroupGloo(
+                dist.PrefixStore("gloo/", self._store), self.rank, self.world_size,
+                datetime.timedelta(seconds=float(timeout_s)))
         finally:
             if before is None:
                 os.environ.pop("TORCH_GLOO_LAZY_INIT", None)
@@ -91,37 +158,59 @@ class GlooTransport:
         self._goodbye = set()  # peers this rank said goodbye to
         self._failed = False
         self._closed = False
+        self._give_up = False  # close() before the setup finished: stop waiting for the others
+        self._engine_failed = False
         self._warn = None
         self._link_broken = None
         self.sent = 0  # messages handed to gloo, for tests and counters
-        self._outboxes = {}
-        self._threads = []
+        self.setup_state = "joining"
+        self.missing_ranks = []
+        self.setup_s = None  # seconds from construction to the end of the setup
         parent, children = self._links
         self._peers = ([parent] if parent >= 0 else []) + list(children)
-        hello = torch.zeros(1, dtype=torch.int64)
-        for child in children:
-            dist.recv(hello, src=child, group=self._group, tag=_TAG_HELLO)
-        if parent >= 0:
-            dist.send(torch.tensor([self.rank], dtype=torch.int64), dst=parent,
-                      group=self._group, tag=_TAG_HELLO)
-        for peer in self._peers:
-            box = queue.Queue(_MAX_QUEUED)
-            self._outboxes[peer] = box
-            for target, kind in ((self._receive_loop, "recv"), (self._send_loop, "send")):
-                t = threading.Thread(target=target, args=(peer, box), daemon=True,
-                                     name="laggard-gloo-%s-%d" % (kind, peer))
-                self._threads.append(t)
-        for t in self._threads:
-            t.start()
+        # Queues from the start: what the engine sends while the setup runs waits here.
+        self._outboxes = {peer: queue.Queue(_MAX_QUEUED) for peer in self._peers}
+        self._threads = []
+        self._setup_thread = threading.Thread(target=self._setup, daemon=True,
+                                              name="laggard-gloo-setup")
+        self._setup_started = False
 
     # -- the engine's calls (its background thread) -----------------------------------------
 
     def attach(self, warn, link_broken=None):
         """warn(kind, message): counts and logs a failure (the engine's error counter);
         link_broken(peer, reason): a link broke (the engine decides whether that is a failure:
-        not for a peer that had sent its last batch)."""
+        not for a peer that had sent its last batch). Starts the setup thread (its warning goes
+        through warn), which start() does for a transport used without an engine."""
         self._warn = warn
         self._link_broken = link_broken
+        self.start()
+
+    def start(self):
+        """Starts joining the other ranks in the background (once)."""
+        with self._lock:
+            if self._setup_started:
+                return
+            self._setup_started = True
+        self._setup_thread.start()
+
+    def give_up_setup(self, wait_s=2.0):
+        """close(): a setup still under way ends now (the others learn it from the store and go
+        on alone) rather than at its timeout; waits up to wait_s for the setup thread to say so
+        (a fraction of a second: it looks at the store about twice a second at most)."""
+        if self.setup_state != "joining":
+            return
+        self._give_up = True
+        with self._lock:
+            started = self._setup_started
+            self._setup_started = True  # never started from now on
+        if started:
+            self._setup_thread.join(wait_s)
+        else:  # never announced: nobody counts on this rank
+            self.setup_state = "closed"
+            self._failed = True
+
+    # -- the engine's calls (its background thread) -----------------------------------------
 
     def links(self):
         return self._links
@@ -149,6 +238,7 @@ class GlooTransport:
         return not self._failed
 
     def fail(self):
+        self._engine_failed = True  # the engine says why; the setup thread adds no warning
         self._failed = True
 
     def shutdown(self, drain_s=1.0):
@@ -156,9 +246,9 @@ class GlooTransport:
         and waits up to drain_s for the peers' goodbyes: a link's receiving thread ends on its
         peer's goodbye (it answers one with its own), so none is left waiting in recv() when
         the interpreter exits (a thread woken there then would end the process). A peer that
-        hangs keeps its link's thread waiting, as a daemon."""
-        import time
-
+        hangs keeps its link's thread waiting, as a daemon. A setup still under way is given
+        up first (give_up_setup)."""
+        self.give_up_setup(wait_s=min(2.0, drain_s + 1.0))
         for box in self._outboxes.values():
             try:
                 box.put_nowait(None)
@@ -168,6 +258,126 @@ class GlooTransport:
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         self._closed = True
+
+    # -- setup (its own thread) ----------------------------------------------------------------
+
+    def _setup(self):
+        try:
+            outcome = self._meet()
+        except Exception as e:
+            self._fail_setup("failed", [], "the side channel could not be set up (%s: %s); "
+                             "this rank carries on alone: its rank log and counters, no live "
+                             "cross-rank analysis" % (type(e).__name__, e))
+            return
+        if outcome == "ok":
+            self._connect()
+            return
+        state, _, ranks = outcome.partition(":")
+        missing = parse_rank_ranges(ranks)
+        names = rank_ranges(missing)
+        plural = "s" if len(missing) != 1 else ""
+        alone = ("this rank carries on alone: its rank log and counters, no live cross-rank "
+                 "analysis, and it waits on nobody (docs/failure-contract.md)")
+        if state == "closed":
+            state = "closed"
+            text = ("a rank closed its Analyzer before rank%s %s created one, so the side channel "
+                    "was never set up; %s" % (plural, names, alone))
+        elif self.rank in missing:
+            state = "timed out"
+            text = ("this rank created its Analyzer after the side channel's setup had timed out "
+                    "(rank%s %s had not joined within setup_timeout_s = %g s of the first); %s" %
+                    (plural, names, self.setup_timeout_s, alone))
+        else:
+            state = "timed out"
+            text = ("rank%s %s did not create an Analyzer within setup_timeout_s = %g s, so the "
+                    "side channel was not set up; %s" % (plural, names, self.setup_timeout_s,
+                                                         alone))
+        self._fail_setup(state, missing, text)
+
+    def _meet(self):
+        """Announces this rank in the store and waits, at most until setup_timeout_s after
+        construction, for every rank's announcement or the outcome another rank recorded.
+        Returns "ok", "timed out:<ranges>" or "closed:<ranges>" (the ranks missing)."""
+        store = self._store
+        # The list first, then the count: when the count is complete, so is the list.
+        store.append("ranks", "%d," % self.rank)
+        if store.add("joined", 1) >= self.world_size:
+            return self._decide("ok")
+        deadline = self._created + self.setup_timeout_s
+        pause = _SETUP_POLL_S[0]
+        # Short, non-blocking looks: a blocking store.wait would hold the store client's lock,
+        # which the training's own store operations share, and a timed out one logs c10d
+        # warnings; a gloo operation timed out closes its pair.
+        while not store.check(["outcome"]):
+            now = time.monotonic()
+            if self._give_up or self._failed:
+                return self._decide("closed")
+            if now >= deadline:
+                return self._decide("timed out")
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 1.5, _SETUP_POLL_S[1])
+        return _text(store.get("outcome"))
+
+    def _decide(self, outcome):
+        """Records the outcome unless a rank did first (compare_set: the first one wins, so
+        every rank reads the same); returns the one recorded."""
+        store = self._store
+        if outcome != "ok":
+            joined = set(parse_rank_ranges(_text(store.get("ranks"))))
+            missing = [r for r in range(self.world_size) if r not in joined]
+            if not missing:  # the last rank joined meanwhile: it records "ok"
+                outcome = "ok"
+            else:
+                outcome = "%s:%s" % (outcome, rank_ranges(missing))
+        return _text(store.compare_set("outcome", "", outcome))
+
+    def _fail_setup(self, state, missing, text):
+        self.missing_ranks = list(missing)
+        self.setup_state = state
+        self.setup_s = time.monotonic() - self._created
+        self._failed = True  # the engine stops sending here and waits on nobody at close
+        if self._engine_failed:
+            return
+        warn = self._warn
+        try:
+            if warn is not None:
+                # The engine's counter: counted (report_errors) and logged on the "laggard"
+                # logger, once per kind a minute, so its own "side channel failed" that follows
+                # is counted without a second line.
+                warn("side channel", text)
+                return
+        except Exception:
+            pass
+        logger.warning("laggard: rank %d: side channel: %s", self.rank, text)
+
+    def _connect(self):
+        """Every rank joined: greets the children (each greets its own first), then the parent,
+        so every link is connected before its threads start; then starts them."""
+        torch, group = self._torch, self._group
+        parent, children = self._links
+        hello = torch.zeros(1, dtype=torch.int64)
+        for child in children:
+            try:
+                group.recv([hello], child, _TAG_HELLO).wait()
+            except Exception as e:
+                self._report(child, "setup", e)
+        if parent >= 0:
+            try:
+                group.send([torch.tensor([self.rank], dtype=torch.int64)], parent,
+                           _TAG_HELLO).wait()
+            except Exception as e:
+                self._report(parent, "setup", e)
+        self.setup_s = time.monotonic() - self._created
+        self.setup_state = "joined"
+        for peer in self._peers:
+            if peer in self._broken:
+                continue
+            box = self._outboxes[peer]
+            for target, kind in ((self._receive_loop, "recv"), (self._send_loop, "send")):
+                t = threading.Thread(target=target, args=(peer, box), daemon=True,
+                                     name="laggard-gloo-%s-%d" % (kind, peer))
+                self._threads.append(t)
+                t.start()
 
     # -- link threads --------------------------------------------------------------------------
 
@@ -189,18 +399,18 @@ class GlooTransport:
             logger.warning("laggard: %s", message)
 
     def _receive_loop(self, peer, _box):
-        torch, dist = self._torch, self._dist
+        torch, group = self._torch, self._group
         header = torch.zeros(1, dtype=torch.int64)
         while not self._closed and not self._failed:
             try:
-                dist.recv(header, src=peer, group=self._group, tag=_TAG_HEADER)
+                group.recv([header], peer, _TAG_HEADER).wait()
                 n = int(header[0])
                 if n < 0:  # the peer's goodbye: it sends nothing more; answer it, and end
                     self._say_goodbye(peer)
                     return
                 payload = torch.empty(max(0, n), dtype=torch.uint8)
                 if n > 0:
-                    dist.recv(payload, src=peer, group=self._group, tag=_TAG_PAYLOAD)
+                    group.recv([payload], peer, _TAG_PAYLOAD).wait()
             except Exception as e:
                 if not self._closed:
                     self._report(peer, "receive", e)
@@ -221,7 +431,7 @@ class GlooTransport:
             pass
 
     def _send_loop(self, peer, box):
-        torch, dist = self._torch, self._dist
+        torch, group = self._torch, self._group
         while True:
             data = box.get()
             if self._failed:
@@ -232,19 +442,23 @@ class GlooTransport:
                     broken = peer in self._broken
                 if not broken:
                     try:
-                        dist.send(torch.tensor([-1], dtype=torch.int64), dst=peer,
-                                  group=self._group, tag=_TAG_HEADER)
+                        group.send([torch.tensor([-1], dtype=torch.int64)], peer,
+                                   _TAG_HEADER).wait()
                     except Exception:
                         pass  # the peer is gone already
                 return
             try:
                 payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-                dist.send(torch.tensor([len(data)], dtype=torch.int64), dst=peer,
-                          group=self._group, tag=_TAG_HEADER)
+                group.send([torch.tensor([len(data)], dtype=torch.int64)], peer,
+                           _TAG_HEADER).wait()
                 if len(data) > 0:
-                    dist.send(payload, dst=peer, group=self._group, tag=_TAG_PAYLOAD)
+                    group.send([payload], peer, _TAG_PAYLOAD).wait()
                 self.sent += 1
             except Exception as e:
                 if not self._closed:
                     self._report(peer, "send", e)
                 return
+
+
+def _text(value):
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
