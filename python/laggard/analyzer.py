@@ -150,6 +150,10 @@ class Analyzer:
     side_channel_timeout_s: silence after which a rank presumes its parent in the gather tree
       down, and the timeout of the gloo side channel's operations.
     close_timeout_s: how long close() waits for outstanding samples and reports.
+    setup_timeout_s: how long the ranks' side channel setup may take (gloo, in the background:
+      the constructor returns at once). A rank that has not created its Analyzer by then leaves
+      every rank without the side channel (all or nothing): each warns once naming the missing
+      ranks and keeps its rank log and counters (docs/failure-contract.md).
     rank, world_size: override what torch.distributed says (the gloo side channel still needs
       torch.distributed initialized to span several ranks).
     transport: the side channel. None: gloo over torch.distributed when it is initialized with
@@ -171,7 +175,7 @@ class Analyzer:
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
                  rank=None, world_size=None, preset=None, method=None,
                  false_alarm_budget=None, transport=None, channel="", fan_out=32,
-                 resources=True, resources_period_s=None):
+                 resources=True, resources_period_s=None, setup_timeout_s=30.0):
         self._enabled = False
         self._sampled = False
         self._closed = False
@@ -192,6 +196,7 @@ class Analyzer:
         self._engine = None  # laggard._core.Engine: the live engine (also self._recorder)
         self._stream = None
         self._deferred = None  # laggard._deferred.DeferredValues, made on first use
+        self._gloo = None  # laggard.transport.GlooTransport, the default side channel
         self.backend_name = None
         self.analysis_rank = int(analysis_rank)
         self.is_analysis_rank = False
@@ -216,6 +221,7 @@ class Analyzer:
         side_channel_timeout_s = _seconds_setting("side_channel_timeout_s",
                                                   side_channel_timeout_s)
         close_timeout_s = _seconds_setting("close_timeout_s", close_timeout_s)
+        setup_timeout_s = _seconds_setting("setup_timeout_s", setup_timeout_s)
         if not isinstance(resources, bool):
             raise SettingTypeError("resources must be True or False, got %r (%s)" %
                                    (resources, type(resources).__name__))
@@ -333,9 +339,17 @@ class Analyzer:
                 try:
                     from .transport import GlooTransport
 
+                    # Returns at once: the ranks join in the background, for at most
+                    # setup_timeout_s; a rank that never creates its Analyzer costs the others
+                    # that timeout on a thread of laggard's, never a wait of the training.
                     side_channel = GlooTransport(self.rank, self.world_size, self.analysis_rank,
                                                  float(side_channel_timeout_s),
-                                                 fan_out=int(fan_out))
+                                                 fan_out=int(fan_out),
+                                                 setup_timeout_s=setup_timeout_s)
+                    self._gloo = side_channel
+                    # close() gives up a setup still under way (before the engine's close,
+                    # which would otherwise wait for ranks that never joined).
+                    self._on_close.append(side_channel.give_up_setup)
                 except Exception as e:
                     self._errors.report("side channel setup", e)
                     side_channel = "none"
@@ -657,8 +671,19 @@ class Analyzer:
                 out.update(self._engine.counters)
         except Exception as e:
             self._errors.report("counters", e)
+        if self._gloo is not None:
+            out.update(self._side_channel_setup_counters())
         out["report_errors"] = self._errors.total
         return out
+
+    def _side_channel_setup_counters(self):
+        """The gloo side channel's setup: still joining, failed (timed out, or closed before
+        every rank joined), and how many ranks had not joined."""
+        gloo = self._gloo
+        state = gloo.setup_state
+        return {"side_channel_joining": state == "joining",
+                "side_channel_setup_failed": int(state not in ("joining", "joined")),
+                "side_channel_missing_ranks": len(gloo.missing_ranks)}
 
     # -- shutdown ----------------------------------------------------------------------------
 
