@@ -131,6 +131,21 @@ int run_diverge(const DivergeArgs& args);
 int run_diagnose(const DiagnoseArgs& args);
 /// Replaces the process with the Python demo (execv); returns only by throwing UsageError.
 int run_demo(const DemoArgs& args);
+/// Replaces the process with `python -m module ARGS...` of the package next to this program
+/// (the interpreter and package found as for `demo`, see demo.cc), with $prog_env set to
+/// "laggard <command>" for its usage line; returns only by throwing UsageError.
+int exec_python_module(const std::string& module, const std::vector<std::string>& args,
+                       const std::string& command, const char* prog_env);
+
+/// `laggard exclude ARGS...` and `laggard fleet ARGS...`: every argument after the command, for
+/// `python -m laggard.exclude` / `python -m laggard.fleet` (python_commands.cc).
+struct PythonCommandArgs {
+  std::vector<std::string> args;
+};
+void add_exclude(CLI::App& app, PythonCommandArgs& args);
+void add_fleet(CLI::App& app, PythonCommandArgs& args);
+int run_exclude(const PythonCommandArgs& args);
+int run_fleet(const PythonCommandArgs& args);
 
 /// How analyze, report and diagnose read a run: the detector flags resolved for its size, the
 /// progress shown on `progress`.

@@ -94,10 +94,15 @@ std::string package_dir(const std::string& self) {
 }  // namespace
 
 int run_demo(const DemoArgs& args) {
+  return exec_python_module("laggard.demo", args.args, "demo", "LAGGARD_DEMO_PROG");
+}
+
+int exec_python_module(const std::string& module, const std::vector<std::string>& args,
+                       const std::string& command, const char* prog_env) {
   const std::string self = self_path();
   const std::string pkg = package_dir(self);
   if (pkg.empty())
-    throw UsageError{"demo: the Python package `laggard` was not found (looked for "
+    throw UsageError{command + ": the Python package `laggard` was not found (looked for "
                      "laggard/demo.py around this program, in <prefix>/lib/laggard/python" +
                      (std::strlen(LAGGARD_SOURCE_DIR) > 0
                           ? " and " + std::string(LAGGARD_SOURCE_DIR) + "/python"
@@ -114,11 +119,11 @@ int run_demo(const DemoArgs& args) {
   const std::string new_path = old_path.empty() ? pkg : pkg + ":" + old_path;
   setenv("PYTHONPATH", new_path.c_str(), 1);
   if (!self.empty()) setenv("LAGGARD_CLI", self.c_str(), 0);  // analyze with this program
-  setenv("LAGGARD_DEMO_PROG", "laggard demo", 1);             // the demo's usage line
+  setenv(prog_env, ("laggard " + command).c_str(), 1);        // the command's usage line
   setenv("OMP_NUM_THREADS", "1", 0);                          // several ranks share the CPUs
 
-  std::vector<std::string> argv_s = {python, "-m", "laggard.demo"};
-  argv_s.insert(argv_s.end(), args.args.begin(), args.args.end());
+  std::vector<std::string> argv_s = {python, "-m", module};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   argv.reserve(argv_s.size() + 1);
   for (auto& a : argv_s) argv.push_back(a.data());
@@ -130,8 +135,8 @@ int run_demo(const DemoArgs& args) {
     execv(python.c_str(), argv.data());
   else
     execvp(python.c_str(), argv.data());
-  throw UsageError{"demo: cannot run " + python + ": " + std::strerror(errno) +
-                   " (set LAGGARD_PYTHON to a Python 3 with PyTorch)"};
+  throw UsageError{command + ": cannot run " + python + ": " + std::strerror(errno) +
+                   " (set LAGGARD_PYTHON to a Python 3 with the laggard package's needs)"};
 }
 
 }  // namespace laggard::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   ScaleArgs scale;
   DivergeArgs diverge;
   DiagnoseArgs diagnose;
+  PythonCommandArgs exclude, fleet;
   add_analyze(app, analyze);
   add_compare(app, compare);
   add_report(app, report);
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   add_scale(app, scale);
   add_diverge(app, diverge);
   add_diagnose(app, diagnose);
+  add_exclude(app, exclude);
+  add_fleet(app, fleet);
 
   try {
     app.parse(argc, argv);
@@ -56,6 +59,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("compare")) return run_compare(compare);
     if (app.got_subcommand("report")) return run_report(report);
     if (app.got_subcommand("demo")) return run_demo(demo);
+    if (app.got_subcommand("exclude")) return run_exclude(exclude);
+    if (app.got_subcommand("fleet")) return run_fleet(fleet);
   } catch (const UsageError& e) {
     // printable: a message may name a file of the run directory (a misnamed rank file, say)
     std::cerr << who << printable(e.what) << "\n";
