@@ -2,27 +2,37 @@
 
     from laggard.transformers import LaggardCallback
     trainer = transformers.Trainer(model, args, train_dataset=ds,
-                                   callbacks=[LaggardCallback(interval=10)])
+                                   callbacks=[LaggardCallback()])
 
 The Analyzer is created at on_train_begin on every rank (the Trainer has initialized
 torch.distributed by then: torchrun, accelerate launch) with the keyword arguments given here
-(laggard.Analyzer's), and closed at on_train_end. One laggard step per optimizer update
-(state.global_step before it), the same on every rank.
+(laggard.Analyzer's), and closed at on_train_end. One laggard step per optimizer update,
+numbered by state.global_step before it, the same on every rank; the step begins where the
+Trainer starts fetching the update's batches and ends at on_step_end, so the Trainer's logging,
+evaluation and saving between updates are outside every step.
+
+At on_train_begin the callback finds the Trainer that calls it (the `self` of a frame up the
+call stack: callbacks are not given the Trainer) and, for the run, sets two attributes on that
+Trainer object (its class is untouched; both are put back at on_train_end):
+  - get_batch_samples, the Trainer's batch fetch for an update: timed as `dataloader`;
+  - accelerator.gather: the Trainer's all-gathers within an update, timed as `allgather`
+    (kind communication). In the batch fetch the Trainer gathers the update's count of label
+    tokens from every rank (average_tokens_across_devices, on by default), so the fetch ends
+    with a wait for the slowest rank's loading: timed apart, the slow rank's own loading is
+    its `dataloader` time and the others' wait for it is their `allgather`, never a verdict.
 
 Stages:
-  dataloader  from the end of the previous update (on_step_end) to the start of this one
-              (on_step_begin): the Trainer fetches the update's batches there. Not timed when
-              the Trainer logs, evaluates or saves in between (DefaultFlowCallback's decision
-              for that step is known at on_step_end), nor for an epoch's first update.
+  dataloader  the batch fetch (every micro-batch of the update), less its all-gather.
+  allgather   (communication) the Trainer's accelerator.gather calls within the update: the
+              label-token count in the fetch, include_num_input_tokens_seen's count after each
+              micro-batch; one inside a stage this callback times (optimizer) stays in it.
   forward     the model's forward (laggard.torch.instrument on the Trainer's model; every
               micro-batch of a gradient-accumulation cycle adds to the step's stage).
   backward    from the backward call on the loss to the end of its autograd work: the rank's
               own compute.
   communication  under DDP, the rank's wait for the gradient all-reduce after its backward
               (laggard.torch on the Trainer's DistributedDataParallel wrapper, its
-              model_wrapped: callbacks are given the model inside it, so at on_train_begin the
-              callback takes model_wrapped from the Trainer that calls it, found on the call
-              stack; where it is not a DDP wrapper of that model, the model alone is
+              model_wrapped; where it is not a DDP wrapper of the model, the model alone is
               instrumented and the wait counts in backward).
   optimizer   from on_pre_optimizer_step to on_optimizer_step (the optimizer's step); gradient
               clipping comes before it, the lr scheduler after it (untimed).
@@ -30,36 +40,51 @@ Stages:
 The latest report's numeric straggler/* metrics join the Trainer's own log (on_log: the `logs`
 dict, and so state.log_history and the callbacks after this one) at each logging step when a
 report is newer than the last one logged. report_to's trackers are callbacks the Trainer puts
-before those given in `callbacks=`; to give them the metrics too, put this callback right after
-DefaultFlowCallback (the first; its decisions for a step are read in on_step_end):
-`trainer.callback_handler.callbacks.insert(1, LaggardCallback(...))`. Nothing here raises into
-training: failures are warnings, counted in straggler/report_errors.
+before those given in `callbacks=`; to give them the metrics too, put this callback first:
+`trainer.callback_handler.callbacks.insert(1, LaggardCallback(...))` (after
+DefaultFlowCallback). Nothing here raises into training: failures are warnings, counted in
+straggler/report_errors; an exception of the Trainer's own fetch or gather passes through
+unchanged.
 """
 
-from ._log import ErrorCounter
+import logging
+
+from ._log import ErrorCounter, log_once
 
 try:
     from transformers import TrainerCallback as _Callback
 except ImportError as e:  # pragma: no cover - depends on what is installed
     raise ImportError("laggard.transformers needs the transformers package: %s" % e) from e
 
+FETCH_STAGE = "dataloader"
+GATHER_STAGE = "allgather"
+
 
 class LaggardCallback(_Callback):
     """Finds the straggler rank and stage of a Hugging Face Trainer run. `analyzer_options`:
     laggard.Analyzer's keyword arguments (interval, log_dir, sinks, preset, ...); enabled=True
-    unless given."""
+    unless given. metrics: what joins the Trainer's log of a report, "compact" (the default:
+    the summary and the per-stage metrics of confirmed or flagged stages,
+    laggard.sinks.tracker_metrics) or "full"."""
 
-    def __init__(self, **analyzer_options):
+    def __init__(self, metrics="compact", **analyzer_options):
+        from .sinks import check_metric_set
+
+        self.metrics = check_metric_set(metrics, "LaggardCallback")
         analyzer_options.setdefault("enabled", True)
         self.analyzer_options = analyzer_options
         self.analyzer = None
         self.last_analyzer = None  # the latest run's analyzer, also after it was closed
         self.instrumentation = None
+        self.fetch_timed = False  # whether this run's batch fetch is timed (the Trainer found)
         self.reports_logged = 0
         self._errors = ErrorCounter()
         self._open = None
-        self._early = False
         self._step = 0
+        self._trainer = None
+        self._patches = []  # (object, attribute, wrapper, the instance value it replaced)
+        self._in_fetch = False
+        self._begun_at_fetch = False  # the update's step was begun by its batch fetch
         self._logged_report = None  # identity of the latest metrics logged
 
     def _failed(self, kind, error):
@@ -75,23 +100,40 @@ class LaggardCallback(_Callback):
         if self.analyzer is not None:
             self._close()
         self.analyzer = self.last_analyzer = laggard.Analyzer(**self.analyzer_options)
-        self._early = False
         self._open = None
+        self._in_fetch = self._begun_at_fetch = False
         self._step = int(state.global_step)
-        if model is not None and self.analyzer.enabled:
+        self.fetch_timed = False
+        if not self.analyzer.enabled:
+            return
+        trainer = None
+        try:
+            trainer = _calling_trainer()
+        except Exception as e:
+            self._failed("transformers trainer", e)
+        if model is not None:
             try:
                 import laggard.torch
 
                 self.instrumentation = laggard.torch.instrument(
-                    self.analyzer, model=_ddp_wrapper(model) or model)
+                    self.analyzer, model=_ddp_wrapper(trainer, model) or model)
             except Exception as e:
                 self._failed("transformers instrument", e)
+        try:
+            self._time_fetch(trainer)
+        except Exception as e:
+            self._failed("transformers fetch", e)
+        if not self.fetch_timed:
+            log_once("transformers-fetch", logging.INFO, "laggard: the Trainer's batch fetch "
+                     "is not timed (no Trainer with get_batch_samples found up the call stack "
+                     "of on_train_begin); steps begin at on_step_begin")
 
     def on_train_end(self, args, state, control, **kwargs):
         self._close()
 
     def _close(self):
         an, self.analyzer = self.analyzer, None
+        self._unpatch()
         if an is None:
             return
         try:
@@ -100,11 +142,113 @@ class LaggardCallback(_Callback):
         except Exception as e:
             self._failed("transformers close", e)
 
+    # -- the Trainer's batch fetch and all-gathers -------------------------------------------
+
+    def _time_fetch(self, trainer):
+        fetch = getattr(trainer, "get_batch_samples", None)
+        if trainer is None or not callable(fetch):
+            return
+        self._trainer = trainer
+
+        def get_batch_samples(*args, **kwargs):
+            if self.analyzer is None or self._in_fetch:
+                return fetch(*args, **kwargs)
+            self._fetch_begins()
+            try:
+                return fetch(*args, **kwargs)
+            finally:
+                self._fetch_ends()
+
+        self._patch(trainer, "get_batch_samples", get_batch_samples)
+        self.fetch_timed = True
+        accelerator = getattr(trainer, "accelerator", None)
+        gather = getattr(accelerator, "gather", None)
+        if callable(gather):
+            def timed_gather(*args, **kwargs):
+                an = self.analyzer
+                if an is None or not an.sampled:
+                    return gather(*args, **kwargs)
+                resume = self._gather_begins()
+                if resume is None:
+                    return gather(*args, **kwargs)
+                try:
+                    return gather(*args, **kwargs)
+                finally:
+                    self._gather_ends(resume)
+
+            self._patch(accelerator, "gather", timed_gather)
+
+    def _patch(self, obj, name, wrapper):
+        # An instance attribute: the class (and every other Trainer) is untouched.
+        self._patches.append((obj, name, wrapper, obj.__dict__.get(name)))
+        setattr(obj, name, wrapper)
+
+    def _unpatch(self):
+        patches, self._patches = self._patches, []
+        self._trainer = None
+        for obj, name, wrapper, before in reversed(patches):
+            try:
+                if obj.__dict__.get(name) is not wrapper:
+                    continue  # replaced since by someone else: theirs stays (ours passes through)
+                if before is None:
+                    delattr(obj, name)
+                else:
+                    setattr(obj, name, before)
+            except Exception as e:
+                self._failed("transformers close", e)
+
+    def _fetch_begins(self):
+        an = self.analyzer
+        try:
+            if not self._begun_at_fetch:
+                # (still set: the previous fetch returned no batch at an epoch's end, and no
+                # update began; global_step has not moved, so this fetch continues that step)
+                self._end_section()
+                self._step = int(self._trainer.state.global_step)
+                an.begin_step(self._step)
+                self._begun_at_fetch = True
+            self._in_fetch = True
+            self._begin_section(FETCH_STAGE)
+        except Exception as e:
+            self._failed("transformers fetch", e)
+
+    def _fetch_ends(self):
+        self._in_fetch = False
+        try:
+            self._end_section()
+        except Exception as e:
+            self._failed("transformers fetch", e)
+
+    def _gather_begins(self):
+        """Opens the all-gather's section; returns the section to resume after it ("" for
+        none), or None when the gather is not timed apart (inside a stage of this callback's
+        other than the fetch)."""
+        try:
+            if self._in_fetch:
+                resume = FETCH_STAGE
+            elif self._open is None:
+                resume = ""
+            else:
+                return None
+            self._begin_section(GATHER_STAGE, "communication")
+            return resume
+        except Exception as e:
+            self._failed("transformers gather", e)
+            return None
+
+    def _gather_ends(self, resume):
+        try:
+            self._end_section()
+            if resume and self._in_fetch and self.analyzer is not None:
+                self._begin_section(resume)
+        except Exception as e:
+            self._failed("transformers gather", e)
+
     # -- sections ----------------------------------------------------------------------------
 
-    def _begin_section(self, name):
+    def _begin_section(self, name, kind=None):
         self._end_section()
-        section = self.analyzer.section(name)
+        section = self.analyzer.section(name, kind)
         section.__enter__()
         self._open = section
 
@@ -120,10 +264,9 @@ class LaggardCallback(_Callback):
         if an is None or not an.enabled:
             return
         try:
-            if self._early:
-                self._early = False
-                self._end_section()
-            else:
+            if self._begun_at_fetch:
+                self._begun_at_fetch = False
+            else:  # the fetch is not timed: the step begins here
                 self._step = int(state.global_step)
                 an.begin_step(self._step)
         except Exception as e:
@@ -152,34 +295,8 @@ class LaggardCallback(_Callback):
         try:
             self._end_section()
             an.end_step()
-            # The next update's fetch is its "dataloader" stage, unless the Trainer does
-            # something else first (DefaultFlowCallback, which runs before callbacks given to
-            # the Trainer, has set these for this step).
-            busy = control.should_log or control.should_evaluate or control.should_save or \
-                control.should_epoch_stop or control.should_training_stop or \
-                (state.max_steps and state.global_step >= state.max_steps)
-            if not busy:
-                self._step = int(state.global_step)
-                an.begin_step(self._step)
-                self._early = True
-                self._begin_section("dataloader")
         except Exception as e:
             self._failed("transformers on_step_end", e)
-
-    def on_epoch_end(self, args, state, control, **kwargs):
-        # The epoch ended before another update: the step begun for it ends here without its
-        # dataloader section (its step time is the few microseconds since on_step_end).
-        if not self._early or self.analyzer is None:
-            return
-        self._early = False
-        an = self.analyzer
-        section, self._open = self._open, None
-        try:
-            if section is not None and an.sampled:
-                an._recorder.cancel(an.stage_id("dataloader"))
-            an.end_step()
-        except Exception as e:
-            self._failed("transformers on_epoch_end", e)
 
     # -- the Trainer's log ---------------------------------------------------------------------
 
@@ -187,12 +304,14 @@ class LaggardCallback(_Callback):
         an = self.analyzer or self.last_analyzer
         if an is None or logs is None:
             return
+        from .sinks import tracker_metrics
+
         try:
             metrics = an.latest_metrics()
             if not metrics or metrics == self._logged_report:
                 return
             self._logged_report = metrics
-            values = {k: float(v) for k, v in metrics.items()
+            values = {k: float(v) for k, v in tracker_metrics(metrics, self.metrics).items()
                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
             logs.update(values)
             history = getattr(state, "log_history", None)
@@ -203,29 +322,39 @@ class LaggardCallback(_Callback):
             self._failed("transformers on_log", e)
 
 
-def _ddp_wrapper(model):
-    """The DistributedDataParallel around `model` that the Trainer trains, or None.
+def _calling_trainer():
+    """The transformers.Trainer whose method called this callback's on_train_begin, or None.
 
-    Callbacks are given Trainer.model, not Trainer.model_wrapped (the outermost wrapper, set
-    before on_train_begin); laggard.torch needs the wrapper to tell the rank's backward from its
-    wait for the all-reduce. The Trainer calls on_train_begin from one of its own methods, so
-    the Trainer is the `self` of a frame up the call stack (a few frames: the callback handler's
-    two). Costs one walk of the stack, once per train()."""
+    The Trainer calls on_train_begin from one of its own methods, so it is the `self` of a
+    frame up the call stack (a few frames: the callback handler's two). Costs one walk of the
+    stack, once per train()."""
     import sys
 
-    torch = sys.modules.get("torch")
     trainer_type = getattr(sys.modules.get("transformers.trainer"), "Trainer", None)
-    if torch is None or trainer_type is None or not (
-            torch.distributed.is_available() and torch.distributed.is_initialized()):
+    if trainer_type is None:
         return None
     frame = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if isinstance(owner, trainer_type):
-            wrapped = getattr(owner, "model_wrapped", None)
-            if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) and \
-                    getattr(wrapped, "module", None) is model:
-                return wrapped
-            return None
+            return owner
         frame = frame.f_back
+    return None
+
+
+def _ddp_wrapper(trainer, model):
+    """The DistributedDataParallel around `model` that `trainer` trains (its model_wrapped, set
+    before on_train_begin), or None. Callbacks are given Trainer.model, not the wrapper;
+    laggard.torch needs the wrapper to tell the rank's backward from its wait for the
+    all-reduce."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if trainer is None or torch is None or not (
+            torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    wrapped = getattr(trainer, "model_wrapped", None)
+    if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) and \
+            getattr(wrapped, "module", None) is model:
+        return wrapped
     return None
