@@ -32,6 +32,8 @@ callback, the same on every rank):
 Reports go, on the analysis rank, to every logger of the Trainer (trainer.loggers):
 log_metrics of the numeric straggler/* metrics at the trainer's global step, with
 straggler/step (laggard's step of the report); from the training thread, after the batch.
+metrics="compact" (the default) logs the summary and the per-stage metrics of confirmed or
+flagged stages only (laggard.sinks.tracker_metrics); metrics="full" every stage's.
 Text metrics (straggler/confirmed, likely_bottleneck, hints) are in analyzer.latest_metrics()
 and, with log_dir, in reports.jsonl. Nothing here raises into training: a failure is a warning
 and counted in straggler/report_errors.
@@ -72,10 +74,15 @@ class LaggardCallback(_Callback):
     keyword arguments (interval, log_dir, sinks, preset, ...); `enabled=True` unless given.
     log_to_loggers: log each report through trainer.loggers (analysis rank).
     record_loss: the loss of each sampled step goes into its sample's values (.item(): a GPU
-    sync, on sampled steps only)."""
+    sync, on sampled steps only).
+    metrics: what the loggers get of a report, "compact" (the default) or "full"."""
 
-    def __init__(self, log_to_loggers=True, record_loss=True, **analyzer_options):
+    def __init__(self, log_to_loggers=True, record_loss=True, metrics="compact",
+                 **analyzer_options):
         super().__init__()
+        from .sinks import check_metric_set
+
+        self.metrics = check_metric_set(metrics, "LaggardCallback")
         self.record_loss = bool(record_loss)
         analyzer_options.setdefault("enabled", True)
         self.analyzer_options = analyzer_options
@@ -307,13 +314,15 @@ class LaggardCallback(_Callback):
     # -- reports -------------------------------------------------------------------------------
 
     def _log_reports(self, trainer, an):
+        from .sinks import tracker_metrics
+
         queue = self._reports.queue
         if not queue:
             return
         loggers = list(getattr(trainer, "loggers", None) or ())
         while queue:
             step, metrics = queue.popleft()
-            values = _numeric(metrics)
+            values = _numeric(tracker_metrics(metrics, self.metrics))
             values["straggler/step"] = float(step)
             for logger in loggers:
                 try:

@@ -592,16 +592,19 @@ class ResourceSampler:
 
 
 def _import_pynvml():
-    """The pynvml module of nvidia-ml-py, or None (not installed, or it failed to import). Its
-    import warns (FutureWarning) in some versions; that warning is silenced here."""
+    """The pynvml module of nvidia-ml-py, or None (not installed, or it failed to import).
+    Where the deprecated `pynvml` package is installed beside nvidia-ml-py, its import hook
+    warns (FutureWarning) at the first lookup of the name, find_spec included: both are inside
+    the silenced block, so laggard's output carries no third-party deprecation warning."""
     import importlib.util
     import warnings
 
     try:
-        if importlib.util.find_spec("pynvml") is None:
-            return None
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if importlib.util.find_spec("pynvml") is None:
+                return None
             import pynvml
         return pynvml
     except Exception as e:

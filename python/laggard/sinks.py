@@ -88,10 +88,13 @@ def tensorboard_available():
 
 class TensorBoardSink:
     """Writes numeric straggler/* metrics as scalars and text ones as text, via
-    torch.utils.tensorboard.SummaryWriter. Raises ImportError (with what to install) when
-    TensorBoard is not importable; see tensorboard_available()."""
+    torch.utils.tensorboard.SummaryWriter. metrics: "compact" (the default: the summary, and the
+    per-stage metrics of confirmed or flagged stages; see tracker_metrics) or "full". Raises
+    ImportError (with what to install) when TensorBoard is not importable; see
+    tensorboard_available()."""
 
-    def __init__(self, log_dir, **writer_kwargs):
+    def __init__(self, log_dir, metrics="compact", **writer_kwargs):
+        self.metrics = check_metric_set(metrics, "TensorBoardSink")
         try:
             from torch.utils.tensorboard import SummaryWriter
         except Exception as e:
@@ -100,7 +103,7 @@ class TensorBoardSink:
         self.writer = SummaryWriter(log_dir=os.fspath(log_dir), **writer_kwargs)
 
     def __call__(self, step, metrics):
-        for name, value in metrics.items():
+        for name, value in tracker_metrics(metrics, self.metrics).items():
             if isinstance(value, str):
                 if value:
                     self.writer.add_text(name, value, global_step=step)
@@ -112,13 +115,13 @@ class TensorBoardSink:
         self.writer.close()
 
 
-def tensorboard_sink(log_dir, **writer_kwargs):
+def tensorboard_sink(log_dir, metrics="compact", **writer_kwargs):
     """A TensorBoardSink, or None (logged once) when TensorBoard is not importable."""
     if not tensorboard_available():
         logger.info("laggard: TensorBoard sink not available (torch.utils.tensorboard cannot be "
                     "imported); reports go to the other sinks")
         return None
-    return TensorBoardSink(log_dir, **writer_kwargs)
+    return TensorBoardSink(log_dir, metrics=metrics, **writer_kwargs)
 
 
 def as_sink(obj):
@@ -126,6 +129,57 @@ def as_sink(obj):
     if hasattr(obj, "close") and callable(obj):
         return obj
     return CallableSink(obj)
+
+
+# -- what a tracker gets of a report ----------------------------------------------------------
+#
+# A report's metrics hold the RFC's seven per-stage metrics for every stage the ranks time (58
+# keys, ~2.3 KB with eight stages) though most windows flag no stage. Trackers keep every key of
+# every step they are given (a W&B/MLflow/TensorBoard series, a column of the Trainer's log), so
+# by default they get the compact set; metrics="full" gives them all.
+
+METRIC_SETS = ("compact", "full")
+
+
+def check_metric_set(metrics, where):
+    """`metrics` when it is one of METRIC_SETS, else ValueError naming `where` it was given."""
+    if metrics not in METRIC_SETS:
+        raise ValueError("%s: metrics must be \"compact\" (the default) or \"full\", got %r"
+                         % (where, metrics))
+    return metrics
+
+
+def _stage_of(name):
+    """The stage of a per-stage metric straggler/<stage>/<field> (field one of the RFC's
+    _STAGE_FIELDS), else None (a summary metric)."""
+    if not name.startswith("straggler/"):
+        return None
+    stage, sep, field = name[len("straggler/"):].rpartition("/")
+    return stage if sep and stage and field in _STAGE_FIELDS else None
+
+
+def tracker_metrics(metrics, which="compact"):
+    """The metrics a tracker gets of one report. "full": all of them (a copy). "compact": every
+    summary metric (num_confirmed, confirmed, likely_bottleneck, hints, whatif_step_saving_ms,
+    num_stragglers_total, num_waiting, ranks, report_errors, dropped_samples,
+    incomplete_windows, ...: every straggler/* that is not a stage's), and the RFC's per-stage
+    metrics (local_ms, mean_ms, max_ms, slowdown_ratio, relative_score, top_rank,
+    num_stragglers) of the stages that hold a confirmed straggler (straggler/confirmed) or that
+    the window flagged (num_stragglers > 0) only. A healthy run's report: the summary alone."""
+    if which == "full":
+        return dict(metrics)
+    keep = {stage for _, stage in parse_confirmed(metrics.get("straggler/confirmed"))}
+    for name, value in metrics.items():
+        if name.endswith("/num_stragglers") and isinstance(value, (int, float)) and value > 0:
+            stage = _stage_of(name)
+            if stage is not None:
+                keep.add(stage)
+    out = {}
+    for name, value in metrics.items():
+        stage = _stage_of(name)
+        if stage is None or stage in keep:
+            out[name] = value
+    return out
 
 
 # -- trackers and monitoring ------------------------------------------------------------------
@@ -162,9 +216,11 @@ class WandbSink:
 
     run: a wandb Run to log to (the trainer's own); else wandb.init(**init_kwargs) is called at
     the first report (project="laggard" unless given) and the run finished at close().
-    WANDB_MODE=offline (or mode="offline") writes the run locally, for `wandb sync` later."""
+    WANDB_MODE=offline (or mode="offline") writes the run locally, for `wandb sync` later.
+    metrics: "compact" (the default; see tracker_metrics) or "full"."""
 
-    def __init__(self, run=None, **init_kwargs):
+    def __init__(self, run=None, metrics="compact", **init_kwargs):
+        self.metrics = check_metric_set(metrics, "WandbSink")
         if run is None:
             _require("wandb", "WandbSink")
         self._run = run
@@ -188,7 +244,8 @@ class WandbSink:
                 self._run.define_metric("straggler/step")
                 self._run.define_metric("straggler/*", step_metric="straggler/step")
                 self._defined = True
-            record = {name: value for name, value in metrics.items()
+            record = {name: value
+                      for name, value in tracker_metrics(metrics, self.metrics).items()
                       if isinstance(value, str) or
                       (isinstance(value, (int, float)) and not isinstance(value, bool))}
             record["straggler/step"] = int(step)
@@ -201,19 +258,92 @@ class WandbSink:
                 run.finish()
 
 
+def _mlflow_version():
+    """(major, minor) of the installed MLflow (mlflow or mlflow-skinny), read from its metadata
+    without importing it; None when unknown."""
+    import importlib.metadata
+
+    for dist in ("mlflow", "mlflow-skinny"):
+        try:
+            parts = importlib.metadata.version(dist).split(".")
+            return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+        except Exception:
+            continue
+    return None
+
+
+def _mlflow_file_store_path(uri):
+    """The directory of MLflow's file store named by `uri` ("file:..." or a plain path, which
+    MLflow also takes as a file store), else None (sqlite:, http(s):, databricks, ...)."""
+    from urllib.parse import unquote, urlparse
+
+    if uri in ("databricks", "databricks-uc", "uc"):  # MLflow's names without a scheme
+        return None
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return unquote(parsed.path) or "."
+    if parsed.scheme == "":
+        return uri
+    return None
+
+
+def _mlflow_file_store_allowed():
+    """MLFLOW_ALLOW_FILE_STORE=true (or 1): MLflow's own switch that keeps its file store."""
+    return os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1")
+
+
+def mlflow_file_store_refused(uri, source):
+    """The message for MLflow's refusal of its file store `uri`, which came from `source`
+    ("tracking_uri", "MLFLOW_TRACKING_URI" or "MLflow's default here"): what to set instead."""
+    path = _mlflow_file_store_path(uri) or uri
+    db = "sqlite:///" + os.path.join(os.path.dirname(os.path.abspath(path)), "mlflow.db")
+    version = _mlflow_version()
+    instead = "MLFLOW_TRACKING_URI=%s" % db if source == "MLFLOW_TRACKING_URI" else \
+        "MLflowSink(tracking_uri=%r)" % db
+    return ("MLflowSink: MLflow%s refuses its file store %r (%s). Set %s: a SQLite file, MLflow's "
+            "default local store (`mlflow ui --backend-store-uri %s` shows it); or a tracking "
+            "server's URI (\"http://host:5000\"); or, to keep the file store, "
+            "MLFLOW_ALLOW_FILE_STORE=true in the environment of every rank"
+            % (" %d.%d" % version if version else "", uri, source, instead, db))
+
+
 class MLflowSink:
     """Logs numeric straggler/* as MLflow metrics (with laggard's step) and text ones
     (likely_bottleneck, confirmed, hints) as tags holding the latest value.
 
     Through an MlflowClient, not mlflow's fluent API, so the trainer's active run (a thread-local
-    of the training thread) is left alone. tracking_uri: e.g. "file:/path/mlruns" (default:
-    MLflow's own, MLFLOW_TRACKING_URI). run_id: log into that run (the trainer's); else a run
-    named run_name is created in `experiment` at the first report and ended at close()."""
+    of the training thread) is left alone.
+
+    tracking_uri: where the run goes; None: MLflow's own choice, MLFLOW_TRACKING_URI if set,
+    else MLflow's default local store (MLflow 3: the SQLite file mlflow.db in the analysis
+    rank's working directory, "sqlite:///mlflow.db"). Any URI MLflow takes: "sqlite:///path.db",
+    "http://host:5000", "databricks". MLflow >= 3.13 refuses its file store ("file:..." or a
+    plain path) unless MLFLOW_ALLOW_FILE_STORE=true: such a URI, given here or in
+    MLFLOW_TRACKING_URI, is a ValueError at setup saying what to set instead (MLflow's default
+    falling on an old ./mlruns directory is found at the first report: the same message, as the
+    sink's counted, warned error).
+
+    run_id: log into that run (the trainer's); else a run named run_name is created in
+    `experiment` at the first report and ended at close(). metrics: "compact" (the default; see
+    tracker_metrics) or "full"."""
 
     TAG_LIMIT = 5000  # MLflow's longest tag value
+    REFUSES_FILE_STORE = (3, 13)  # the first MLflow that refuses its file store by default
 
-    def __init__(self, tracking_uri=None, experiment="laggard", run_id=None, run_name=None):
+    def __init__(self, tracking_uri=None, experiment="laggard", run_id=None, run_name=None,
+                 metrics="compact"):
         _require("mlflow", "MLflowSink")
+        self.metrics = check_metric_set(metrics, "MLflowSink")
+        if tracking_uri is not None:
+            tracking_uri = os.fspath(tracking_uri)
+        uri, source = tracking_uri, "tracking_uri"
+        if uri is None and os.environ.get("MLFLOW_TRACKING_URI"):
+            uri, source = os.environ["MLFLOW_TRACKING_URI"], "MLFLOW_TRACKING_URI"
+        version = _mlflow_version()
+        if (uri is not None and _mlflow_file_store_path(uri) is not None
+                and version is not None and version >= self.REFUSES_FILE_STORE
+                and not _mlflow_file_store_allowed()):
+            raise ValueError(mlflow_file_store_refused(uri, source))
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.run_id = run_id
@@ -224,15 +354,27 @@ class MLflowSink:
         self._lock = threading.Lock()
 
     def _start(self):
+        import mlflow
         from mlflow.tracking import MlflowClient
 
-        self._client = MlflowClient(tracking_uri=self.tracking_uri)
-        if self.run_id is None:
-            found = self._client.get_experiment_by_name(self.experiment)
-            experiment_id = found.experiment_id if found is not None else \
-                self._client.create_experiment(self.experiment)
-            run = self._client.create_run(experiment_id, run_name=self.run_name)
-            self.run_id = run.info.run_id
+        try:
+            client = MlflowClient(tracking_uri=self.tracking_uri)
+            experiment_id = None
+            if self.run_id is None:
+                found = client.get_experiment_by_name(self.experiment)
+                experiment_id = found.experiment_id if found is not None else \
+                    client.create_experiment(self.experiment)
+        except Exception as e:
+            # MLflow's default here can still be its file store (./mlruns holding an older
+            # MLflow's runs, or mlflow.set_tracking_uri): say what to set, not MLflow's advice.
+            uri = self.tracking_uri or mlflow.get_tracking_uri()
+            if _mlflow_file_store_path(uri) is not None and not _mlflow_file_store_allowed():
+                source = "tracking_uri" if self.tracking_uri else "MLflow's default here"
+                raise RuntimeError(mlflow_file_store_refused(uri, source)) from e
+            raise
+        if experiment_id is not None:
+            self.run_id = client.create_run(experiment_id, run_name=self.run_name).info.run_id
+        self._client = client
 
     def __call__(self, step, metrics):
         from mlflow.entities import Metric, RunTag
@@ -240,7 +382,7 @@ class MLflowSink:
         with self._lock:
             if self._client is None:
                 self._start()
-            numbers, texts = _numbers(metrics)
+            numbers, texts = _numbers(tracker_metrics(metrics, self.metrics))
             now = int(time.time() * 1000)
             batch = [Metric(name, value, now, int(step)) for name, value in numbers.items()
                      if math.isfinite(value)]

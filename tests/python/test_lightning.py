@@ -107,7 +107,9 @@ def check_common(tmp_path, results):
     assert windows == STEPS // INTERVAL
     rows = logged_rows(tmp_path)
     assert len(rows) == results[0]["reports_logged"] >= STEPS // INTERVAL - 2
-    assert "straggler/forward/top_rank" in rows[0] and "straggler/num_confirmed" in rows[0]
+    # the compact set (the default): the summary in every report; a stage's metrics only where
+    # it is confirmed or flagged (the slow-forward test reads them)
+    assert all(row["straggler/num_confirmed"] != "" for row in rows), rows
     check_loss_and_data_wait(tmp_path / "laggard")
 
 

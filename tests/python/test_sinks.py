@@ -1,6 +1,7 @@
 """Sinks: JSONL reports, TensorBoard behind a clean import check, and the tracker and
-monitoring sinks (TensorBoard, Weights & Biases offline, MLflow's file store, Prometheus), each
-read back with the tool's own reader."""
+monitoring sinks (TensorBoard, Weights & Biases offline, MLflow's default SQLite store and an
+explicit tracking URI, Prometheus), each read back with the tool's own reader; the compact
+metric set trackers get by default, and the full one on request."""
 
 import json
 import math
@@ -64,9 +65,10 @@ def _sample_line(rank, step, forward_ms):
 
 class _Analysis:
     """WORLD ranks as Analyzers of this process over the "local" side channel, rank 2's
-    forward 4x slower: the reports the sinks get (on rank 0) are laggard's own (the live engine,
-    the C++ detector, the live metrics), without starting processes. Every window's report has
-    reached the sinks when the constructor returns."""
+    forward 4x slower (the others wait for it in communication) and a backward equal on every
+    rank (a stage no window flags): the reports the sinks get (on rank 0) are laggard's own (the
+    live engine, the C++ detector, the live metrics), without starting processes. Every
+    window's report has reached the sinks when the constructor returns."""
 
     _runs = 0
 
@@ -82,6 +84,7 @@ class _Analysis:
                 an.begin_step(w * 10)
                 forward = 40.0 if r == SLOW_RANK else 10.0
                 an.add("forward", forward)
+                an.add("backward", 5.0)
                 an.add("communication", 52.0 - forward, kind="communication")
                 an.end_step()
         deadline = time.monotonic() + 30
@@ -110,13 +113,61 @@ def _train_single_rank(sinks, steps=12):
     return an
 
 
+def _per_stage(names):
+    """The stages of the per-stage metrics among `names` (straggler/<stage>/<RFC field>)."""
+    return {sinks._stage_of(n) for n in names} - {None}
+
+
+def test_tracker_metrics_compact_is_the_summary_and_the_flagged_or_confirmed_stages():
+    reports = []
+    analysis = _Analysis([lambda step, m: reports.append(dict(m))])
+    analysis.close()
+    last = reports[-1]
+    assert last["straggler/confirmed"] == "%d:forward" % SLOW_RANK
+    assert last["straggler/backward/num_stragglers"] == 0.0  # equal on every rank
+    assert last["straggler/communication/num_stragglers"] > 0  # the others' wait, flagged
+    compact = sinks.tracker_metrics(last)
+    assert compact == sinks.tracker_metrics(last, "compact")
+    # every summary metric, and all seven RFC fields of the stages that matter here
+    summary = {n for n in last if sinks._stage_of(n) is None}
+    assert {"straggler/num_confirmed", "straggler/confirmed", "straggler/likely_bottleneck",
+            "straggler/report_errors", "straggler/dropped_samples",
+            "straggler/incomplete_windows", "straggler/whatif_step_saving_ms"} <= summary
+    assert set(compact) == summary | {"straggler/%s/%s" % (stage, field)
+                                      for stage in ("forward", "communication")
+                                      for field in sinks._STAGE_FIELDS}
+    assert all(compact[n] == last[n] for n in compact)
+    assert _per_stage(last) == {"forward", "backward", "communication"}
+    assert sinks.tracker_metrics(last, "full") == last
+    # a confirmed stage that this window did not flag stays; a healthy report is the summary
+    quiet = dict(last, **{"straggler/forward/num_stragglers": 0.0,
+                          "straggler/communication/num_stragglers": 0.0})
+    assert _per_stage(sinks.tracker_metrics(quiet)) == {"forward"}
+    healthy = dict(quiet, **{"straggler/confirmed": "", "straggler/num_confirmed": 0.0})
+    assert set(sinks.tracker_metrics(healthy)) == summary
+    for bad in ("all", None, True):
+        with pytest.raises(ValueError, match="metrics must be .compact."):
+            sinks.check_metric_set(bad, "TensorBoardSink")
+
+
+def test_tracker_sinks_reject_an_unknown_metric_set(tmp_path):
+    with pytest.raises(ValueError, match="TensorBoardSink: metrics must be"):
+        sinks.TensorBoardSink(tmp_path, metrics="everything")
+    with pytest.raises(ValueError, match="WandbSink: metrics must be"):
+        sinks.WandbSink(metrics="everything")
+    with pytest.raises(ValueError, match="MLflowSink: metrics must be"):
+        sinks.MLflowSink(metrics="everything")
+
+
 def test_tensorboard_sink_is_read_back_by_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    s = sinks.TensorBoardSink(tmp_path)
-    analysis = _Analysis([s])
+    compact, full = sinks.TensorBoardSink(tmp_path / "compact"), \
+        sinks.TensorBoardSink(tmp_path / "full", metrics="full")
+    analysis = _Analysis([compact, full])
     analysis.close()
-    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0, "tensors": 0})
+    acc = EventAccumulator(str(tmp_path / "compact"),
+                           size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     top = acc.Scalars("straggler/forward/top_rank")
     assert [e.step for e in top] == [w * 10 for w in range(8)]
@@ -126,24 +177,36 @@ def test_tensorboard_sink_is_read_back_by_tensorboard(tmp_path):
     assert "straggler/confirmed/text_summary" in acc.Tags()["tensors"]
     confirmed = acc.Tensors("straggler/confirmed/text_summary")[-1]
     assert confirmed.tensor_proto.string_val[0].decode() == "%d:forward" % SLOW_RANK
+    # compact (the default): no series of the stage no window flagged; full: every stage's
+    assert _per_stage(acc.Tags()["scalars"]) == {"forward", "communication"}
+    acc_full = EventAccumulator(str(tmp_path / "full"), size_guidance={"scalars": 0})
+    acc_full.Reload()
+    assert _per_stage(acc_full.Tags()["scalars"]) == {"forward", "backward", "communication"}
+    assert len(acc_full.Scalars("straggler/backward/mean_ms")) == 8
 
 
-@pytest.fixture
-def mlflow_file_store(monkeypatch):
-    # MLflow 3 keeps its file store ("file:" URIs) only behind this switch.
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+def _no_mlflow_settings(monkeypatch):
+    """A user's environment without MLflow settings: no MLFLOW_TRACKING_URI and MLflow's file
+    store left refused (this test process may have them from elsewhere)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
 
 
-def test_mlflow_sink_is_read_back_by_mlflow_client(tmp_path, mlflow_file_store):
+def test_mlflow_sink_with_mlflows_default_store_is_read_back_by_mlflow_client(tmp_path,
+                                                                              monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    uri = "file:" + str(tmp_path / "mlruns")
-    s = sinks.MLflowSink(tracking_uri=uri, experiment="laggard-test", run_name="slow-rank")
+    _no_mlflow_settings(monkeypatch)
+    monkeypatch.chdir(tmp_path)  # MLflow's default local store is in the working directory
+    s = sinks.MLflowSink(experiment="laggard-test", run_name="slow-rank")
     assert s.run_id is None  # nothing touched before the first report
     analysis = _Analysis([s])
     run_id = s.run_id
     analysis.close()
-    client = MlflowClient(tracking_uri=uri)
+    assert analysis.ranks[0].counters()["report_errors"] == 0
+    client = MlflowClient()  # MLflow's default, as the sink had it
+    assert client.tracking_uri.startswith("sqlite:")
+    assert (tmp_path / "mlflow.db").is_file()
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.info.run_name == "slow-rank"
@@ -152,19 +215,168 @@ def test_mlflow_sink_is_read_back_by_mlflow_client(tmp_path, mlflow_file_store):
     assert {m.value for m in history} == {float(SLOW_RANK)}
     assert run.data.tags["straggler/confirmed"] == "%d:forward" % SLOW_RANK
     assert run.data.tags["straggler/likely_bottleneck"] == "forward"
+    # the compact set: no metric of the stage no window flagged
+    assert run.data.metrics["straggler/num_confirmed"] == 1.0
+    assert _per_stage(run.data.metrics) == {"forward", "communication"}
 
 
-def test_mlflow_sink_logs_into_the_trainers_run(tmp_path, mlflow_file_store):
+def test_mlflow_sink_logs_into_the_trainers_run_at_a_tracking_uri(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    uri = "file:" + str(tmp_path / "mlruns")
+    _no_mlflow_settings(monkeypatch)
+    uri = "sqlite:///" + str(tmp_path / "tracking" / "runs.db")
+    (tmp_path / "tracking").mkdir()
     client = MlflowClient(tracking_uri=uri)
     run = client.create_run(client.create_experiment("trainer"))
-    analysis = _Analysis([sinks.MLflowSink(tracking_uri=uri, run_id=run.info.run_id)])
+    analysis = _Analysis([sinks.MLflowSink(tracking_uri=uri, run_id=run.info.run_id,
+                                           metrics="full")])
     analysis.close()
+    assert analysis.ranks[0].counters()["report_errors"] == 0
     back = client.get_run(run.info.run_id)
     assert back.info.status == "RUNNING"  # the trainer's run: not ended by laggard
     assert back.data.metrics["straggler/forward/top_rank"] == float(SLOW_RANK)
+    assert _per_stage(back.data.metrics) == {"forward", "backward", "communication"}  # full
+    assert len(client.get_metric_history(run.info.run_id, "straggler/backward/mean_ms")) == 8
+
+
+def test_mlflow_sink_says_what_to_set_when_mlflow_refuses_its_file_store(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    _no_mlflow_settings(monkeypatch)
+    version = tuple(int(p) for p in importlib.metadata.version("mlflow").split(".")[:2])
+    if version < sinks.MLflowSink.REFUSES_FILE_STORE:
+        pytest.skip("this MLflow (%d.%d) keeps its file store" % version)
+    db = "sqlite:///" + str(tmp_path / "mlflow.db")
+    # at setup, from tracking_uri or MLFLOW_TRACKING_URI: the SQLite file beside it to set
+    for uri in ("file:" + str(tmp_path / "mlruns"), str(tmp_path / "mlruns")):
+        with pytest.raises(ValueError) as e:
+            sinks.MLflowSink(tracking_uri=uri)
+        assert "refuses its file store %r (tracking_uri)" % uri in str(e.value)
+        assert "Set MLflowSink(tracking_uri=%r)" % db in str(e.value)
+        assert "MLFLOW_ALLOW_FILE_STORE=true" in str(e.value)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file://" + str(tmp_path / "mlruns"))
+    with pytest.raises(ValueError, match="Set MLFLOW_TRACKING_URI=%s:" % db):
+        sinks.MLflowSink()
+    # MLflow's own switch keeps the file store, as the message says
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert sinks.MLflowSink().tracking_uri is None
+    assert sinks.MLflowSink(tracking_uri="file:" + str(tmp_path / "mlruns")).run_id is None
+
+
+def test_mlflow_default_file_store_refused_at_the_first_report_says_what_to_set(
+        tmp_path, monkeypatch, caplog):
+    from mlflow.tracking import MlflowClient
+
+    _no_mlflow_settings(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    # ./mlruns holding an older MLflow's runs: MLflow's default stays that file store
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    old = MlflowClient(tracking_uri="file:" + str(tmp_path / "mlruns"))
+    old.create_run(old.create_experiment("older-mlflow"))
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    s = sinks.MLflowSink()  # nothing to check at setup: the default is MLflow's to resolve
+    with caplog.at_level("WARNING", logger="laggard"):
+        an = _train_single_rank([s])
+    assert an.counters()["report_errors"] >= 1
+    assert an.counters()["sampled_steps"] == 12
+    said = [r.getMessage() for r in caplog.records if "MLflowSink" in r.getMessage()]
+    assert said and "training continues" in said[0], said
+    assert "(MLflow's default here)" in said[0] and \
+        "Set MLflowSink(tracking_uri='sqlite:///%s')" % (tmp_path / "mlflow.db") in said[0]
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+# -- the framework loggers' payload: the same sets through the callbacks' `metrics` ------------
+#
+# One rank, in this process, trains for real: one rank flags no stage, so the compact set
+# (the default) is the summary alone, and metrics="full" adds every timed stage's RFC metrics.
+
+@pytest.mark.parametrize("which", ["compact", "full"])
+def test_transformers_callback_logs_the_metric_set_asked_for(tmp_path, which):
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from laggard.transformers import LaggardCallback
+
+    with pytest.raises(ValueError, match="LaggardCallback: metrics must be"):
+        LaggardCallback(metrics="all")
+    class TinyGPT2(GPT2LMHeadModel):
+        def forward(self, input_ids=None, labels=None, **kwargs):
+            time.sleep(0.005)  # a stand-in for a real forward: reports come while it trains
+            return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2,
+                        bos_token_id=0, eos_token_id=0)
+    data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (96, 8))]
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=24, logging_steps=6,
+                             per_device_train_batch_size=4, report_to="none",
+                             save_strategy="no", use_cpu=True, disable_tqdm=True)
+    options = {} if which == "compact" else {"metrics": "full"}
+    callback = LaggardCallback(interval=2, close_timeout_s=10.0, **options)
+    trainer = Trainer(model=TinyGPT2(config), args=args, train_dataset=data,
+                      callbacks=[callback])
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "straggler/ranks" in h]
+    assert logged and len(logged) == callback.reports_logged
+    for h in logged:
+        assert h["straggler/num_confirmed"] == 0.0 and h["straggler/report_errors"] == 0.0
+        stages = _per_stage(h)
+        if which == "compact":
+            assert not stages, h
+        else:
+            assert {"dataloader", "forward", "backward", "optimizer"} <= stages, h
+            assert all("straggler/forward/%s" % f in h for f in sinks._STAGE_FIELDS)
+
+
+@pytest.mark.parametrize("which", ["compact", "full"])
+def test_lightning_callback_logs_the_metric_set_asked_for(tmp_path, which):
+    pytest.importorskip("lightning")
+    import csv
+
+    import lightning as L
+    import torch
+    from lightning.pytorch.loggers import CSVLogger
+
+    from laggard.lightning import LaggardCallback
+
+    with pytest.raises(ValueError, match="LaggardCallback: metrics must be"):
+        LaggardCallback(metrics="all")
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            time.sleep(0.005)  # a stand-in for a real step: reports come while it trains
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    gen = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(192, 8, generator=gen),
+                                          torch.randn(192, 1, generator=gen))
+    options = {} if which == "compact" else {"metrics": "full"}
+    callback = LaggardCallback(interval=2, close_timeout_s=10.0, **options)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=24, max_epochs=1,
+                        logger=CSVLogger(str(tmp_path), name="csv", version=0),
+                        log_every_n_steps=1000, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False,
+                        callbacks=[callback])
+    trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=8))
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("straggler/step")]
+    assert rows and len(rows) == callback.reports_logged
+    columns = _per_stage(rows[0])  # the CSV's columns: every key logged in the run
+    if which == "compact":
+        assert not columns and all(r["straggler/num_confirmed"] == "0.0" for r in rows)
+    else:
+        assert {"forward", "backward", "optimizer"} <= columns, columns
+        assert all(r["straggler/forward/mean_ms"] != "" for r in rows)
 
 
 def test_wandb_sink_offline_run_is_read_back(tmp_path, monkeypatch):
@@ -182,6 +394,9 @@ def test_wandb_sink_offline_run_is_read_back(tmp_path, monkeypatch):
             if "straggler/forward/top_rank" in row} == {float(SLOW_RANK)}
     assert summary["straggler/confirmed"] == "%d:forward" % SLOW_RANK
     assert run_dir.startswith(str(tmp_path))
+    # the compact set: the summary in every row, no series of the stage no window flagged
+    assert all("straggler/num_confirmed" in row for row in history if "straggler/step" in row)
+    assert _per_stage(k for row in history for k in row) == {"forward", "communication"}
 
 
 def test_prometheus_sink_is_scraped_over_http():
@@ -280,11 +495,10 @@ def test_tracker_sink_without_its_package_is_an_import_error_at_setup(monkeypatc
         sinks.MLflowSink()
 
 
-def test_failing_tracker_sink_warns_and_counts_and_training_goes_on(tmp_path, caplog,
-                                                                   mlflow_file_store):
+def test_failing_tracker_sink_warns_and_counts_and_training_goes_on(tmp_path, caplog):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
-    s = sinks.MLflowSink(tracking_uri="file:" + str(blocker / "mlruns"))
+    s = sinks.MLflowSink(tracking_uri="sqlite:///" + str(blocker / "mlflow.db"))
     with caplog.at_level("WARNING", logger="laggard"):
         an = _train_single_rank([s])
     assert an.counters()["report_errors"] >= 1
