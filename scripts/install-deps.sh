@@ -16,6 +16,8 @@ packages=(
   chromium
   clang libclang-rt-14-dev python3-hypothesis
   prometheus-node-exporter  # the tests start their own; with systemd, Debian also starts one on :9100
+  postgresql  # tests/python/test_fleet.py starts its own server (initdb, pg_ctl) for the fleet store
+  prometheus  # promtool: tests/python/test_alerts.py checks and unit-tests deploy/prometheus's rules
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -49,6 +51,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "${pip[@]}" torch==2.13.0
   "${pip[@]}" -r python/requirements-test.txt
   echo "$want" >"$stamp"
+fi
+# nvidia-resiliency-ext requires the `pynvml` package, now a deprecated shim whose import hook
+# (a .pth file) makes every `import torch` print a FutureWarning; the module itself, `pynvml`,
+# comes from nvidia-ml-py (python/requirements-test.txt), so the shim goes.
+if "$venv/bin/python" -m pip show -q pynvml >/dev/null 2>&1; then
+  "$venv/bin/python" -m pip uninstall -y -q --disable-pip-version-check pynvml
 fi
 echo "install-deps: $venv: $("$venv/bin/python" -c 'import importlib.metadata as m, sys
 print("Python %s, torch %s" % (sys.version.split()[0], m.version("torch")))')"
