@@ -24,6 +24,11 @@
 // channel and runs the analysis and the sinks there; the rank log never waits for that thread
 // (a sink that blocks loses samples for the analysis, counted as analysis_dropped, not for the
 // log).
+//
+// The verdict reaches people by default: the analysis rank logs one line (LogLevel::warning)
+// when a straggler is confirmed — rank, host, stage, slowdown, what it costs every step, why —
+// and one when it clears, and sends the verdict down the gather tree after each report, so
+// that latest_metrics(), latest_report() and latest_verdict() answer on every rank.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +48,7 @@
 #include "laggard/sink.hpp"
 #include "laggard/summary.hpp"
 #include "laggard/transport.hpp"
+#include "laggard/verdict.hpp"
 
 namespace laggard {
 
@@ -112,6 +118,10 @@ struct AnalyzerOptions {
   double close_timeout_s = 10.0;         ///< default bound of close()
   double warning_interval_s = 60.0;      ///< at most one warning per kind of failure per interval
   double poll_interval_s = 0.005;        ///< how often the background thread looks for work
+  /// With a log dir: SIGTERM, SIGINT and SIGHUP whose action is still the default write the
+  /// rank log out (at most 2 s) before the process ends as it would have (the handler is
+  /// installed by the first such Analyzer; a handler the program installed is left alone).
+  bool flush_on_signal = true;
 
   /// Takes the detector settings of `d` (a preset, say).
   void set_detector(const DetectorOptions& d) {
@@ -151,6 +161,11 @@ struct AnalyzerCounters {
   std::uint64_t queue_pushed = 0;      ///< samples the log writer got (emitted - queue_dropped)
   std::uint64_t samples_logged = 0;     ///< lines written to rank-<r>.jsonl
   std::uint64_t rank_log_lost = 0;      ///< samples whose rank-log write failed
+  /// Samples close() left to a rank-log writer that did not finish in time (a slow or hung
+  /// disk): neither written nor lost when it gave up; the writer writes no more after that, but
+  /// the one line it was writing then may still reach the log. After close(), with a log dir:
+  /// queue_pushed = samples_logged + rank_log_lost + rank_log_left.
+  std::uint64_t rank_log_left = 0;
   /// Samples logged but not sent or analysed: the background thread (side channel, analysis,
   /// sinks) was behind, e.g. stuck in a sink that blocks.
   std::uint64_t analysis_dropped = 0;
@@ -170,6 +185,9 @@ struct AnalyzerCounters {
   std::uint64_t windows = 0;            ///< analysis rank: windows analysed
   std::uint64_t incomplete_windows = 0; ///< ... of which some ranks were missing
   std::uint64_t reports = 0;
+  std::uint64_t verdicts_sent = 0;       ///< verdict messages sent to children in the tree
+  std::uint64_t verdicts_received = 0;   ///< ... received from the parent (not the analysis rank)
+  std::uint64_t malformed_verdicts = 0;  ///< ... discarded as malformed (a warning each, limited)
   std::uint64_t errors = 0;  ///< failures counted on this rank (straggler/report_errors, local)
   std::uint64_t background_cpu_ns = 0;  ///< CPU time of laggard's two threads so far
   /// In a process forked from this one after the Analyzer started: its begin_step calls, none
@@ -185,7 +203,8 @@ struct AnalyzerCounters {
 /// Thread-safety: begin_step, end_step, add, record, defer, resolve, stage, set_stream, Section,
 /// counters and close belong to the training thread (the one that constructed it, for CUDA
 /// timing).
-/// latest_metrics, latest_report, summary and add_sink may be called from any thread.
+/// latest_metrics, latest_report, latest_verdict, summary and add_sink may be called from any
+/// thread.
 ///
 /// Cost on the training thread: disabled, or a step that is not sampled: one predictable branch
 /// per call. A sampled section: two clock reads (or two CUDA event records). A sampled
@@ -273,13 +292,29 @@ class LAGGARD_API Analyzer {
   /// begin_step/end_step must still go through the Analyzer, and on_sample must not be replaced.
   Recorder* recorder() noexcept { return recorder_; }
 
-  /// Analysis rank: a copy of the latest report's straggler/* metrics; empty elsewhere and before
-  /// the first report. Besides the RFC names: straggler/num_confirmed, straggler/confirmed
-  /// ("rank:stage,..."), straggler/report_errors, straggler/dropped_samples,
-  /// straggler/incomplete_windows.
+  /// A copy of the latest straggler/* metrics, on every rank; empty before the first verdict.
+  /// The analysis rank has the latest report's (what its sinks get): besides the RFC names,
+  /// straggler/num_confirmed, straggler/confirmed ("rank:stage,..."), straggler/report_errors,
+  /// straggler/dropped_samples, straggler/incomplete_windows. Every other rank has the verdict
+  /// its parent in the gather tree passed down after that report (a few background turns
+  /// later, one window late at most in practice): straggler/num_confirmed,
+  /// straggler/confirmed (the StragglerVerdict::kMaxFindings costliest), straggler/likely_bottleneck,
+  /// straggler/whatif_step_saving_ms, straggler/ranks, straggler/step_ms. Every rank also has
+  /// its own part: straggler/verdict_step (the window's step), straggler/local_score (this
+  /// rank's score, StragglerVerdict::score; NaN when the verdict had none for it) and
+  /// straggler/local_confirmed (1 when this rank is a confirmed straggler). Thread-safe; copies
+  /// under a lock the background thread holds only to replace it.
   Metrics latest_metrics() const noexcept;
-  /// Analysis rank: the latest report (with `confirmed` filled in); nothing elsewhere.
+  /// The latest report, on every rank. The analysis rank's is the whole report (with
+  /// `confirmed` filled in). Elsewhere it is made from the verdict: step, ranks_seen,
+  /// world_size, the confirmed stragglers (`stragglers`, each confirmed, costs filled in),
+  /// likely_bottleneck, whatif_step_saving_ms, and one hint per straggler with its reason;
+  /// no stage figures, no waiting. Nothing before the first verdict.
   std::optional<Report> latest_report() const noexcept;
+  /// The latest verdict, on every rank (the analysis rank's own, or what came down the gather
+  /// tree), with this rank's score and whether it is confirmed itself. Nothing before the
+  /// first. Thread-safe.
+  std::optional<StragglerVerdict> latest_verdict() const noexcept;
   /// Analysis rank: the verdicts over every window analysed so far (what `laggard analyze`
   /// prints). May wait for the window being analysed; empty elsewhere.
   RunSummary summary() const noexcept;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -33,6 +34,7 @@
 #include "live/error_counter.hpp"
 #include "live/gather.hpp"
 #include "live/line_file.hpp"
+#include "live/signal_flush.hpp"
 #include "live/report_json.hpp"
 #include "live/sample_ring.hpp"
 #include "live/window_assembler.hpp"
@@ -139,6 +141,7 @@ struct Background {
   mutable std::mutex latest_mu;
   Metrics latest_metrics;
   std::optional<Report> latest_report;
+  std::optional<StragglerVerdict> latest_verdict;  // every rank: the analysis rank's, or its parent's
 
   mutable std::mutex analysis_mu;
   std::optional<RunAnalysis> analysis;
@@ -152,7 +155,8 @@ struct Background {
 
   std::atomic<std::uint64_t> samples_logged{0}, log_lost{0}, samples_sent{0}, send_dropped{0},
       samples_received{0}, late_samples{0}, malformed{0}, windows{0}, incomplete{0}, reports{0},
-      forwarded{0}, forward_dropped{0}, background_cpu_ns{0}, log_cpu_ns{0};
+      forwarded{0}, forward_dropped{0}, background_cpu_ns{0}, log_cpu_ns{0}, verdicts_received{0},
+      verdicts_sent{0}, malformed_verdicts{0};
   std::atomic<bool> channel_healthy{false};
   std::atomic<bool> parent_down{false};
   std::atomic<bool> transport_failed{false};
@@ -167,6 +171,8 @@ struct Background {
   void deliver();
   void analyse(bool final);
   void publish(std::int64_t step, Report&& report, Metrics&& extra = {});
+  StragglerVerdict make_verdict(const Window& analysed, const Report& report, const Metrics& extra);
+  void announce(const Window& analysed, const Report& report, const StragglerVerdict& verdict);
   void finish() noexcept;
   void close_sinks() noexcept;
   void mirror_counts();
@@ -191,6 +197,20 @@ struct Background {
   std::map<int, std::uint64_t> remote_dropped;
   std::map<int, std::uint64_t> remote_errors;
   std::uint64_t own_analysed = 0;
+  // The verdict: what goes down the tree, and the console lines of the analysis rank.
+  std::uint64_t verdict_seq = 0;
+  std::vector<wire::RankScore> verdict_scores;
+  std::vector<float> score_of_rank;
+  std::vector<std::uint8_t> rank_seen, rank_confirmed;
+  StragglerVerdict incoming;
+  struct Announced {
+    std::string host;
+    std::string stage;
+    std::int64_t confirmed_step = 0;
+    double slowdown = 1.0;
+    int absent = 0;  // windows it took part in without being confirmed, in a row
+  };
+  std::map<std::pair<int, std::string>, Announced> announced;  // (rank, cohort \x1f stage)
   LineFile report_log;
   std::string rank_log_path;
   std::string report_log_path;
@@ -198,6 +218,18 @@ struct Background {
   std::string error_text;
 
   // The log writer's.
+  signal_flush::Slot* flush_slot = nullptr;  // a signal asks for the rank log written out
+  // close() gave up on the writer (a slow or hung disk): from then on it writes no more lines
+  // and counts none; what it had not written is rank_log_left. Under log_count_mu, with the
+  // counts of lines written and lost, so that the three add up to queue_pushed.
+  std::mutex log_count_mu;
+  bool log_abandoned = false;
+  std::atomic<std::uint64_t> log_left{0};
+  bool log_dir_set() const { return !rank_log_path.empty(); }
+  bool log_given_up() {
+    std::lock_guard<std::mutex> lock(log_count_mu);
+    return log_abandoned;
+  }
   StepSample log_sample;
   std::string log_line;
   std::string log_error;
@@ -241,6 +273,8 @@ void Background::write_loop() noexcept {
       stopping = stop;
     }
     write_ring();  // after stop the training thread pushes no more: this is the last of it
+    if (flush_slot != nullptr && flush_slot->requested.load(std::memory_order_acquire))
+      flush_slot->drained.store(true, std::memory_order_release);  // a signal waits for this
     log_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
     if (stopping) break;
   }
@@ -254,7 +288,7 @@ void Background::write_loop() noexcept {
 
 void Background::write_ring() noexcept {
   try {
-    while (ring.pop(log_sample)) {
+    while (!log_given_up() && ring.pop(log_sample)) {
       log_line.clear();
       if (const std::size_t left_out = append_sample_json(log_sample, log_line)) {
         // Infinity or NaN (an add() of inf, a sum that overflowed): the stage is left out of
@@ -269,12 +303,14 @@ void Background::write_ring() noexcept {
                  st.end());
       }
       if (!rank_log_path.empty()) {
-        if (rank_log.write(rank_log_path, log_line, log_error)) {
-          samples_logged.fetch_add(1, std::memory_order_relaxed);
-        } else {
-          log_lost.fetch_add(1, std::memory_order_relaxed);
-          errors.report("rank log", log_error);
+        const bool ok = rank_log.write(rank_log_path, log_line, log_error);
+        {
+          // A write that returns after close() gave up was counted as left there.
+          std::lock_guard<std::mutex> lock(log_count_mu);
+          if (log_abandoned) return;
+          (ok ? samples_logged : log_lost).fetch_add(1, std::memory_order_relaxed);
         }
+        if (!ok) errors.report("rank log", log_error);
       }
       handoff.push(log_sample);  // full (the background thread is behind): counted there
     }
@@ -292,6 +328,9 @@ void Background::mirror_counts() {
   forwarded.store(gather->forwarded(), std::memory_order_relaxed);
   forward_dropped.store(gather->forward_dropped(), std::memory_order_relaxed);
   parent_down.store(gather->parent_down(), std::memory_order_relaxed);
+  verdicts_received.store(gather->verdicts_received(), std::memory_order_relaxed);
+  verdicts_sent.store(gather->verdicts_sent(), std::memory_order_relaxed);
+  malformed_verdicts.store(gather->malformed_verdicts(), std::memory_order_relaxed);
 }
 
 void Background::tick(bool final) noexcept {
@@ -310,6 +349,10 @@ void Background::tick(bool final) noexcept {
         received.swap(spare);
       }
       gather->tick(Clock::now(), final, received, received_used, received_counts);
+      if (!analysis_rank && gather->take_verdict(incoming)) {
+        std::lock_guard<std::mutex> lock(latest_mu);
+        latest_verdict = incoming;
+      }
       if (analysing()) deliver();
       mirror_counts();
     }
@@ -399,6 +442,15 @@ void Background::analyse(bool final) {
     } catch (const std::exception& e) {
       errors.report("triage", e.what());
     }
+    try {
+      StragglerVerdict verdict = make_verdict(window, report, extra);
+      announce(window, report, verdict);
+      if (gather) gather->send_verdict(verdict, verdict_scores);
+      std::lock_guard<std::mutex> lock(latest_mu);
+      latest_verdict = std::move(verdict);
+    } catch (const std::exception& e) {
+      errors.report("verdict", e.what());
+    }
     // This rank's own sample reached the live analysis when its window is analysed.
     for (const StepSample& s : window.samples)
       if (s.rank == rank) samples_sent.store(++own_analysed, std::memory_order_relaxed);
@@ -453,6 +505,217 @@ void Background::triage(const Window& analysed, Report& report, Metrics& metrics
     metrics[key] = codes;
     report.hints.push_back("measured: rank " + std::to_string(f.rank) + " " + why.front().code +
                            " (" + why.front().evidence + ")");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The verdict (docs/design.md, "The verdict down the tree"): what every rank learns after each
+// report, and the console lines of the analysis rank.
+
+// A rank's score: the worst (ref + floor) / (t + floor) over its stages, so that a stage of a
+// few tenths of a millisecond, whose ratio is mostly clock noise, does not score.
+constexpr double kScoreFloorMs = 0.5;
+// A confirmed (rank, stage) is cleared once it was not confirmed in this many windows in a row
+// that the rank took part in (a window without its sample says nothing about it).
+constexpr int kClearWindows = 3;
+// Console lines of one window at most (a whole host confirmed at once is 8 lines, not 64); the
+// rest are in one line, and straggler/confirmed lists them all.
+constexpr std::size_t kMaxLinesPerWindow = 8;
+
+// What a finding costs the step: the detector's figures (RankFinding::cost_ms, cost_share).
+double cost_ms_of(const RankFinding& f) { return f.cost_ms; }
+double cost_share_of(const RankFinding& f) { return f.cost_share; }
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, std::isfinite(v) ? v : 0.0);
+  return buf;
+}
+
+// "ranks 0,2,3" / "rank 4" / "31 ranks".
+std::string rank_list(const std::vector<int>& ranks) {
+  if (ranks.size() > 6) return std::to_string(ranks.size()) + " ranks";
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    out += (i ? "," : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// Why a confirmed straggler is slow, in words: its own work in the stage's kind, who waits for
+// it (the ranks of its cohort whose time in a communication stage exceeds its own by at least
+// half its excess: they sit in the collective while it works), and the measured resource
+// reason when triage found one.
+std::string reason_of(const RankFinding& f, const Report& report, const Metrics& extra) {
+  std::string why = "its own ";
+  if (f.stage == kUntimedStage) why += "time outside the timed sections";
+  else if (f.kind == StageKind::data) why += "data loading";
+  else why += to_string(f.kind);
+  const double excess = std::max(0.0, f.ms - f.ref_ms);
+  std::vector<int> waiters;
+  std::string wait_stages;
+  for (const StageFigures& st : report.stages) {
+    if (st.kind != StageKind::communication || st.cohort != f.cohort) continue;
+    double own = -1.0;
+    for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i)
+      if (st.rank_ids[i] == f.rank) own = st.rank_ms[i];
+    if (own < 0.0) continue;
+    bool any = false;
+    for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
+      if (st.rank_ids[i] == f.rank || st.rank_ms[i] - own < 0.5 * excess) continue;
+      any = true;
+      if (std::find(waiters.begin(), waiters.end(), st.rank_ids[i]) == waiters.end())
+        waiters.push_back(st.rank_ids[i]);
+    }
+    if (any) wait_stages += (wait_stages.empty() ? "'" : ", '") + st.stage + "'";
+  }
+  if (excess > 0.0 && !waiters.empty()) {
+    std::sort(waiters.begin(), waiters.end());
+    why += "; " + rank_list(waiters) + (waiters.size() == 1 ? " waits" : " wait") +
+           " for it in " + wait_stages;
+  }
+  const auto measured = extra.find("straggler/" + std::to_string(f.rank) + "/reason");
+  if (measured != extra.end())
+    if (const auto* codes = std::get_if<std::string>(&measured->second))
+      if (!codes->empty() && *codes != "unknown") why += "; measured: " + *codes;
+  return why;
+}
+
+StragglerVerdict Background::make_verdict(const Window& analysed, const Report& report,
+                                 const Metrics& extra) {
+  StragglerVerdict v;
+  v.seq = ++verdict_seq;
+  v.step = analysed.step;
+  v.ranks_seen = report.ranks_seen;
+  v.world_size = world_size;
+  v.whatif_step_saving_ms = report.whatif_step_saving_ms;
+  v.likely_bottleneck = report.likely_bottleneck;
+  std::vector<double> steps;
+  steps.reserve(analysed.samples.size());
+  for (const StepSample& s : analysed.samples)
+    if (std::isfinite(s.step_ms) && s.step_ms > 0.0) steps.push_back(s.step_ms);
+  if (!steps.empty()) {
+    auto mid = steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2);
+    std::nth_element(steps.begin(), mid, steps.end());
+    v.step_ms = *mid;
+  }
+  std::vector<const RankFinding*> confirmed;
+  for (const RankFinding& f : report.stragglers)
+    if (f.confirmed) confirmed.push_back(&f);
+  std::stable_sort(confirmed.begin(), confirmed.end(), [](const RankFinding* a, const RankFinding* b) {
+    return cost_ms_of(*a) > cost_ms_of(*b);
+  });
+  v.num_confirmed = static_cast<int>(confirmed.size());
+  for (const RankFinding* f : confirmed) {
+    if (v.confirmed.size() >= StragglerVerdict::kMaxFindings) break;
+    VerdictFinding out;
+    out.rank = f->rank;
+    out.host = f->host;
+    out.cohort = f->cohort;
+    out.stage = f->stage;
+    out.kind = f->kind;
+    out.ms = f->ms;
+    out.ref_ms = f->ref_ms;
+    out.slowdown = f->slowdown;
+    out.cost_ms = cost_ms_of(*f);
+    out.cost_share = cost_share_of(*f);
+    out.windows_flagged = f->windows_flagged;
+    out.reason = reason_of(*f, report, extra);
+    v.confirmed.push_back(std::move(out));
+  }
+  // Every rank's score: one pass over the window's stage figures, O(ranks x stages).
+  const auto world = static_cast<std::size_t>(std::max(1, world_size));
+  score_of_rank.assign(world, 1.0f);
+  rank_seen.assign(world, 0);
+  rank_confirmed.assign(world, 0);
+  for (const StageFigures& st : report.stages) {
+    const bool scored = st.kind != StageKind::communication;
+    for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
+      const int r = st.rank_ids[i];
+      if (r < 0 || static_cast<std::size_t>(r) >= world) continue;
+      rank_seen[static_cast<std::size_t>(r)] = 1;
+      if (!scored || !std::isfinite(st.rank_ms[i])) continue;
+      const double score = (st.ref_ms + kScoreFloorMs) / (std::max(0.0, st.rank_ms[i]) + kScoreFloorMs);
+      float& worst = score_of_rank[static_cast<std::size_t>(r)];
+      worst = std::min(worst, static_cast<float>(std::min(1.0, score)));
+    }
+  }
+  for (const RankFinding* f : confirmed)
+    if (f->rank >= 0 && static_cast<std::size_t>(f->rank) < world)
+      rank_confirmed[static_cast<std::size_t>(f->rank)] = 1;
+  verdict_scores.clear();
+  for (std::size_t r = 0; r < world; ++r)
+    if (rank_seen[r])
+      verdict_scores.push_back(
+          wire::RankScore{static_cast<int>(r), score_of_rank[r], rank_confirmed[r] != 0});
+  v.rank = rank;
+  v.score = std::numeric_limits<double>::quiet_NaN();
+  if (rank >= 0 && static_cast<std::size_t>(rank) < world && rank_seen[static_cast<std::size_t>(rank)])
+    v.score = score_of_rank[static_cast<std::size_t>(rank)];
+  v.self_confirmed = rank >= 0 && static_cast<std::size_t>(rank) < world &&
+                     rank_confirmed[static_cast<std::size_t>(rank)] != 0;
+  return v;
+}
+
+void Background::announce(const Window& analysed, const Report& report, const StragglerVerdict& verdict) {
+  std::size_t lines = 0, unsaid = 0;
+  std::set<std::pair<int, std::string>> now;
+  for (const RankFinding& f : report.stragglers) {
+    if (!f.confirmed) continue;
+    auto key = std::make_pair(f.rank, f.cohort + '\x1f' + f.stage);
+    now.insert(key);
+    auto it = announced.find(key);
+    if (it != announced.end()) {
+      it->second.absent = 0;
+      it->second.slowdown = f.slowdown;
+      continue;
+    }
+    announced.emplace(key, Announced{f.host, f.stage, analysed.step, f.slowdown, 0});
+    if (lines >= kMaxLinesPerWindow) {
+      ++unsaid;
+      continue;
+    }
+    ++lines;
+    std::string reason;
+    for (const VerdictFinding& vf : verdict.confirmed)
+      if (vf.rank == f.rank && vf.cohort == f.cohort && vf.stage == f.stage) reason = vf.reason;
+    if (reason.empty()) reason = reason_of(f, report, {});
+    const double share = cost_share_of(f);
+    log_message(LogLevel::warning,
+                "straggler confirmed: rank " + std::to_string(f.rank) +
+                    (f.host.empty() ? "" : " (host " + f.host + ")") + " in '" + f.stage +
+                    "', " + fixed(f.slowdown, 2) + "x the reference (" + fixed(f.ms, 1) +
+                    " ms vs " + fixed(f.ref_ms, 1) + " ms); it costs every step " +
+                    fixed(cost_ms_of(f), 1) + " ms" +
+                    (share > 0.0 ? " (" + fixed(100.0 * share, 0) + "% of the step time)" : "") +
+                    "; why: " + reason + " [step " + std::to_string(analysed.step) + "]");
+  }
+  if (unsaid > 0)
+    log_message(LogLevel::warning,
+                "straggler confirmed: " + std::to_string(unsaid) +
+                    " more (rank, stage) pairs in this window (straggler/confirmed lists them "
+                    "all) [step " + std::to_string(analysed.step) + "]");
+  // Clearing: only windows the rank took part in count.
+  if (announced.size() == now.size()) return;
+  std::set<int> present;
+  for (const StepSample& s : analysed.samples) present.insert(s.rank);
+  for (auto it = announced.begin(); it != announced.end();) {
+    if (now.count(it->first) || !present.count(it->first.first)) {
+      ++it;
+      continue;
+    }
+    Announced& a = it->second;
+    if (++a.absent < kClearWindows) {
+      ++it;
+      continue;
+    }
+    log_message(LogLevel::warning,
+                "straggler cleared: rank " + std::to_string(it->first.first) +
+                    (a.host.empty() ? "" : " (host " + a.host + ")") + " in '" + a.stage +
+                    "' is no longer confirmed (confirmed at step " +
+                    std::to_string(a.confirmed_step) + ", last " + fixed(a.slowdown, 2) +
+                    "x; not confirmed in the " + std::to_string(kClearWindows) +
+                    " windows since) [step " + std::to_string(analysed.step) + "]");
+    it = announced.erase(it);
   }
 }
 
@@ -586,6 +849,52 @@ void Background::finish() noexcept {
   }
   channel_healthy.store(false, std::memory_order_relaxed);
   report_log.close();
+}
+
+// What every rank reads of a verdict as metrics (Analyzer::latest_metrics). `full`: the summary
+// too (every rank but the analysis rank, which has the report's own).
+void add_verdict_metrics(const StragglerVerdict& v, bool full, Metrics& m) {
+  m["straggler/verdict_step"] = static_cast<double>(v.step);
+  m["straggler/local_score"] = v.score;
+  m["straggler/local_confirmed"] = v.self_confirmed ? 1.0 : 0.0;
+  if (!full) return;
+  std::string confirmed;
+  for (const VerdictFinding& f : v.confirmed)
+    confirmed += (confirmed.empty() ? "" : ",") + std::to_string(f.rank) + ":" + f.stage;
+  m["straggler/num_confirmed"] = static_cast<double>(v.num_confirmed);
+  m["straggler/confirmed"] = std::move(confirmed);
+  m["straggler/likely_bottleneck"] = v.likely_bottleneck;
+  m["straggler/whatif_step_saving_ms"] = v.whatif_step_saving_ms;
+  m["straggler/ranks"] = static_cast<double>(v.ranks_seen);
+  m["straggler/step_ms"] = v.step_ms;
+}
+
+// A rank other than the analysis rank: its latest_report(), made from the verdict.
+Report report_of(const StragglerVerdict& v) {
+  Report r;
+  r.step = v.step;
+  r.ranks_seen = v.ranks_seen;
+  r.world_size = v.world_size;
+  r.likely_bottleneck = v.likely_bottleneck;
+  r.whatif_step_saving_ms = v.whatif_step_saving_ms;
+  for (const VerdictFinding& f : v.confirmed) {
+    RankFinding out;
+    out.rank = f.rank;
+    out.host = f.host;
+    out.cohort = f.cohort;
+    out.stage = f.stage;
+    out.kind = f.kind;
+    out.ms = f.ms;
+    out.ref_ms = f.ref_ms;
+    out.slowdown = f.slowdown;
+    out.cost_ms = f.cost_ms;
+    out.cost_share = f.cost_share;
+    out.windows_flagged = f.windows_flagged;
+    out.confirmed = true;
+    r.stragglers.push_back(std::move(out));
+    r.hints.push_back("rank " + std::to_string(f.rank) + " in '" + f.stage + "': " + f.reason);
+  }
+  return r;
 }
 
 // Every started Analyzer of the process, for the fork handlers: a child gets copies of them
@@ -727,6 +1036,10 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     SampleRing* ring = &bg->ring;
     impl->recorder->on_sample([ring](const StepSample& s) { ring->push(s); });
 
+    if (options.flush_on_signal && bg->log_dir_set())
+      bg->flush_slot = signal_flush::attach(bg->rank);
+    // laggard's threads never take a signal that the flush handler waits on them for.
+    signal_flush::BlockInScope block_signals;
     impl->log_thread = std::thread([bg] { bg->write_loop(); });
     try {
       impl->thread = std::thread([bg] { bg->run(); });
@@ -862,8 +1175,11 @@ void Analyzer::set_stream(void* cu_stream) noexcept {
 Metrics Analyzer::latest_metrics() const noexcept {
   if (!impl_ || impl_->forked) return {};  // (forked: its lock may be held)
   try {
-    std::lock_guard<std::mutex> lock(impl_->bg->latest_mu);
-    return impl_->bg->latest_metrics;
+    const Background& b = *impl_->bg;
+    std::lock_guard<std::mutex> lock(b.latest_mu);
+    Metrics m = b.latest_metrics;
+    if (b.latest_verdict) add_verdict_metrics(*b.latest_verdict, !b.analysis_rank, m);
+    return m;
   } catch (...) {
     return {};
   }
@@ -872,8 +1188,20 @@ Metrics Analyzer::latest_metrics() const noexcept {
 std::optional<Report> Analyzer::latest_report() const noexcept {
   if (!impl_ || impl_->forked) return std::nullopt;
   try {
+    const Background& b = *impl_->bg;
+    std::lock_guard<std::mutex> lock(b.latest_mu);
+    if (b.analysis_rank || !b.latest_verdict) return b.latest_report;
+    return report_of(*b.latest_verdict);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::optional<StragglerVerdict> Analyzer::latest_verdict() const noexcept {
+  if (!impl_ || impl_->forked) return std::nullopt;
+  try {
     std::lock_guard<std::mutex> lock(impl_->bg->latest_mu);
-    return impl_->bg->latest_report;
+    return impl_->bg->latest_verdict;
   } catch (...) {
     return std::nullopt;
   }
@@ -911,6 +1239,7 @@ AnalyzerCounters Analyzer::counters() const noexcept {
   c.analysis_dropped = b.handoff.dropped();
   c.samples_logged = get(b.samples_logged);
   c.rank_log_lost = get(b.log_lost);
+  c.rank_log_left = get(b.log_left);
   c.samples_sent = get(b.samples_sent);
   c.send_dropped = get(b.send_dropped);
   c.samples_received = get(b.samples_received);
@@ -919,6 +1248,9 @@ AnalyzerCounters Analyzer::counters() const noexcept {
   c.windows = get(b.windows);
   c.incomplete_windows = get(b.incomplete);
   c.reports = get(b.reports);
+  c.verdicts_sent = get(b.verdicts_sent);
+  c.verdicts_received = get(b.verdicts_received);
+  c.malformed_verdicts = get(b.malformed_verdicts);
   c.forwarded_samples = get(b.forwarded);
   c.forward_dropped = get(b.forward_dropped);
   c.background_cpu_ns = get(b.background_cpu_ns) + get(b.log_cpu_ns);
@@ -1027,6 +1359,17 @@ void Analyzer::close(double timeout_s) noexcept {
     if (logged) {
       impl_->log_thread.join();
     } else {
+      {
+        // The writer writes and counts no more: what it has not written is left, so that
+        // queue_pushed = rank_log_written + rank_log_lost + rank_log_left from here on.
+        std::lock_guard<std::mutex> lock(b.log_count_mu);
+        b.log_abandoned = true;
+        const RecorderCounters& r = impl_->recorder->counters();
+        const std::uint64_t pushed =
+            r.samples_emitted >= b.ring.dropped() ? r.samples_emitted - b.ring.dropped() : 0;
+        const std::uint64_t done = b.samples_logged.load() + b.log_lost.load();
+        b.log_left.store(pushed > done ? pushed - done : 0);
+      }
       impl_->log_thread.detach();  // it holds its own reference to everything it uses
       b.errors.warn("close", "the rank log writer did not finish within " +
                                  std::to_string(timeout_s) + " s (the disk may hang); left behind");
@@ -1041,9 +1384,11 @@ void Analyzer::close(double timeout_s) noexcept {
                                "finish within " + std::to_string(timeout_s) +
                                " s (a sink or a peer may block); left behind");
     }
+    signal_flush::detach(b.flush_slot);
   } catch (...) {
     recorder_ = nullptr;
     sampled_ = false;
+    signal_flush::detach(b.flush_slot);
     b.errors.report("close", what(std::current_exception()));
     if (impl_->log_thread.joinable()) impl_->log_thread.detach();
     if (impl_->thread.joinable()) impl_->thread.detach();

@@ -1,6 +1,7 @@
 #include "live/gather.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "laggard/log.hpp"
@@ -15,7 +16,8 @@ Gather::Gather(Transport& transport, int rank, int world_size, Options options,
       options_(options),
       errors_(errors),
       links_(transport.links()),
-      forwarded_ranks_(static_cast<std::size_t>(std::max(1, world_size)), 0) {
+      forwarded_ranks_(static_cast<std::size_t>(std::max(1, world_size)), 0),
+      via_(static_cast<std::size_t>(std::max(1, world_size)), -1) {
   own_counts_.rank = rank;
   for (int child : links_.children) children_.try_emplace(child);
 }
@@ -53,6 +55,7 @@ void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>
   transport_.broken_links(broken_);
   receive(now, samples, used, counts);
   send_acks();
+  send_verdicts();
   for (const auto& [peer, why] : broken_) {
     const auto child = children_.find(peer);
     const bool said_last = (peer == links_.parent && final_acked()) ||
@@ -156,12 +159,21 @@ void Gather::receive(Clock::time_point now, std::vector<StepSample>& samples, st
       if (m.peer == links_.parent) on_ack(h.seq, now);
       continue;
     }
+    if (h.kind == wire::Kind::verdict) {
+      on_verdict(m);
+      continue;
+    }
     Child& child = children_[m.peer];
     child.received = std::max(child.received, h.seq);
     const std::size_t first_count = counts.size();
     bool ok;
+    const auto came_through = [&](int r) {
+      if (r >= 0 && r < world_size_) via_[static_cast<std::size_t>(r)] = m.peer;
+    };
     if (root()) {
+      const std::size_t first = used;
       ok = child.decoder.decode(m.bytes, samples, used, counts, error_);
+      for (std::size_t i = first; i < used; ++i) came_through(samples[i].rank);
     } else {
       std::size_t n = 0;
       ok = child.decoder.decode(m.bytes, scratch_, n, counts, error_);
@@ -169,6 +181,7 @@ void Gather::receive(Clock::time_point now, std::vector<StepSample>& samples, st
       for (std::size_t i = 0; i < n; ++i) {
         const StepSample& s = scratch_[i];
         encoder_.add(s);
+        came_through(s.rank);
         if (s.rank >= 0 && s.rank < world_size_ && !forwarded_ranks_[static_cast<std::size_t>(s.rank)]) {
           forwarded_ranks_[static_cast<std::size_t>(s.rank)] = 1;
           ++forwarded_rank_count_;
@@ -220,6 +233,77 @@ void Gather::send_acks() {
     std::string msg = wire::ack_message(child.received);
     if (transport_.send(peer, msg)) child.acked = child.received;
   }
+}
+
+void Gather::on_verdict(const TransportMessage& m) {
+  if (m.peer != links_.parent) {
+    ++malformed_verdicts_;
+    errors_.warn("malformed verdict", "a verdict from rank " + std::to_string(m.peer) +
+                                          ", which is not this rank's parent, was discarded");
+    return;
+  }
+  StragglerVerdict verdict;
+  std::vector<wire::RankScore> scores;
+  if (!wire::decode_verdict(m.bytes, verdict, scores, error_)) {
+    ++malformed_verdicts_;
+    errors_.warn("malformed verdict", "a verdict from rank " + std::to_string(m.peer) +
+                                          " was discarded: " + error_);
+    return;  // the previous verdict stands
+  }
+  verdict_ = std::move(verdict);
+  verdict_scores_ = std::move(scores);
+  ++verdicts_received_;
+  verdict_new_ = true;
+  send_verdict(verdict_, verdict_scores_);
+}
+
+void Gather::send_verdict(const StragglerVerdict& verdict, const std::vector<wire::RankScore>& scores) {
+  if (children_.empty()) return;
+  for (auto& [peer, child] : children_) child.scores.clear();
+  for (const wire::RankScore& s : scores) {
+    if (s.rank < 0 || s.rank >= world_size_) continue;
+    const int via = via_[static_cast<std::size_t>(s.rank)];
+    if (via < 0) continue;
+    const auto it = children_.find(via);
+    if (it != children_.end()) it->second.scores.push_back(s);
+  }
+  for (auto& [peer, child] : children_) {
+    if (child.final) continue;  // it is closing: it reads no more verdicts
+    wire::encode_verdict(verdict, child.scores, child.verdict);
+    child.verdict_due = true;
+  }
+  send_verdicts();
+}
+
+void Gather::send_verdicts() {
+  if (!transport_.healthy()) return;
+  for (auto& [peer, child] : children_) {
+    if (!child.verdict_due || child.final) continue;
+    std::string message = child.verdict;  // the transport may take it
+    if (transport_.send(peer, message)) {
+      child.verdict_due = false;
+      ++verdicts_sent_;
+    }
+  }
+}
+
+bool Gather::take_verdict(StragglerVerdict& out) {
+  if (!verdict_new_) return false;
+  verdict_new_ = false;
+  out = verdict_;
+  out.rank = rank_;
+  out.score = std::numeric_limits<double>::quiet_NaN();
+  out.self_confirmed = false;
+  const auto it = std::lower_bound(
+      verdict_scores_.begin(), verdict_scores_.end(), rank_,
+      [](const wire::RankScore& s, int r) { return s.rank < r; });
+  if (it != verdict_scores_.end() && it->rank == rank_) {
+    out.score = it->score;
+    out.self_confirmed = it->confirmed;
+  }
+  for (const VerdictFinding& f : out.confirmed)
+    if (f.rank == rank_) out.self_confirmed = true;
+  return true;
 }
 
 bool Gather::settled() const noexcept {

@@ -25,7 +25,8 @@ namespace laggard {
 /// unacknowledged and drops whole batches beyond that, counting the samples: a slow or dead
 /// parent costs bounded memory. When nothing has been acknowledged for `peer_timeout` while
 /// batches are outstanding, the parent is presumed down (a warning), and batches are dropped
-/// until acknowledgements resume. Not thread-safe.
+/// until acknowledgements resume. Verdicts go the other way, down the tree (send_verdict).
+/// Not thread-safe.
 class Gather {
  public:
   using Clock = std::chrono::steady_clock;
@@ -63,6 +64,19 @@ class Gather {
   /// Gives up on what is unacknowledged (close): its own samples count as dropped.
   void abandon();
 
+  /// The root, after a report: sends `verdict` to every child that has not said its last batch,
+  /// each with the scores of its own subtree only (`scores` sorted by rank; a rank's subtree is
+  /// learnt from the samples that came through it). A message a link refuses is kept and sent
+  /// again at the next turn, replaced by a newer verdict if one comes first (latest wins).
+  /// Every other rank does the same with what its parent sends it, at the turn it arrives.
+  void send_verdict(const StragglerVerdict& verdict, const std::vector<wire::RankScore>& scores);
+  /// Not the root: the verdict that arrived since the last call, with this rank's own score
+  /// (NaN when the verdict carried none for it); false when none arrived.
+  bool take_verdict(StragglerVerdict& out);
+
+  std::uint64_t verdicts_received() const noexcept { return verdicts_received_; }
+  std::uint64_t verdicts_sent() const noexcept { return verdicts_sent_; }
+  std::uint64_t malformed_verdicts() const noexcept { return malformed_verdicts_; }
   std::uint64_t own_acked() const noexcept { return own_acked_; }
   std::uint64_t own_dropped() const noexcept { return own_dropped_; }
   std::uint64_t forwarded() const noexcept { return forwarded_; }
@@ -75,6 +89,8 @@ class Gather {
                std::vector<wire::RankCounts>& counts);
   void on_ack(std::uint64_t seq, Clock::time_point now);
   void send_acks();
+  void send_verdicts();
+  void on_verdict(const TransportMessage& m);
   void start_batch();
   void flush(Clock::time_point now, bool final);
   std::size_t unacked_limit() const;
@@ -89,6 +105,9 @@ class Gather {
     std::uint64_t received = 0;  // highest batch number received
     std::uint64_t acked = 0;     // highest acknowledged
     bool final = false;
+    std::string verdict;        // the latest verdict for it, encoded
+    bool verdict_due = false;   // ... not yet accepted by the link
+    std::vector<wire::RankScore> scores;  // scratch: its subtree's scores
   };
 
   Transport& transport_;
@@ -116,6 +135,10 @@ class Gather {
   std::unordered_map<int, wire::RankCounts> forwarded_counts_;  // latest of each descendant
   bool counts_dirty_ = true;
   std::vector<char> forwarded_ranks_;  // ranks whose samples pass through here
+  std::vector<int> via_;               // by rank: the child its samples came through, or -1
+  StragglerVerdict verdict_;                    // the latest from the parent (not the root)
+  std::vector<wire::RankScore> verdict_scores_;
+  bool verdict_new_ = false;
   std::size_t forwarded_rank_count_ = 0;
 
   std::unordered_map<int, Child> children_;
@@ -125,7 +148,8 @@ class Gather {
   std::string error_;
 
   std::uint64_t own_acked_ = 0, own_dropped_ = 0, forwarded_ = 0, forward_dropped_ = 0,
-                malformed_ = 0;
+                malformed_ = 0, verdicts_received_ = 0, verdicts_sent_ = 0,
+                malformed_verdicts_ = 0;
 };
 
 }  // namespace laggard

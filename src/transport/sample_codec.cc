@@ -1,5 +1,6 @@
 #include "transport/sample_codec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -260,7 +261,8 @@ bool Decoder::header(std::string_view message, Header& out, std::string& error) 
     return false;
   }
   if (!r.u8(kind) || (kind != static_cast<std::uint8_t>(Kind::batch) &&
-                      kind != static_cast<std::uint8_t>(Kind::ack))) {
+                      kind != static_cast<std::uint8_t>(Kind::ack) &&
+                      kind != static_cast<std::uint8_t>(Kind::verdict))) {
     error = "unknown message kind " + std::to_string(kind);
     return false;
   }
@@ -423,6 +425,125 @@ std::string ack_message(std::uint64_t seq) {
   out.push_back(0);
   put_varint(out, seq);
   return out;
+}
+
+namespace {
+
+constexpr std::size_t kMaxVerdictText = 256;
+
+void put_short_text(std::string& out, const std::string& s) {
+  put_text(out, std::string_view(s).substr(0, kMaxVerdictText));
+}
+
+bool finite_f32(Reader& r, double& v) { return r.f32(v) && std::isfinite(v); }
+
+}  // namespace
+
+void encode_verdict(const StragglerVerdict& v, const std::vector<RankScore>& scores, std::string& out) {
+  out.clear();
+  out.push_back('L');
+  out.push_back('g');
+  out.push_back(static_cast<char>(kVersion));
+  out.push_back(static_cast<char>(Kind::verdict));
+  out.push_back(0);
+  put_varint(out, v.seq);
+  put_varint(out, static_cast<std::uint64_t>(std::max<std::int64_t>(0, v.step)));
+  put_varint(out, static_cast<std::uint64_t>(std::max(0, v.ranks_seen)));
+  put_varint(out, static_cast<std::uint64_t>(std::max(0, v.world_size)));
+  const auto finite = [](double x) { return std::isfinite(x) ? x : 0.0; };
+  put_f32(out, finite(v.step_ms));
+  put_f32(out, finite(v.whatif_step_saving_ms));
+  put_short_text(out, v.likely_bottleneck);
+  put_varint(out, static_cast<std::uint64_t>(std::max(0, v.num_confirmed)));
+  const std::size_t n = std::min(v.confirmed.size(), StragglerVerdict::kMaxFindings);
+  put_varint(out, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const VerdictFinding& f = v.confirmed[i];
+    put_varint(out, static_cast<std::uint64_t>(std::max(0, f.rank)));
+    put_short_text(out, f.host);
+    put_short_text(out, f.cohort);
+    put_short_text(out, f.stage);
+    out.push_back(static_cast<char>(f.kind));
+    for (double x : {f.ms, f.ref_ms, f.slowdown, f.cost_ms, f.cost_share}) put_f32(out, finite(x));
+    put_varint(out, static_cast<std::uint64_t>(std::max(0, f.windows_flagged)));
+    put_short_text(out, f.reason);
+  }
+  put_varint(out, scores.size());
+  int previous = 0;
+  for (const RankScore& s : scores) {
+    put_varint(out, static_cast<std::uint64_t>(std::max(0, s.rank - previous)) * 2 +
+                        (s.confirmed ? 1 : 0));
+    previous = s.rank;
+    const float clamped = std::isfinite(s.score) ? std::min(1.0f, std::max(0.0f, s.score)) : 1.0f;
+    const auto q = static_cast<std::uint16_t>(std::lround(clamped * 65535.0f));
+    out.push_back(static_cast<char>(q & 0xff));
+    out.push_back(static_cast<char>(q >> 8));
+  }
+}
+
+bool decode_verdict(std::string_view message, StragglerVerdict& v, std::vector<RankScore>& scores,
+                    std::string& error) {
+  Decoder::Header h;
+  if (!Decoder::header(message, h, error)) return false;
+  if (h.kind != Kind::verdict) {
+    error = "not a verdict";
+    return false;
+  }
+  Reader r(message);
+  {  // skip the header
+    std::uint8_t b;
+    std::uint64_t x;
+    for (int i = 0; i < 5; ++i) r.u8(b);
+    r.varint(x);
+  }
+  const auto fail = [&error](const char* what) {
+    error = std::string("malformed verdict: ") + what;
+    return false;
+  };
+  constexpr auto kMaxInt = static_cast<std::uint64_t>(std::numeric_limits<int>::max());
+  std::uint64_t step = 0, seen = 0, world = 0, num = 0, n = 0;
+  v = StragglerVerdict{};
+  v.seq = h.seq;
+  if (!r.bounded(step, static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) ||
+      !r.bounded(seen, kMaxInt) || !r.bounded(world, kMaxInt) || !finite_f32(r, v.step_ms) ||
+      !finite_f32(r, v.whatif_step_saving_ms) || !r.text(v.likely_bottleneck) ||
+      !r.bounded(num, kMaxInt) || !r.bounded(n, StragglerVerdict::kMaxFindings + 1) || n > num)
+    return fail("summary");
+  v.step = static_cast<std::int64_t>(step);
+  v.ranks_seen = static_cast<int>(seen);
+  v.world_size = static_cast<int>(world);
+  v.num_confirmed = static_cast<int>(num);
+  v.confirmed.resize(n);
+  for (VerdictFinding& f : v.confirmed) {
+    std::uint64_t rank = 0, flagged = 0;
+    std::uint8_t kind = 0;
+    if (!r.bounded(rank, kMaxInt) || !r.text(f.host) || !r.text(f.cohort) || !r.text(f.stage) ||
+        !r.u8(kind) || kind > 3)
+      return fail("finding");
+    for (double* x : {&f.ms, &f.ref_ms, &f.slowdown, &f.cost_ms, &f.cost_share})
+      if (!finite_f32(r, *x)) return fail("finding's figures");
+    if (!r.bounded(flagged, kMaxInt) || !r.text(f.reason)) return fail("finding");
+    f.rank = static_cast<int>(rank);
+    f.kind = static_cast<StageKind>(kind);
+    f.windows_flagged = static_cast<int>(flagged);
+  }
+  std::uint64_t m = 0;
+  // Each score takes at least 3 bytes: a count beyond what is left is a lie, not an allocation.
+  if (!r.varint(m) || m > message.size() / 3) return fail("score count");
+  scores.resize(m);
+  std::uint64_t rank = 0;
+  for (RankScore& s : scores) {
+    std::uint64_t delta = 0;
+    std::uint8_t lo = 0, hi = 0;
+    if (!r.varint(delta) || !r.u8(lo) || !r.u8(hi)) return fail("score");
+    rank += delta >> 1;
+    if (rank > kMaxInt || (delta >> 1) > kMaxInt) return fail("score's rank");
+    s.rank = static_cast<int>(rank);
+    s.confirmed = (delta & 1) != 0;
+    s.score = static_cast<float>(lo | (hi << 8)) / 65535.0f;
+  }
+  if (!r.done()) return fail("trailing bytes");
+  return true;
 }
 
 }  // namespace laggard::wire

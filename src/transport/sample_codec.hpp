@@ -3,8 +3,8 @@
 //
 // A message is a header and records, little-endian, integers as LEB128 varints:
 //
-//   header   'L' 'g' version(1) kind(u8: 1 batch, 2 ack) flags(u8: bit 0 = the sender's
-//            dictionaries start afresh) seq(varint)
+//   header   'L' 'g' version(1) kind(u8: 1 batch, 2 ack, 3 verdict) flags(u8: bit 0 = the
+//            sender's dictionaries start afresh) seq(varint)
 //   batch records, each a type byte and its fields:
 //     1 stage    index, kind(u8), name(varint length + bytes)
 //     2 string   index, bytes(varint length + bytes)             (hosts and cohorts)
@@ -15,6 +15,17 @@
 //                [values: n, n x (name string, f64)], [resources: n, n x (name string, f64)]
 //     6 counts   rank, dropped, errors, final(u8)
 //   An ack has no records: its seq is the highest batch seq received.
+//   A verdict (parent to child, down the tree; seq = the analysis rank's report number) is
+//     step, ranks_seen, world_size, step_ms(f32), whatif_step_saving_ms(f32),
+//     likely_bottleneck(text), num_confirmed, n (<= StragglerVerdict::kMaxFindings),
+//     n x (rank, host, cohort, stage (texts), kind(u8), ms, ref_ms, slowdown, cost_ms,
+//          cost_share (f32 each), windows_flagged, reason(text)),
+//     m, m x (2 x (rank delta from the previous; first: the rank) + confirmed bit,
+//             score(u16: round(score x 65535)))
+//   whose m scores are those of the receiving rank's subtree only (the ranks whose samples
+//   reached the sender through it): a host member gets its own score, a leader its subtree's,
+//   so at 4,096 ranks a member's verdict is about 100 bytes plus 40-200 a confirmed straggler,
+//   and no message is larger than 16 findings and 3 bytes per rank of the receiver's subtree.
 //
 // Names, hosts, cohorts and stage layouts are sent once per link, then referred to by index:
 // a sample of n stages costs 9 to 14 + 5n bytes (16 stages, rank and step
@@ -32,11 +43,12 @@
 #include <vector>
 
 #include "laggard/model.hpp"
+#include "laggard/verdict.hpp"
 
 namespace laggard::wire {
 
 inline constexpr std::uint8_t kVersion = 1;
-enum class Kind : std::uint8_t { batch = 1, ack = 2 };
+enum class Kind : std::uint8_t { batch = 1, ack = 2, verdict = 3 };
 
 /// What a sending rank counted so far, carried to the analysis rank (cumulative).
 struct RankCounts {
@@ -128,5 +140,22 @@ class Decoder {
 
 /// An acknowledgement of every batch up to `seq`.
 std::string ack_message(std::uint64_t seq);
+
+/// A rank's part of a verdict message: its score in (0, 1] and whether it is confirmed.
+struct RankScore {
+  int rank = 0;
+  float score = 1.0f;
+  bool confirmed = false;
+};
+
+/// Encodes a verdict (its per-rank fields `rank`, `score`, `self_confirmed` are not sent) with
+/// the scores of the receiving subtree, `scores` sorted by rank; appends to `out` (cleared
+/// first). At most StragglerVerdict::kMaxFindings findings are sent and texts are cut at 256 bytes.
+void encode_verdict(const StragglerVerdict& verdict, const std::vector<RankScore>& scores,
+                    std::string& out);
+/// Decodes a verdict message (the header included). False, with `error`, when it is malformed;
+/// `verdict` and `scores` are then unspecified.
+bool decode_verdict(std::string_view message, StragglerVerdict& verdict, std::vector<RankScore>& scores,
+                    std::string& error);
 
 }  // namespace laggard::wire

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -16,6 +19,7 @@
 
 #include "laggard/analyzer.hpp"
 #include "laggard/log.hpp"
+#include "transport/sample_codec.hpp"
 
 namespace laggard {
 namespace {
@@ -200,6 +204,245 @@ TEST(Gather, ALostLeaderCostsItsHostsWindowsNotTheTraining) {
         m.find("presumed down") != std::string::npos)
       ++warned;
   EXPECT_GE(warned, 2u);  // ranks 4 and 5 warn
+}
+
+// Runs `ranks` in threads: `steps` steps each, then waits (at most 10 s) until `done(rank)`
+// holds on every rank before closing, so that the last verdicts can come down the tree.
+void run_ranks(std::vector<std::unique_ptr<Analyzer>>& ranks, int steps,
+               const std::function<bool(Analyzer&)>& done) {
+  std::vector<std::thread> threads;
+  std::atomic<int> finished{0};
+  const int world = static_cast<int>(ranks.size());
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+      for (int s = 0; s < steps; ++s) {
+        step(an, r, s);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!done(an) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Nobody closes (the root stops sending verdicts) before every rank has its verdict.
+      ++finished;
+      while (finished.load() < world && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      an.close();
+    });
+  for (auto& t : threads) t.join();
+}
+
+bool names(const std::optional<StragglerVerdict>& v, int rank, const std::string& stage) {
+  if (!v) return false;
+  for (const VerdictFinding& f : v->confirmed)
+    if (f.rank == rank && f.stage == stage) return true;
+  return false;
+}
+
+TEST(Gather, EveryRankLearnsTheVerdictAndTheAnalysisRankSaysItOnce) {
+  constexpr int kWorld = 12, kSteps = 60;
+  std::vector<std::string> lines;
+  std::mutex log_mu;
+  set_log_handler([&](LogLevel level, std::string_view m) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    if (level == LogLevel::warning && m.rfind("straggler ", 0) == 0) lines.emplace_back(m);
+  });
+  std::vector<std::unique_ptr<Analyzer>> ranks(kWorld);
+  for (int r = 0; r < kWorld; ++r)
+    ranks[static_cast<std::size_t>(r)] =
+        std::make_unique<Analyzer>(rank_options(r, kWorld, "verdict-twelve"));
+  run_ranks(ranks, kSteps, [](Analyzer& an) {
+    return names(an.latest_verdict(), 7, "forward");
+  });
+  set_log_handler({});
+  // Rank 7 is 1.3x slower in forward (step()): every rank, two hops below the root included,
+  // reads the verdict; rank 7 knows it is the one, with a score of about 10 / 13.
+  for (int r = 0; r < kWorld; ++r) {
+    Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+    const auto v = an.latest_verdict();
+    ASSERT_TRUE(v) << r;
+    EXPECT_TRUE(names(v, 7, "forward")) << r;
+    EXPECT_EQ(v->num_confirmed, 1) << r;
+    EXPECT_EQ(v->rank, r);
+    EXPECT_EQ(v->self_confirmed, r == 7) << r;
+    ASSERT_TRUE(std::isfinite(v->score)) << r;
+    if (r == 7) {
+      EXPECT_NEAR(v->score, 10.5 / 13.5, 0.01);
+    } else {
+      EXPECT_GT(v->score, 0.99) << r;
+    }
+    const VerdictFinding& f = v->confirmed.at(0);
+    EXPECT_EQ(f.host, "node-2");
+    EXPECT_NEAR(f.slowdown, 1.3, 0.01) << r;
+    EXPECT_NEAR(f.cost_ms, 3.0, 0.01) << r;
+    // It is faster in communication by 3 ms: the others wait for it there.
+    EXPECT_NE(f.reason.find("its own compute"), std::string::npos) << f.reason;
+    EXPECT_NE(f.reason.find("11 ranks wait for it in 'communication'"), std::string::npos)
+        << f.reason;
+    const Metrics m = an.latest_metrics();
+    ASSERT_TRUE(m.count("straggler/confirmed")) << r;
+    EXPECT_EQ(std::get<std::string>(m.at("straggler/confirmed")), "7:forward") << r;
+    EXPECT_EQ(std::get<double>(m.at("straggler/num_confirmed")), 1.0) << r;
+    EXPECT_EQ(std::get<double>(m.at("straggler/local_confirmed")), r == 7 ? 1.0 : 0.0) << r;
+    EXPECT_NEAR(std::get<double>(m.at("straggler/local_score")), v->score, 1e-9) << r;
+    const auto report = an.latest_report();
+    ASSERT_TRUE(report) << r;
+    ASSERT_FALSE(report->stragglers.empty()) << r;
+    EXPECT_EQ(report->stragglers[0].rank, 7) << r;
+    EXPECT_TRUE(report->stragglers[0].confirmed) << r;
+    const auto c = an.counters();
+    EXPECT_EQ(c.malformed_verdicts, 0u) << r;
+    EXPECT_EQ(c.errors, 0u) << r;
+    if (r != 0) EXPECT_GT(c.verdicts_received, 0u) << r;
+  }
+  EXPECT_GT(ranks[0]->counters().verdicts_sent, 0u);
+  // The console: one line, when it was confirmed, with its cost and reason; nothing cleared.
+  ASSERT_EQ(lines.size(), 1u) << (lines.empty() ? "" : lines[0]);
+  EXPECT_EQ(lines[0].rfind("straggler confirmed: rank 7 (host node-2) in 'forward', 1.30x", 0), 0u)
+      << lines[0];
+  EXPECT_NE(lines[0].find("it costs every step 3.0 ms"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("why: its own compute; 11 ranks wait for it"), std::string::npos)
+      << lines[0];
+}
+
+TEST(Gather, AStragglerThatRecoversIsClearedOnce) {
+  constexpr int kWorld = 4, kSlowUntil = 50, kSteps = 110;
+  std::vector<std::string> lines;
+  std::mutex log_mu;
+  set_log_handler([&](LogLevel level, std::string_view m) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    if (level == LogLevel::warning && m.rfind("straggler ", 0) == 0) lines.emplace_back(m);
+  });
+  std::vector<std::unique_ptr<Analyzer>> ranks(kWorld);
+  for (int r = 0; r < kWorld; ++r)
+    ranks[static_cast<std::size_t>(r)] =
+        std::make_unique<Analyzer>(rank_options(r, kWorld, "verdict-recovers"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+      for (int s = 0; s < kSteps; ++s) {
+        an.begin_step(s);
+        an.add(an.stage("forward"), 10.0 + (r == 2 && s < kSlowUntil ? 10.0 : 0.0) + 0.01 * (s % 3));
+        an.add(an.stage("backward"), 20.0 + 0.01 * ((s + r) % 5));
+        an.end_step();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      an.close();
+    });
+  for (auto& t : threads) t.join();
+  set_log_handler({});
+  std::size_t confirmed = 0, cleared = 0;
+  for (const auto& l : lines) {
+    confirmed += l.rfind("straggler confirmed: rank 2 ", 0) == 0;
+    cleared += l.rfind("straggler cleared: rank 2 (host node-0) in 'forward'", 0) == 0;
+  }
+  EXPECT_EQ(confirmed, 1u);
+  EXPECT_EQ(cleared, 1u);
+  EXPECT_EQ(lines.size(), 2u);
+}
+
+// A transport that passes everything through to the local one, records the verdicts that
+// arrive, and slips some bad ones in first.
+class Tap final : public Transport {
+ public:
+  Tap(std::unique_ptr<Transport> inner, std::vector<TransportMessage> inject,
+      std::shared_ptr<std::vector<std::string>> seen, std::shared_ptr<std::mutex> mu)
+      : inner_(std::move(inner)), inject_(std::move(inject)), seen_(std::move(seen)),
+        mu_(std::move(mu)) {}
+  const char* name() const noexcept override { return "tap"; }
+  int rank() const noexcept override { return inner_->rank(); }
+  int world_size() const noexcept override { return inner_->world_size(); }
+  TreeLinks links() const override { return inner_->links(); }
+  bool send(int peer, std::string& message) override { return inner_->send(peer, message); }
+  void receive(std::vector<TransportMessage>& out) override {
+    for (auto& m : inject_) out.push_back(std::move(m));
+    inject_.clear();
+    const std::size_t first = out.size();
+    inner_->receive(out);
+    std::lock_guard<std::mutex> lock(*mu_);
+    for (std::size_t i = first; i < out.size(); ++i)
+      if (out[i].bytes.size() > 3 && out[i].bytes[3] == 3) seen_->push_back(out[i].bytes);
+  }
+  void progress() override { inner_->progress(); }
+  void broken_links(std::vector<std::pair<int, std::string>>& out) override {
+    inner_->broken_links(out);
+  }
+  bool healthy() const override { return inner_->healthy(); }
+  void fail() override { inner_->fail(); }
+  void shutdown() override { inner_->shutdown(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::vector<TransportMessage> inject_;
+  std::shared_ptr<std::vector<std::string>> seen_;
+  std::shared_ptr<std::mutex> mu_;
+};
+
+TEST(Gather, VerdictsCarryOnlyTheSubtreesScoresAndMalformedOnesAreCounted) {
+  // Hosts {0,1,2} {3,4,5}: the root 0 sends to 1, 2 and leader 3; 3 to 4 and 5.
+  constexpr int kWorld = 6, kSteps = 40;
+  auto mu = std::make_shared<std::mutex>();
+  std::vector<std::shared_ptr<std::vector<std::string>>> seen(kWorld);
+  std::string good;
+  {
+    StragglerVerdict v;
+    v.seq = 1;
+    wire::encode_verdict(v, {}, good);
+  }
+  std::vector<std::unique_ptr<Analyzer>> ranks(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    seen[static_cast<std::size_t>(r)] = std::make_shared<std::vector<std::string>>();
+    auto o = rank_options(r, kWorld, "verdict-tap");
+    o.fan_out = 8;
+    std::vector<TransportMessage> inject;
+    if (r == 4) {
+      inject.push_back({3, good.substr(0, good.size() - 1)});  // cut short
+      inject.push_back({3, std::string("Lg\x01\x03\x00\x01\xff\xff\xff\xff\x0f", 11)});
+      inject.push_back({5, good});  // well formed, but not from its parent
+    }
+    o.transport_factory = [inject, s = seen[static_cast<std::size_t>(r)], mu](
+                              const TransportSetup& setup) -> std::unique_ptr<Transport> {
+      return std::make_unique<Tap>(make_transport("local", setup), inject, s, mu);
+    };
+    ranks[static_cast<std::size_t>(r)] = std::make_unique<Analyzer>(o);
+  }
+  run_ranks(ranks, kSteps, [](Analyzer& an) {
+    const auto v = an.latest_verdict();
+    return v && v->step >= kSteps - 5 && std::isfinite(v->score);
+  });
+  EXPECT_EQ(ranks[4]->counters().malformed_verdicts, 3u);
+  std::lock_guard<std::mutex> lock(*mu);
+  for (int r = 1; r < kWorld; ++r) {
+    const auto c = ranks[static_cast<std::size_t>(r)]->counters();
+    EXPECT_GT(c.verdicts_received, 0u) << r;
+    if (r != 4) EXPECT_EQ(c.malformed_verdicts, 0u) << r;
+    // Leader 3 passes each verdict to its two members (none to a member that said its last
+    // batch already, as it closes; one replaced by a newer before its link took it).
+    if (r == 3) {
+      EXPECT_LE(c.verdicts_sent, c.verdicts_received * 2);
+      EXPECT_GE(c.verdicts_sent, c.verdicts_received);
+    } else {
+      EXPECT_EQ(c.verdicts_sent, 0u) << r;
+    }
+    const auto v = ranks[static_cast<std::size_t>(r)]->latest_verdict();
+    ASSERT_TRUE(v) << r;
+    EXPECT_TRUE(std::isfinite(v->score)) << r;
+    // What came over the wire: the receiver's subtree's scores only.
+    std::set<int> scored;
+    std::size_t largest = 0;
+    for (const std::string& bytes : *seen[static_cast<std::size_t>(r)]) {
+      StragglerVerdict got;
+      std::vector<wire::RankScore> scores;
+      std::string error;
+      if (!wire::decode_verdict(bytes, got, scores, error)) continue;  // the injected ones
+      largest = std::max(largest, bytes.size());
+      for (const auto& s : scores) scored.insert(s.rank);
+    }
+    const std::set<int> subtree = r == 3 ? std::set<int>{3, 4, 5} : std::set<int>{r};
+    EXPECT_EQ(scored, subtree) << r;
+    EXPECT_LT(largest, 64u) << r;  // healthy: no findings, a few scores
+  }
 }
 
 }  // namespace

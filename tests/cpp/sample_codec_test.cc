@@ -286,5 +286,153 @@ TEST(SampleCodec, AcksCarryTheirSequenceNumber) {
   EXPECT_EQ(h.seq, 123456789u);
 }
 
+StragglerVerdict verdict_with(std::size_t findings, std::size_t text) {
+  StragglerVerdict v;
+  v.seq = 42;
+  v.step = 1230;
+  v.ranks_seen = 4095;
+  v.world_size = 4096;
+  v.step_ms = 123.5;
+  v.whatif_step_saving_ms = 30.25;
+  v.likely_bottleneck = "forward";
+  v.num_confirmed = static_cast<int>(findings) + 3;
+  for (std::size_t i = 0; i < findings; ++i) {
+    VerdictFinding f;
+    f.rank = static_cast<int>(4095 - i);
+    f.host = "node-" + std::string(text, 'h');
+    f.cohort = "pp1";
+    f.stage = "forward_" + std::string(text, 's');
+    f.kind = i % 2 ? StageKind::data : StageKind::compute;
+    f.ms = 40.5;
+    f.ref_ms = 20.25;
+    f.slowdown = 2.0;
+    f.cost_ms = 20.25;
+    f.cost_share = 0.125;
+    f.windows_flagged = 7;
+    f.reason = "its own compute; " + std::string(text, 'r');
+    v.confirmed.push_back(f);
+  }
+  return v;
+}
+
+TEST(SampleCodec, VerdictsRoundTrip) {
+  const StragglerVerdict v = verdict_with(2, 3);
+  const std::vector<RankScore> scores = {{3, 1.0f, false}, {17, 0.5f, true}, {4095, 0.25f, false}};
+  std::string bytes;
+  encode_verdict(v, scores, bytes);
+  Decoder::Header h;
+  std::string error;
+  ASSERT_TRUE(Decoder::header(bytes, h, error)) << error;
+  EXPECT_EQ(h.kind, Kind::verdict);
+  StragglerVerdict got;
+  std::vector<RankScore> got_scores;
+  ASSERT_TRUE(decode_verdict(bytes, got, got_scores, error)) << error;
+  EXPECT_EQ(got.seq, 42u);
+  EXPECT_EQ(got.step, 1230);
+  EXPECT_EQ(got.ranks_seen, 4095);
+  EXPECT_EQ(got.world_size, 4096);
+  EXPECT_EQ(got.step_ms, 123.5);
+  EXPECT_EQ(got.whatif_step_saving_ms, 30.25);
+  EXPECT_EQ(got.likely_bottleneck, "forward");
+  EXPECT_EQ(got.num_confirmed, 5);
+  ASSERT_EQ(got.confirmed.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const VerdictFinding& a = v.confirmed[i];
+    const VerdictFinding& b = got.confirmed[i];
+    EXPECT_EQ(b.rank, a.rank);
+    EXPECT_EQ(b.host, a.host);
+    EXPECT_EQ(b.cohort, a.cohort);
+    EXPECT_EQ(b.stage, a.stage);
+    EXPECT_EQ(b.kind, a.kind);
+    EXPECT_EQ(b.ms, a.ms);
+    EXPECT_EQ(b.ref_ms, a.ref_ms);
+    EXPECT_EQ(b.slowdown, a.slowdown);
+    EXPECT_EQ(b.cost_ms, a.cost_ms);
+    EXPECT_EQ(b.cost_share, a.cost_share);
+    EXPECT_EQ(b.windows_flagged, 7);
+    EXPECT_EQ(b.reason, a.reason);
+  }
+  ASSERT_EQ(got_scores.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got_scores[i].rank, scores[i].rank);
+    EXPECT_NEAR(got_scores[i].score, scores[i].score, 1.0 / 65535);
+    EXPECT_EQ(got_scores[i].confirmed, scores[i].confirmed);
+  }
+}
+
+TEST(SampleCodec, VerdictsStayBoundedAtFourThousandRanks) {
+  // A host member's verdict: the summary, the findings and its own score.
+  std::string bytes;
+  encode_verdict(verdict_with(1, 8), {{4093, 0.9f, false}}, bytes);
+  EXPECT_LT(bytes.size(), 150u) << bytes.size();
+  // The worst case: more confirmed than travel, texts at their cut, every rank's score (a
+  // leader over the whole world, as in a chain of hosts).
+  std::vector<RankScore> all;
+  for (int r = 0; r < 4096; ++r) all.push_back({r, 0.5f, r % 7 == 0});
+  encode_verdict(verdict_with(40, 1000), all, bytes);
+  // Four texts of at most 256 bytes and 22 bytes of figures per finding, 3 bytes a score.
+  EXPECT_LE(bytes.size(), 64 + StragglerVerdict::kMaxFindings * (4 * 258 + 26) + 3 * 4096 + 4);
+  StragglerVerdict got;
+  std::vector<RankScore> scores;
+  std::string error;
+  ASSERT_TRUE(decode_verdict(bytes, got, scores, error)) << error;
+  EXPECT_EQ(got.confirmed.size(), StragglerVerdict::kMaxFindings);
+  EXPECT_EQ(got.num_confirmed, 43);
+  EXPECT_EQ(got.confirmed[0].reason.size(), 256u);
+  EXPECT_EQ(scores.size(), 4096u);
+  EXPECT_TRUE(scores[7].confirmed);
+  EXPECT_FALSE(scores[8].confirmed);
+}
+
+TEST(SampleCodec, MalformedVerdictsAreRefusedNotRead) {
+  std::string bytes;
+  encode_verdict(verdict_with(3, 5), {{1, 0.5f, true}, {2, 1.0f, false}}, bytes);
+  StragglerVerdict got;
+  std::vector<RankScore> scores;
+  std::string error;
+  // Every truncation is refused, never read past its end.
+  for (std::size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(decode_verdict(std::string_view(bytes).substr(0, n), got, scores, error)) << n;
+  EXPECT_FALSE(decode_verdict(bytes + "x", got, scores, error));
+  EXPECT_NE(error.find("trailing bytes"), std::string::npos) << error;
+  // A score count beyond what the message can hold is refused before anything is allocated.
+  std::string huge;
+  encode_verdict(verdict_with(0, 0), {}, huge);
+  huge.pop_back();  // the count 0
+  huge += std::string("\xff\xff\xff\xff\x0f", 5);
+  EXPECT_FALSE(decode_verdict(huge, got, scores, error));
+  EXPECT_NE(error.find("score count"), std::string::npos) << error;
+  // More findings listed than it says are confirmed.
+  StragglerVerdict lying = verdict_with(2, 1);
+  lying.num_confirmed = 1;
+  std::string lie;
+  encode_verdict(lying, {}, lie);
+  EXPECT_FALSE(decode_verdict(lie, got, scores, error));
+  EXPECT_NE(error.find("summary"), std::string::npos) << error;
+  // A batch is not a verdict, and a verdict is not a batch.
+  Decoder dec;
+  std::vector<StepSample> samples;
+  std::size_t used = 0;
+  std::vector<RankCounts> counts;
+  EXPECT_FALSE(dec.decode(bytes, samples, used, counts, error));
+  EXPECT_EQ(error, "not a batch");
+  Encoder enc;
+  enc.begin(1);
+  enc.add(sample(0, 0, 2));
+  EXPECT_FALSE(decode_verdict(enc.message(), got, scores, error));
+  EXPECT_EQ(error, "not a verdict");
+  // Random bytes after a verdict header never crash the decoder.
+  std::uint32_t x = 12345;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string junk = bytes.substr(0, 6);
+    const int n = static_cast<int>(x % 64);
+    for (int i = 0; i < n; ++i) {
+      x = x * 1664525u + 1013904223u;
+      junk.push_back(static_cast<char>(x >> 24));
+    }
+    decode_verdict(junk, got, scores, error);  // whatever it says, it returns
+  }
+}
+
 }  // namespace
 }  // namespace laggard::wire
