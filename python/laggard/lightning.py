@@ -18,8 +18,10 @@ callback, the same on every rank):
                  makes before every batch (its SIGTERM check) — a collective, so rank 0 waits
                  there for a late rank: its excess is waiting, not a verdict.
   dataloader     the batch fetch itself (Lightning reports it to its profiler: this callback
-                 wraps trainer.profiler, passing every call on). Neither is timed for an
-                 epoch's first batch.
+                 wraps trainer.profiler, passing every call on), on every sampled step: where
+                 no step was begun at the previous batch's end (an epoch's first batch, the
+                 first after a validation), the step begins at the fetch, without
+                 between_batches. Lightning makes no collective inside the fetch.
   forward        training_step: from on_train_batch_start to on_before_backward; under DDP,
                  the DDP model's forward (laggard.torch.instrument), which is training_step.
   backward       from on_before_backward to on_after_backward; under DDP, the rank's own
@@ -128,11 +130,17 @@ class LaggardCallback(_Callback):
 
     def _fetch(self, started):
         # Called by the profiler wrapper around the batch fetch (training only).
-        if not self._early or self.analyzer is None:
+        an = self.analyzer
+        if an is None or not an.enabled or (not started and not self._early):
             return
         try:
-            an = self.analyzer
             if started:
+                if not self._early:
+                    # No step was begun at the previous batch's end (an epoch's first batch,
+                    # the first after a validation, a loader of unknown length): it begins
+                    # here, so that every sampled step's fetch is timed.
+                    an.begin_step(self._step)
+                    self._early = True
                 self._begin_section("dataloader")
                 # The fetch's host time is also the resource host_data_wait_ms (sampled steps).
                 self._fetch_t0 = time.perf_counter() if an.sampled else None

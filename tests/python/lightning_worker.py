@@ -1,12 +1,14 @@
 """One rank of test_lightning.py: a PyTorch Lightning Trainer (strategy "ddp", gloo, CPU) fits a
-small model with laggard.lightning.LaggardCallback; its processes are started by the test with
-the environment a launcher gives (LOCAL_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT), which
-Lightning takes as processes created for it.
+small model with laggard.lightning.LaggardCallback at laggard's default settings (log_dir for
+the offline check, and a PrometheusSink); its processes are started by the test with the
+environment a launcher gives (LOCAL_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT), which Lightning
+takes as processes created for it.
 
 As in real_run_worker.py, each stage is the model's real work plus a stand-in of milliseconds
 (a sleep: on a GPU the host waits for the kernels), so that stage times are a real job's, not
 the scheduler noise of a busy 2-core machine. cfg["slow"] on cfg["slow_rank"] adds
-cfg["slow_ms"] to that stage ("forward": training_step; "optimizer": the optimizer's step).
+cfg["slow_ms"] to that stage ("dataloader": the loader's collate_fn; "forward": training_step;
+"backward": the autograd backward; "optimizer": the optimizer's step).
 
 run(rank, world, cfg) writes OUT/result-<rank>.json.
 """
@@ -17,7 +19,7 @@ import random
 import time
 import urllib.request
 
-STAND_IN_MS = {"forward": 20.0, "backward": 20.0, "optimizer": 10.0}
+STAND_IN_MS = {"dataloader": 5.0, "forward": 20.0, "backward": 20.0, "optimizer": 10.0}
 
 
 def run(rank, world, cfg):
@@ -72,9 +74,17 @@ def run(rank, world, cfg):
             return SGD(model.parameters(), lr=0.01)
 
     gen = torch.Generator().manual_seed(1)
-    data = torch.utils.data.TensorDataset(torch.randn(cfg["steps"] * 8 * world, 32, generator=gen),
-                                          torch.randn(cfg["steps"] * 8 * world, 4, generator=gen))
-    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    # cfg["epoch_steps"] batches make an epoch (each rank's share, under DDP's sampler): a fit
+    # crosses epochs' ends and first fetches
+    n = cfg.get("epoch_steps", cfg["steps"]) * 8 * world
+    data = torch.utils.data.TensorDataset(torch.randn(n, 32, generator=gen),
+                                          torch.randn(n, 4, generator=gen))
+
+    def collate(items):  # the batch's loading: reading and decoding, in a real job
+        stand_in("dataloader")
+        return torch.utils.data.default_collate(items)
+
+    loader = torch.utils.data.DataLoader(data, batch_size=8, collate_fn=collate)
     # The live metrics served for Prometheus by the analysis rank, scraped over HTTP at the
     # end of training, before the callback closes the analyzer (and with it the server).
     prometheus = PrometheusSink(port=0, addr="127.0.0.1")
@@ -86,14 +96,10 @@ def run(rank, world, cfg):
                 url = "http://127.0.0.1:%d/metrics" % prometheus.port
                 scraped["body"] = urllib.request.urlopen(url, timeout=30).read().decode()
 
-    callback = LaggardCallback(interval=cfg["interval"], log_dir=cfg["log_dir"],
-                               close_timeout_s=30.0, analysis_rank=cfg.get("analysis_rank", 0),
-                               sinks=[prometheus])
+    callback = LaggardCallback(log_dir=cfg["log_dir"], sinks=[prometheus])
     trainer = L.Trainer(accelerator="cpu", devices=world, num_nodes=1, strategy="ddp",
-                        max_steps=cfg["steps"], max_epochs=1,
+                        max_steps=cfg["steps"],
                         logger=CSVLogger(cfg["out"], name="csv", version=0),
-                        log_every_n_steps=1000, enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False,
                         callbacks=[Scrape(), callback])
     trainer.fit(Model(), loader)
     an = callback.last_analyzer

@@ -1,8 +1,11 @@
 """laggard.lightning.LaggardCallback in a real PyTorch Lightning fit: 3 gloo ranks (real
-processes) with strategy="ddp" on the CPU. One rank made slow in a stage is named in that
-stage, by the live reports and by laggard's offline analysis of the rank logs; a healthy fit
-names nobody; the reports reach the Trainer's logger (CSVLogger's metrics.csv), and a
-PrometheusSink on the analysis rank serves them (scraped over HTTP during the fit).
+processes) with strategy="ddp" on the CPU, laggard's default settings and Lightning's default
+Trainer settings but for what the fit needs. One rank made slow in one stage — its batch
+loading, training_step, backward or optimizer step — is named in that stage, and nobody else
+is, by the live reports and by laggard's offline analysis of the rank logs, in each of 3
+repetitions; a healthy fit names nobody; the reports reach the Trainer's logger (CSVLogger's
+metrics.csv), and a PrometheusSink on the analysis rank serves them (scraped over HTTP during
+the fit).
 """
 
 import csv
@@ -21,8 +24,10 @@ from ranks import join_ranks, rank_context
 pytestmark = pytest.mark.multiproc
 
 WORLD = 3
-STEPS = 40
-INTERVAL = 2
+STEPS = 100
+EPOCH_STEPS = 40  # batches in an epoch: the fits cross two epochs' ends
+INTERVAL = 10  # laggard's default
+SLOW_MS = 25.0
 
 
 def _child(rank, port, cfg):
@@ -49,7 +54,8 @@ def fit(tmp_path, slow="none", slow_rank=-1, slow_ms=0.0):
     import laggard.lightning  # noqa: F401
 
     cfg = {"out": str(tmp_path), "log_dir": str(tmp_path / "laggard"), "steps": STEPS,
-           "interval": INTERVAL, "slow": slow, "slow_rank": slow_rank, "slow_ms": slow_ms}
+           "epoch_steps": EPOCH_STEPS, "slow": slow, "slow_rank": slow_rank,
+           "slow_ms": slow_ms}
     ctx = rank_context()
     port = free_port()
     procs = [ctx.Process(target=_child, args=(r, port, cfg)) for r in range(WORLD)]
@@ -74,7 +80,7 @@ def confirmed_offline(log_dir):
         det.observe(samples, step)
         for s in samples:
             stages.update(st.name for st in s.stages)
-    return {(f["rank"], f["stage"]) for f in det.confirmed()}, stages, len(windows)
+    return {(f["rank"], f["stage"]) for f in det.confirmed()}, stages, windows
 
 
 def logged_rows(tmp_path):
@@ -104,7 +110,14 @@ def check_common(tmp_path, results):
     # every stage the callback promises under DDP, and one window per sampled batch
     assert {"between_batches", "dataloader", "forward", "backward", "communication",
             "optimizer"} <= stages, stages
-    assert windows == STEPS // INTERVAL
+    assert [step for step, _ in windows] == list(range(0, STEPS, INTERVAL))
+    for step, samples in windows:
+        for s in samples:
+            names = {st.name for st in s.stages}
+            # every sampled batch's fetch is timed, an epoch's first one included (its step
+            # begins at the fetch: no between_batches)
+            assert "dataloader" in names, (step, s.rank, names)
+            assert ("between_batches" in names) == (step % EPOCH_STEPS != 0), (step, names)
     rows = logged_rows(tmp_path)
     assert len(rows) == results[0]["reports_logged"] >= STEPS // INTERVAL - 2
     # the compact set (the default): the summary in every report; a stage's metrics only where
@@ -131,12 +144,44 @@ def check_loss_and_data_wait(log_dir):
     assert timed > 0
 
 
-def test_lightning_ddp_names_the_rank_with_the_slow_forward(tmp_path):
-    results = fit(tmp_path, slow="forward", slow_rank=1, slow_ms=25.0)
+def stage_ms(windows, stage):
+    """Each rank's median time in `stage` over the windows."""
+    per_rank = {}
+    for _, samples in windows:
+        for s in samples:
+            per_rank.setdefault(s.rank, []).extend(st.ms for st in s.stages if st.name == stage)
+    return {r: sorted(v)[len(v) // 2] for r, v in per_rank.items() if v}
+
+
+CASES = {"dataloader": 2, "backward": 0, "optimizer": 1}  # slow stage: the slow rank
+
+
+@pytest.mark.parametrize("repetition", range(3))
+@pytest.mark.parametrize("stage", sorted(CASES))
+def test_lightning_ddp_names_the_slow_rank_and_stage(tmp_path, stage, repetition):
+    rank = CASES[stage]
+    results = fit(tmp_path, slow=stage, slow_rank=rank, slow_ms=SLOW_MS)
     check_common(tmp_path, results)
-    assert confirmed_live(tmp_path / "laggard") == {(1, "forward")}
+    live = confirmed_live(tmp_path / "laggard")
+    offline, _, windows = confirmed_offline(tmp_path / "laggard")
+    assert live == {(rank, stage)} and offline == {(rank, stage)}, (live, offline)
+    assert results[0]["latest_metrics"]["straggler/confirmed"] == "%d:%s" % (rank, stage)
+    if stage == "dataloader":
+        # no collective inside Lightning's fetch: the slow loader's own time is its dataloader
+        # stage, and the others' wait for it is their communication (the gradient all-reduce)
+        loading, waiting = stage_ms(windows, "dataloader"), stage_ms(windows, "communication")
+        for other in set(range(WORLD)) - {rank}:
+            assert loading[rank] > loading[other] + 0.6 * SLOW_MS, loading
+            assert waiting[other] > waiting[rank] + 0.6 * SLOW_MS, waiting
+
+
+@pytest.mark.parametrize("repetition", range(3))
+def test_lightning_ddp_names_the_rank_with_the_slow_forward(tmp_path, repetition):
+    results = fit(tmp_path, slow="forward", slow_rank=1, slow_ms=SLOW_MS)
+    check_common(tmp_path, results)
+    live = confirmed_live(tmp_path / "laggard")
     offline, _, _ = confirmed_offline(tmp_path / "laggard")
-    assert offline == {(1, "forward")}
+    assert live == {(1, "forward")} and offline == {(1, "forward")}, (live, offline)
     rows = logged_rows(tmp_path)
     assert float(rows[-1]["straggler/num_confirmed"]) == 1.0
     assert float(rows[-1]["straggler/forward/top_rank"]) == 1.0
@@ -149,7 +194,8 @@ def test_lightning_ddp_names_the_rank_with_the_slow_forward(tmp_path):
     assert all(r["prometheus"] is None for r in results[1:])  # no server on the other ranks
 
 
-def test_lightning_ddp_healthy_fit_names_nobody(tmp_path):
+@pytest.mark.parametrize("repetition", range(3))
+def test_lightning_ddp_healthy_fit_names_nobody(tmp_path, repetition):
     results = fit(tmp_path)
     check_common(tmp_path, results)
     assert confirmed_live(tmp_path / "laggard") == set()
@@ -214,8 +260,9 @@ def test_lightning_single_device_stages_from_hooks_and_a_failing_logger(tmp_path
     for step, samples in windows:
         stages[step] = {st.name for st in samples[0].stages}
     assert {"forward", "backward", "optimizer"} <= stages[0]
-    # an epoch's first batch has no fetch timed, the others do
-    assert "dataloader" not in stages[0] and "dataloader" not in stages[12]
+    # every batch's fetch is timed; an epoch's first batch's step begins at its fetch
+    assert "dataloader" in stages[0] and "dataloader" in stages[12]
+    assert "between_batches" not in stages[0] and "between_batches" not in stages[12]
     assert {"between_batches", "dataloader", "forward", "backward", "optimizer"} <= stages[5]
     assert sorted(stages) == list(range(24))
     check_loss_and_data_wait(tmp_path / "laggard")
