@@ -17,8 +17,8 @@ Constructing it with lazy connections talks to nobody. The ranks then meet in th
 a prefix of their own for each GlooTransport a process makes (the n-th on one rank pairs with
 the n-th on the others), on a thread of the transport's: each rank announces itself and waits,
 at most setup_timeout_s from its construction, until every rank has. All or nothing: when every
-rank has joined, each greets its children and then its parent (so a link is connected when its
-threads start); when one has not, the first rank whose time is up records "timed out" and the
+rank has joined, each starts its links' threads (a link connects at its first message); when one
+has not, the first rank whose time is up records "timed out" and the
 ranks missing in the store, every rank that joined (and any that joins later, at once) warns
 once naming them, and this transport fails: the engine then keeps the rank log and its counters
 and sends nothing. close() gives up a setup still under way at once (the others learn it from
@@ -46,7 +46,6 @@ from ._log import logger
 
 _TAG_HEADER = 7301
 _TAG_PAYLOAD = 7302
-_TAG_HELLO = 7303
 _MAX_QUEUED = 64  # messages waiting to be sent to one peer before send() refuses
 _STORE_PREFIX = "laggard/side_channel/"
 _SETUP_POLL_S = (0.01, 0.5)  # the setup thread's first and longest pause between store checks
@@ -351,22 +350,9 @@ class GlooTransport:
         logger.warning("laggard: rank %d: side channel: %s", self.rank, text)
 
     def _connect(self):
-        """Every rank joined: greets the children (each greets its own first), then the parent,
-        so every link is connected before its threads start; then starts them."""
-        torch, group = self._torch, self._group
-        parent, children = self._links
-        hello = torch.zeros(1, dtype=torch.int64)
-        for child in children:
-            try:
-                group.recv([hello], child, _TAG_HELLO).wait()
-            except Exception as e:
-                self._report(child, "setup", e)
-        if parent >= 0:
-            try:
-                group.send([torch.tensor([self.rank], dtype=torch.int64)], parent,
-                           _TAG_HELLO).wait()
-            except Exception as e:
-                self._report(parent, "setup", e)
+        """Every rank joined: starts the links' threads. Each link connects at its first
+        message, on its own threads: a peer that hangs from here on (even before its first
+        message) holds up its own link only, never the setup of another."""
         self.setup_s = time.monotonic() - self._created
         self.setup_state = "joined"
         for peer in self._peers:
