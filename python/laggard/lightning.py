@@ -34,8 +34,8 @@ callback, the same on every rank):
 Reports go, on the analysis rank, to every logger of the Trainer (trainer.loggers):
 log_metrics of the numeric straggler/* metrics at the trainer's global step, with
 straggler/step (laggard's step of the report); from the training thread, after the batch.
-metrics="compact" (the default) logs the summary and the per-stage metrics of confirmed or
-flagged stages only (laggard.sinks.tracker_metrics); metrics="full" every stage's.
+metrics="compact" (the default) logs the summary and the per-stage metrics of the stages with
+a confirmed straggler only (laggard.sinks.tracker_metrics); metrics="full" every stage's.
 Text metrics (straggler/confirmed, likely_bottleneck, hints) are in analyzer.latest_metrics()
 and, with log_dir, in reports.jsonl. Nothing here raises into training: a failure is a warning
 and counted in straggler/report_errors.
@@ -98,6 +98,7 @@ class LaggardCallback(_Callback):
         self._open = None  # the section open now (a context manager), or None
         self._open_name = None
         self._early = False  # the next batch's step was begun at the end of this one
+        self._in_batch = False  # between on_train_batch_start and on_train_batch_end
         self._ddp = False
         self._fetch_t0 = None  # perf_counter at the start of a sampled step's batch fetch
 
@@ -116,6 +117,7 @@ class LaggardCallback(_Callback):
         self.analyzer = laggard.Analyzer(sinks=sinks, **options)
         self._step = 0
         self._early = False
+        self._in_batch = False
         self._open = None
 
     def _wrap_profiler(self, trainer):
@@ -131,7 +133,9 @@ class LaggardCallback(_Callback):
     def _fetch(self, started):
         # Called by the profiler wrapper around the batch fetch (training only).
         an = self.analyzer
-        if an is None or not an.enabled or (not started and not self._early):
+        if an is None or not an.enabled or self._in_batch or (not started and not self._early):
+            # (inside a batch: a training_step that fetches for itself, from a dataloader_iter;
+            # that fetch stays in the stage it happens in)
             return
         try:
             if started:
@@ -231,6 +235,7 @@ class LaggardCallback(_Callback):
     # -- the training batch ------------------------------------------------------------------
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._in_batch = True
         an = self.analyzer
         if an is None or not an.enabled:
             return
@@ -273,6 +278,7 @@ class LaggardCallback(_Callback):
             self._failed("lightning on_before_optimizer_step", e)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._in_batch = False
         an = self.analyzer
         if an is None or not an.enabled:
             return

@@ -266,3 +266,44 @@ def test_lightning_single_device_stages_from_hooks_and_a_failing_logger(tmp_path
     assert {"between_batches", "dataloader", "forward", "backward", "optimizer"} <= stages[5]
     assert sorted(stages) == list(range(24))
     check_loss_and_data_wait(tmp_path / "laggard")
+
+
+def test_lightning_single_device_training_step_that_fetches_for_itself(tmp_path):
+    """A training_step that takes the dataloader_iter fetches inside the batch: that fetch
+    belongs to the batch's forward, and begins no step of its own (steps stay one per batch,
+    every section balanced)."""
+    import torch
+    import torch.nn as nn
+
+    import lightning as L
+
+    from laggard.lightning import LaggardCallback
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, 2)
+
+        def training_step(self, dataloader_iter):
+            x, y = next(dataloader_iter)[0]
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.TensorDataset(torch.randn(96, 8), torch.randn(96, 2))
+    callback = LaggardCallback(interval=1, log_dir=str(tmp_path / "laggard"),
+                               close_timeout_s=10.0)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, callbacks=[callback],
+                        logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False)
+    trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=8))
+    assert trainer.global_step == 24
+    counters = callback.counters()
+    assert counters["report_errors"] == 0 and counters["unbalanced"] == 0, counters
+    windows, _ = _core.read_run(str(tmp_path / "laggard"))
+    assert [step for step, _ in windows] == list(range(24))
+    for step, samples in windows:
+        names = {st.name for st in samples[0].stages}
+        assert {"forward", "backward", "optimizer"} <= names and "dataloader" not in names, \
+            (step, names)
