@@ -212,5 +212,41 @@ TEST(CompareReport, HighlightsTheOrigin) {
   EXPECT_NE(html.find("REGRESSED"), std::string::npos);
 }
 
+// Step times of any finite double: the chart's axes stay a handful of ticks. Every step_ms at the
+// largest double made the step-time chart's y range infinite, and nice_ticks then allocated
+// without end (std::bad_alloc, the report aborted); a range tiny next to its values (1e300 and
+// its next double) stepped a tick value that no longer moved.
+TEST(RunReport, StepTimesNearTheLargestDoubleGiveABoundedChart) {
+  const double top = std::numeric_limits<double>::max();
+  const std::vector<std::vector<double>> cases = {
+      {top, top, top, top}, {1e300, std::nextafter(1e300, top), 1e300, 1e300},
+      {top / 2, top, 1.0, top}, {5e-324, 1e-320, 5e-324, 5e-324}};
+  for (const auto& ms : cases) {
+    RunAnalysis analysis;
+    RunReportData data;
+    for (int i = 0; i < 40; ++i) {
+      Window w = window(10 * i, {60, 60, 60, 60}, "node-1");
+      for (std::size_t r = 0; r < w.samples.size(); ++r) w.samples[r].step_ms = ms[r];
+      data.add(w, analysis.add(w));
+    }
+    const std::string html =
+        render_run_report(analysis.summary(), data, {"run", {}, {}, std::nullopt});
+    const std::size_t chart = html.find("id=\"steptime\"");
+    ASSERT_NE(chart, std::string::npos);
+    const std::string section = html.substr(chart, html.find("</section>", chart) - chart);
+    std::size_t ticks = 0;
+    for (std::size_t at = section.find("text-anchor=\"end\""); at != std::string::npos;
+         at = section.find("text-anchor=\"end\"", at + 1))
+      ++ticks;
+    EXPECT_GE(ticks, 1u);
+    EXPECT_LE(ticks, 12u);
+    EXPECT_LT(section.size(), 20000u);
+    EXPECT_EQ(section.find("inf"), std::string::npos);
+    EXPECT_EQ(section.find("nan"), std::string::npos);
+    // No tick label of hundreds of digits: large values are written with an exponent.
+    EXPECT_EQ(section.find("0000000000000000000"), std::string::npos) << section.substr(0, 2000);
+  }
+}
+
 }  // namespace
 }  // namespace laggard

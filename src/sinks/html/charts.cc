@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -12,23 +13,45 @@ namespace laggard::html {
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   std::vector<double> out;
-  if (!(hi > lo)) {
+  if (!std::isfinite(lo)) return out;
+  if (!(hi > lo) || !std::isfinite(hi)) {
     out.push_back(lo);
     return out;
   }
-  const double raw = (hi - lo) / target;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
+  target = std::clamp(target, 1, 64);
+  // In halves: hi - lo overflows to infinity for values near the largest double.
+  const double half_raw = (hi / 2 - lo / 2) / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(half_raw) + std::log10(2.0)));
+  double step = std::numeric_limits<double>::infinity();
   for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
-    if (m * mag >= raw) {
+    if (m * mag / 2 >= half_raw) {
       step = m * mag;
       break;
     }
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push_back(v);
+  if (!std::isfinite(step) || !(step > 0)) return {lo, hi};  // a range near the largest double
+  // Ticks k * step for whole k; at most target + 1 of them in exact arithmetic. Counted, not
+  // stepped (v += step stops moving once step is below v's precision), and capped whatever the
+  // rounding did.
+  const double k0 = std::ceil(lo / step);
+  const double k1 = std::floor(hi / step + 1e-9);
+  const double count = k1 - k0 + 1;
+  const int cap = 2 * target + 2;
+  for (int i = 0; i < cap && i < count; ++i) {
+    const double v = (k0 + i) * step;
+    if (!std::isfinite(v) || v < lo - step * 1e-9 || v > hi + step * 1e-9) continue;
+    if (!out.empty() && !(v > out.back())) continue;
+    out.push_back(v);
+  }
+  if (out.empty()) out.push_back(lo);
   return out;
 }
 
 std::string tick_label(double v) {
+  if (std::fabs(v) >= 1e12) {  // %.0f would print up to 309 digits
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return buf;
+  }
   if (std::fabs(v) >= 100 || std::fabs(v - std::round(v)) < 1e-9) return num(v, 0);
   if (std::fabs(v * 10 - std::round(v * 10)) < 1e-9) return num(v, 1);
   return num(v, 2);
@@ -37,17 +60,23 @@ std::string tick_label(double v) {
 std::string line_chart(const std::vector<Line>& lines, const std::vector<Marker>& markers,
                        const std::string& y_label, const std::string& aria) {
   const double W = 960, H = 300, L = 64, R = 20, T = 28, B = 42;
+  // Bounds from finite values only (an infinite one would make every scale infinite).
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  const auto widen = [](double& lo, double& hi, double v) {
+    if (!std::isfinite(v)) return;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  };
   for (const auto& l : lines) {
     for (const auto& p : l.points) {
-      x0 = std::min(x0, p.first);
-      x1 = std::max(x1, p.first);
-      y0 = std::min(y0, p.second);
-      y1 = std::max(y1, p.second);
+      if (!std::isfinite(p.first) || !std::isfinite(p.second)) continue;
+      widen(x0, x1, p.first);
+      widen(y0, y1, p.second);
     }
     for (const auto& b : l.band) {
-      y0 = std::min(y0, b.second.first);
-      y1 = std::max(y1, b.second.second);
+      if (!std::isfinite(b.first)) continue;
+      widen(y0, y1, b.second.first);
+      widen(y0, y1, b.second.second);
     }
   }
   std::string out;
@@ -58,17 +87,24 @@ std::string line_chart(const std::vector<Line>& lines, const std::vector<Marker>
     out += "<text x=\"20\" y=\"40\" fill=\"#5f6368\">no step times</text></svg></div>\n";
     return out;
   }
-  if (x1 == x0) x1 = x0 + 1;
+  constexpr double kMax = std::numeric_limits<double>::max();
+  // x + d, no further than the largest double (a step or a time may be any finite double).
+  const auto plus = [](double x, double d) { return x <= kMax - d ? x + d : kMax; };
+  if (!(x1 > x0)) x1 = plus(x0, std::max(1.0, std::fabs(x0) * 1e-9));
+  if (!(x1 > x0)) x0 = std::nextafter(x1, -kMax);
   // Start the axis at 0 unless the values sit far above it (then zero would flatten the line).
   if (y0 > 0.5 * y1) {
     const auto t = nice_ticks(y0 * 0.95, y1, 5);
     y0 = std::max(0.0, t.empty() ? y0 * 0.9 : t.front() - (t.size() > 1 ? t[1] - t[0] : 1.0));
   } else {
-    y0 = 0.0;
+    y0 = std::min(y0, 0.0);
   }
-  y1 = y1 * 1.04 + (y1 == y0 ? 1.0 : 0.0);
-  const auto sx = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  const auto sy = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
+  y1 = (std::fabs(y1) <= kMax / 1.05 ? y1 * 1.04 : kMax) + (y1 == y0 ? 1.0 : 0.0);
+  if (!(y1 > y0)) y0 = std::nextafter(y1, -kMax);
+  // Fractions of the range in halves: x1 - x0 overflows for a range wider than the largest double.
+  const auto frac = [](double v, double lo, double hi) { return (v / 2 - lo / 2) / (hi / 2 - lo / 2); };
+  const auto sx = [&](double x) { return L + frac(x, x0, x1) * (W - L - R); };
+  const auto sy = [&](double y) { return H - B - frac(y, y0, y1) * (H - T - B); };
 
   for (double t : nice_ticks(y0, y1, 5)) {
     out += "<line x1=\"" + px(L) + "\" x2=\"" + px(W - R) + "\" y1=\"" + px(sy(t)) + "\" y2=\"" +
@@ -204,7 +240,15 @@ std::vector<std::pair<double, double>> downsample(const std::vector<std::pair<do
       sx += v[j].first;
       sy += v[j].second;
     }
-    out.emplace_back(sx / static_cast<double>(n), sy / static_cast<double>(n));
+    double mx = sx / static_cast<double>(n), my = sy / static_cast<double>(n);
+    if (!std::isfinite(mx) || !std::isfinite(my)) {  // a sum near the largest double overflowed
+      mx = my = 0.0;
+      for (std::size_t j = i; j < i + n; ++j) {
+        mx += v[j].first / static_cast<double>(n);
+        my += v[j].second / static_cast<double>(n);
+      }
+    }
+    out.emplace_back(mx, my);
   }
   return out;
 }

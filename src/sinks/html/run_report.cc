@@ -38,7 +38,8 @@ void cards(std::string& out, const RunSummary& sum, const RunReportData& /*data*
     for (std::size_t i = 0; i < sum.stragglers.size() && i < 3; ++i) {
       const auto& s = sum.stragglers[i];
       if (!detail.empty()) detail += "; ";
-      detail += "rank " + std::to_string(s.rank) + " in " + html_escape(s.stage);
+      detail += "rank " + std::to_string(s.rank) + " in " + html_escape(s.stage) + " (+" +
+                num(s.cost_ms, 1) + " ms/step)";
     }
     if (sum.stragglers.size() > 3) detail += "; …";
     card(out, "Confirmed stragglers", std::to_string(sum.stragglers.size()),
@@ -75,11 +76,14 @@ void stragglers(std::string& out, const RunSummary& sum, const RunReportData& /*
   } else {
     out +=
         "<table class=\"sortable\"><thead><tr><th>rank</th><th>host</th><th>cohort</th>"
-        "<th>stage</th><th>slow in windows</th><th>typical slowdown</th><th>last ms vs ref</th>"
+        "<th>stage</th><th>cost per step</th><th>slow in windows</th><th>typical slowdown</th>"
+        "<th>last ms vs ref</th>"
         "<th>first flagged</th><th>confirmed</th><th>since step (onset)</th></tr></thead><tbody>\n";
     for (const auto& s : sum.stragglers) {
       out += "<tr><td class=\"n\">" + std::to_string(s.rank) + "</td><td>" + html_escape(s.host) +
              "</td><td>" + html_escape(s.cohort) + "</td><td>" + html_escape(s.stage) +
+             "</td><td class=\"n\" data-v=\"" + num(s.cost_ms, 3) + "\">+" + num(s.cost_ms, 1) +
+             " ms (" + num(100.0 * s.cost_share, 1) + "%)" +
              "</td><td class=\"n\" data-v=\"" + std::to_string(s.windows_flagged) + "\">" +
              std::to_string(s.windows_flagged) + " of " + std::to_string(s.windows_seen) +
              "</td><td class=\"n\">" + num(s.typical_slowdown, 2) +
@@ -92,7 +96,9 @@ void stragglers(std::string& out, const RunSummary& sum, const RunReportData& /*
     out +=
         "</tbody></table>\n<p class=\"note\">Evidence: slow in <i>k</i> of <i>n</i> "
         "windows is the detector's count of windows in which the rank's own time met the rule; "
-        "the slowdown is the median of t / ref over those windows; the onset is where a CUSUM "
+        "the slowdown is the median of t / ref over those windows; the cost is the median of "
+        "t - ref, what every rank of a synchronous job waits for it each step, and its share of "
+        "the cohort's median step time (rows: costliest first); the onset is where a CUSUM "
         "on log(t / ref) found the shift to begin.</p>\n";
   }
   out += "</section>\n";
@@ -228,8 +234,9 @@ void step_time(std::string& out, const RunSummary& sum, const RunReportData& dat
     for (const auto& p : data.points()) {
       // In doubles: the sum of two steps near 2^63 overflows an int64 (undefined behaviour).
       const double x = 0.5 * (static_cast<double>(p.first_step) + static_cast<double>(p.last_step));
-      job.points.emplace_back(x, p.job_sum / p.windows);
-      med.points.emplace_back(x, p.median_sum / p.windows);
+      // A sum of times near the largest double overflows: a mean lies within [min, max].
+      job.points.emplace_back(x, std::clamp(p.job_sum / p.windows, p.job_min, p.job_max));
+      med.points.emplace_back(x, std::min(p.median_sum / p.windows, p.job_max));
       if (p.windows > 1) job.band.push_back({x, {p.job_min, p.job_max}});
     }
     std::vector<Marker> markers;
@@ -260,14 +267,15 @@ void slow_hosts(std::string& out, const RunSummary& sum, const RunReportData& /*
         "<section id=\"hosts\"><h2>Slow hosts</h2><p class=\"note\">Every rank of the host was "
         "slow in the same stage: look at the host (thermals, power, a noisy neighbour, the "
         "NIC), not one GPU.</p><table class=\"sortable\"><thead><tr><th>host</th><th>cohort</th>"
-        "<th>stage</th><th>ranks</th><th>windows</th><th>typical "
+        "<th>stage</th><th>ranks</th><th>cost per step</th><th>windows</th><th>typical "
         "slowdown</th></tr></thead><tbody>\n";
     for (const auto& h : sum.slow_hosts) {
       std::string ranks;
       for (int r : h.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
       out += "<tr><td>" + html_escape(h.host) + "</td><td>" + html_escape(h.cohort) + "</td><td>" +
-             html_escape(h.stage) + "</td><td>" + ranks + "</td><td class=\"n\">" +
-             std::to_string(h.windows) + "</td><td class=\"n\">" + num(h.typical_slowdown, 2) +
+             html_escape(h.stage) + "</td><td>" + ranks + "</td><td class=\"n\" data-v=\"" +
+             num(h.cost_ms, 3) + "\">+" + num(h.cost_ms, 1) + " ms (" +
+             num(100.0 * h.cost_share, 1) + "%)</td><td class=\"n\">" + std::to_string(h.windows) + "</td><td class=\"n\">" + num(h.typical_slowdown, 2) +
              "×</td></tr>\n";
     }
     out += "</tbody></table></section>\n";
