@@ -10,6 +10,13 @@ run with MPI_THREAD_MULTIPLE (laggard's background thread calls MPI): laggard in
 if nothing did yet, and finalizes it at exit; a program that initializes MPI itself (mpi4py)
 must ask for that level (``mpi4py.rc.thread_level = "multiple"``, mpi4py's default).
 
+Every rank must create its Analyzer with transport="mpi", at the same point of its program: the
+transport's construction duplicates the communicator (MPI_Comm_dup) and finds the hosts with
+collectives, which MPI can neither time out nor cancel, so a rank that never creates one holds
+the others at theirs. (A nonblocking MPI_Comm_idup would not help: a collective left pending can
+be neither cancelled nor finalized.) The gloo side channel, the default, has setup_timeout_s
+instead and waits for nobody (docs/failure-contract.md).
+
 The transport lives in laggard._mpi, built by a source build (scripts/build.sh) when MPI is
 found, and into a wheel only on request (``pip install . -Ccmake.define.LAGGARD_WITH_MPI=ON``:
 the default wheel does not depend on libmpi; Open MPI's must be installed where such a wheel
