@@ -64,7 +64,7 @@ class LaggardCallback(_Callback):
     """Finds the straggler rank and stage of a Hugging Face Trainer run. `analyzer_options`:
     laggard.Analyzer's keyword arguments (interval, log_dir, sinks, preset, ...); enabled=True
     unless given. metrics: what joins the Trainer's log of a report, "compact" (the default:
-    the summary and the per-stage metrics of confirmed or flagged stages,
+    the summary and the per-stage metrics of the stages with a confirmed straggler,
     laggard.sinks.tracker_metrics) or "full"."""
 
     def __init__(self, metrics="compact", **analyzer_options):

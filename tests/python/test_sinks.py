@@ -68,11 +68,15 @@ class _Analysis:
     forward 4x slower (the others wait for it in communication) and a backward equal on every
     rank (a stage no window flags): the reports the sinks get (on rank 0) are laggard's own (the
     live engine, the C++ detector, the live metrics), without starting processes. Every
-    window's report has reached the sinks when the constructor returns."""
+    window's report has reached the sinks when the constructor returns; `reports` holds them
+    all, (step, metrics), and `confirmed_steps` the steps of those that confirm rank 2's
+    forward."""
 
     _runs = 0
 
     def __init__(self, sinks, windows=8):
+        self.reports = []
+        sinks = list(sinks) + [lambda step, m: self.reports.append((step, dict(m)))]
         _Analysis._runs += 1
         channel = "test-sinks-%d" % _Analysis._runs
         self.ranks = [laggard.Analyzer(interval=1, rank=r, world_size=WORLD, transport="local",
@@ -91,6 +95,9 @@ class _Analysis:
         while self.ranks[0].counters()["reports"] < windows and time.monotonic() < deadline:
             time.sleep(0.01)
         assert self.ranks[0].counters()["reports"] == windows
+        self.confirmed_steps = [step for step, m in self.reports
+                                if "%d:forward" % SLOW_RANK in m["straggler/confirmed"]]
+        assert self.confirmed_steps, "rank 2's forward is never confirmed"
 
     def latest_report(self):
         return self.ranks[0].latest_report()
@@ -118,32 +125,35 @@ def _per_stage(names):
     return {sinks._stage_of(n) for n in names} - {None}
 
 
-def test_tracker_metrics_compact_is_the_summary_and_the_flagged_or_confirmed_stages():
+def test_tracker_metrics_compact_is_the_summary_and_the_confirmed_stages():
     reports = []
     analysis = _Analysis([lambda step, m: reports.append(dict(m))])
     analysis.close()
     last = reports[-1]
     assert last["straggler/confirmed"] == "%d:forward" % SLOW_RANK
     assert last["straggler/backward/num_stragglers"] == 0.0  # equal on every rank
-    assert last["straggler/communication/num_stragglers"] > 0  # the others' wait, flagged
+    # the others' wait: flagged in the window, never confirmed
+    assert last["straggler/communication/num_stragglers"] > 0
     compact = sinks.tracker_metrics(last)
     assert compact == sinks.tracker_metrics(last, "compact")
-    # every summary metric, and all seven RFC fields of the stages that matter here
+    # every summary metric, and all seven RFC fields of the confirmed stage only
     summary = {n for n in last if sinks._stage_of(n) is None}
     assert {"straggler/num_confirmed", "straggler/confirmed", "straggler/likely_bottleneck",
             "straggler/report_errors", "straggler/dropped_samples",
             "straggler/incomplete_windows", "straggler/whatif_step_saving_ms"} <= summary
     assert set(compact) == summary | {"straggler/%s/%s" % (stage, field)
-                                      for stage in ("forward", "communication")
+                                      for stage in ("forward",)
                                       for field in sinks._STAGE_FIELDS}
     assert all(compact[n] == last[n] for n in compact)
     assert _per_stage(last) == {"forward", "backward", "communication"}
     assert sinks.tracker_metrics(last, "full") == last
-    # a confirmed stage that this window did not flag stays; a healthy report is the summary
-    quiet = dict(last, **{"straggler/forward/num_stragglers": 0.0,
-                          "straggler/communication/num_stragglers": 0.0})
+    # a confirmed stage that this window did not flag stays; two confirmed stages, both; a
+    # healthy report is the summary
+    quiet = dict(last, **{"straggler/forward/num_stragglers": 0.0})
     assert _per_stage(sinks.tracker_metrics(quiet)) == {"forward"}
-    healthy = dict(quiet, **{"straggler/confirmed": "", "straggler/num_confirmed": 0.0})
+    two = dict(last, **{"straggler/confirmed": "%d:forward,0:backward" % SLOW_RANK})
+    assert _per_stage(sinks.tracker_metrics(two)) == {"forward", "backward"}
+    healthy = dict(last, **{"straggler/confirmed": "", "straggler/num_confirmed": 0.0})
     assert set(sinks.tracker_metrics(healthy)) == summary
     for bad in ("all", None, True):
         with pytest.raises(ValueError, match="metrics must be .compact."):
@@ -170,17 +180,21 @@ def test_tensorboard_sink_is_read_back_by_tensorboard(tmp_path):
                            size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     top = acc.Scalars("straggler/forward/top_rank")
-    assert [e.step for e in top] == [w * 10 for w in range(8)]
+    # compact (the default): the confirmed stage's series, from its confirmation on
+    assert [e.step for e in top] == analysis.confirmed_steps
     assert {e.value for e in top} == {float(SLOW_RANK)}
     assert acc.Scalars("straggler/num_confirmed")[-1].value == 1.0
     # text metrics are TensorBoard text summaries (tensors with the text plugin)
     assert "straggler/confirmed/text_summary" in acc.Tags()["tensors"]
     confirmed = acc.Tensors("straggler/confirmed/text_summary")[-1]
     assert confirmed.tensor_proto.string_val[0].decode() == "%d:forward" % SLOW_RANK
-    # compact (the default): no series of the stage no window flagged; full: every stage's
-    assert _per_stage(acc.Tags()["scalars"]) == {"forward", "communication"}
+    # compact (the default): the confirmed stage's series only; full: every stage's
+    assert _per_stage(acc.Tags()["scalars"]) == {"forward"}
     acc_full = EventAccumulator(str(tmp_path / "full"), size_guidance={"scalars": 0})
     acc_full.Reload()
+    top = acc_full.Scalars("straggler/forward/top_rank")
+    assert [e.step for e in top] == [w * 10 for w in range(8)]
+    assert {e.value for e in top} == {float(SLOW_RANK)}
     assert _per_stage(acc_full.Tags()["scalars"]) == {"forward", "backward", "communication"}
     assert len(acc_full.Scalars("straggler/backward/mean_ms")) == 8
 
@@ -211,13 +225,13 @@ def test_mlflow_sink_with_mlflows_default_store_is_read_back_by_mlflow_client(tm
     assert run.info.status == "FINISHED"
     assert run.info.run_name == "slow-rank"
     history = client.get_metric_history(run_id, "straggler/forward/top_rank")
-    assert sorted(m.step for m in history) == [w * 10 for w in range(8)]
+    assert sorted(m.step for m in history) == analysis.confirmed_steps
     assert {m.value for m in history} == {float(SLOW_RANK)}
     assert run.data.tags["straggler/confirmed"] == "%d:forward" % SLOW_RANK
     assert run.data.tags["straggler/likely_bottleneck"] == "forward"
-    # the compact set: no metric of the stage no window flagged
+    # the compact set: the confirmed stage's metrics only
     assert run.data.metrics["straggler/num_confirmed"] == 1.0
-    assert _per_stage(run.data.metrics) == {"forward", "communication"}
+    assert _per_stage(run.data.metrics) == {"forward"}
 
 
 def test_mlflow_sink_logs_into_the_trainers_run_at_a_tracking_uri(tmp_path, monkeypatch):
@@ -389,14 +403,14 @@ def test_wandb_sink_offline_run_is_read_back(tmp_path, monkeypatch):
     analysis.close()
     history, summary = _read_wandb_offline_run(tmp_path)
     steps = [row["straggler/step"] for row in history if "straggler/forward/top_rank" in row]
-    assert steps == [w * 10 for w in range(8)]
+    assert steps == analysis.confirmed_steps
     assert {row["straggler/forward/top_rank"] for row in history
             if "straggler/forward/top_rank" in row} == {float(SLOW_RANK)}
     assert summary["straggler/confirmed"] == "%d:forward" % SLOW_RANK
     assert run_dir.startswith(str(tmp_path))
-    # the compact set: the summary in every row, no series of the stage no window flagged
+    # the compact set: the summary in every row, the confirmed stage's series only
     assert all("straggler/num_confirmed" in row for row in history if "straggler/step" in row)
-    assert _per_stage(k for row in history for k in row) == {"forward", "communication"}
+    assert _per_stage(k for row in history for k in row) == {"forward"}
 
 
 def test_prometheus_sink_is_scraped_over_http():
