@@ -27,11 +27,22 @@ without waiting, and the ranks are compared later, off the training thread; the 
 rank spends waiting for a slow one shows in the communication stages (all-grads-sync,
 pipeline-p2p), where it is evidence that the rank waits, never a verdict against it. So without
 `inner` a barrier request is counted (Timers.barrier_requests) and nothing else happens, and
-elapsed() reads the host clock without synchronizing the device. With `inner` (Megatron's own
-Timers), the inner timer is started and stopped exactly as Megatron asked, so its log() and
-write() keep working: its barriers and synchronizations are Megatron's own, the same as without
-laggard, and laggard's span begins after the inner start and ends before the inner stop, so it
-does not include them.
+elapsed() reads the host clock without synchronizing the device.
+
+With `inner` (Megatron's own Timers), the inner timer is started and stopped exactly as Megatron
+asked, so its log() and write() keep working: its barriers and synchronizations are Megatron's
+own, the same as without laggard. Those barriers are where the fast ranks now wait for a slow
+one (at the next barrier, before the collective that would have held the wait), and that wait
+must not land outside every stage: there it would be `untimed` time, kind other, and the fast
+rank that waited most would be named for it. So on a sampled step every call into the inner
+Timers that makes the ranks wait for each other (a start, stop or elapsed with barrier=True on
+a real inner timer; log(), write() and get_all_timers_string(), which gather across ranks) is
+timed as the communication stage `timers-barrier` (TIMERS_BARRIER_STAGE). A laggard stage that
+is open at that moment (Megatron-LM's `optimizer` around megatron-core's optimizer-* timers,
+each with a barrier) is closed for the call and reopened after it, so that the wait counts once,
+as communication, and not in the stage around it. laggard's own span of a timer begins after the
+inner start and ends before the inner stop, so it contains neither the barrier nor the
+synchronization.
 
 Failures inside laggard are counted and logged, never raised; an inner timer's own errors
 (Megatron's assertions) reach the caller as they would without laggard.
@@ -40,7 +51,7 @@ Failures inside laggard are counted and logged, never raised; an inner timer's o
 import re
 import time
 
-__all__ = ["Timers", "pipeline_cohort", "stage_for"]
+__all__ = ["Timers", "pipeline_cohort", "stage_for", "P2P_STAGE", "TIMERS_BARRIER_STAGE"]
 
 _NAMED = {
     "forward-compute": ("forward", "compute"),
@@ -53,6 +64,9 @@ _NOT_STAGES = frozenset(("forward-backward", "interval-time"))
 _P2P = re.compile(r"^(forward|backward)-(send|recv)(-(forward|backward)-(send|recv))?$")
 _COLLECTIVE = re.compile(r"all-reduce|all-gather|reduce-scatter|grads-sync|all-to-all")
 P2P_STAGE = "pipeline-p2p"
+# Where the ranks wait for each other inside Megatron's own Timers (with `inner`): their barriers
+# and the gathers of their log/write. Communication: a fast rank's time there is waiting.
+TIMERS_BARRIER_STAGE = "timers-barrier"
 
 
 def stage_for(name):
@@ -108,14 +122,15 @@ class _Stage:
 class _Timer:
     """What Timers(name) returns: Megatron's timer interface, timing the stage as well."""
 
-    __slots__ = ("name", "_owner", "_stage", "_inner", "_open", "_started", "_t0", "_elapsed",
-                 "_active")
+    __slots__ = ("name", "_owner", "_stage", "_inner", "_inner_waits", "_open", "_started",
+                 "_t0", "_elapsed", "_active")
 
     def __init__(self, owner, name, stage):
         self.name = name
         self._owner = owner
         self._stage = stage  # a _Stage, or None (not a stage)
         self._inner = None  # Megatron's own timer for this name, when Timers has an inner
+        self._inner_waits = False  # whether it makes a barrier when asked (not its dummy timer)
         self._open = -1  # the generation (sampled step) in which this timer opened the stage
         self._started = False
         self._t0 = 0.0
@@ -124,11 +139,15 @@ class _Timer:
 
     def start(self, barrier=False):
         inner = self._inner
-        if inner is not None:
-            inner.start(barrier=barrier)  # Megatron's own timer, as Megatron asked
-        elif barrier:
-            self._owner.barrier_requests += 1
         owner = self._owner
+        if inner is not None:
+            # Megatron's own timer, as Megatron asked; its barrier is a wait (_waiting)
+            if barrier and self._inner_waits and owner._waits_timed():
+                owner._waiting(inner.start, barrier=barrier)
+            else:
+                inner.start(barrier=barrier)
+        elif barrier:
+            owner.barrier_requests += 1
         if self._stage is not None and owner._analyzer._sampled:
             owner._begin(self)
         if self._started:
@@ -149,7 +168,10 @@ class _Timer:
             owner._misuse("stop", self.name)
         inner = self._inner
         if inner is not None:
-            inner.stop(barrier=barrier)
+            if barrier and self._inner_waits and owner._waits_timed():
+                owner._waiting(inner.stop, barrier=barrier)
+            else:
+                inner.stop(barrier=barrier)
         elif barrier:
             owner.barrier_requests += 1
 
@@ -159,6 +181,8 @@ class _Timer:
         the host's time, not the kernels')."""
         inner = self._inner
         if inner is not None:
+            if barrier and self._inner_waits and self._owner._waits_timed():
+                return self._owner._waiting(inner.elapsed, reset=reset, barrier=barrier)
             return inner.elapsed(reset=reset, barrier=barrier)
         if barrier:
             self._owner.barrier_requests += 1
@@ -206,9 +230,16 @@ class Timers:
         self.barrier_requests = 0  # barrier=True asked of laggard's own timers (not honoured)
         # Megatron timer name -> laggard stage (None: not a stage), with an enabled analyzer
         self.stage_names = {}
+        # The inner Timers' waits (TIMERS_BARRIER_STAGE), with an inner and an enabled analyzer
+        self._wait_stage = None
         if analyzer is not None and analyzer.enabled:
             # A new sampled step: entries left open by the last one were dropped by its end_step.
             analyzer._on_sampled_step.append(self._new_sampled_step)
+            if inner is not None:
+                try:
+                    self._wait_stage = self._stage(TIMERS_BARRIER_STAGE, "communication")
+                except Exception as e:
+                    self._report("timer %r" % (TIMERS_BARRIER_STAGE,), e)
 
     @property
     def inner(self):
@@ -219,8 +250,10 @@ class Timers:
         if timer is None:
             timer = self._new_timer(name)
         if self._inner is not None:
-            # Megatron's Timers checks the log level and may hand out its dummy timer.
-            timer._inner = self._inner(name, log_level)
+            # Megatron's Timers checks the log level and may hand out its dummy timer, which
+            # makes no barrier.
+            inner = timer._inner = self._inner(name, log_level)
+            timer._inner_waits = type(inner).__name__ != "DummyTimer"
         return timer
 
     def _new_timer(self, name):
@@ -229,13 +262,7 @@ class Timers:
             mapped = stage_for(name)
             an = self._analyzer
             if mapped is not None and an is not None and an.enabled:
-                stage_name, kind = mapped
-                stage = self._stages.get(stage_name)
-                if stage is None:
-                    stage_id = an.stage_id(stage_name, kind)
-                    if stage_id >= 0:
-                        begin, end = an._recorder.marks(stage_id)
-                        stage = self._stages[stage_name] = _Stage(stage_name, begin, end)
+                stage = self._stage(*mapped)
             if an is not None and an.enabled:
                 self.stage_names[name] = mapped[0] if mapped is not None else None
         except Exception as e:
@@ -243,6 +270,16 @@ class Timers:
             stage = None
         timer = self._timers[name] = _Timer(self, name, stage)
         return timer
+
+    def _stage(self, stage_name, kind):
+        """The _Stage of laggard stage `stage_name` (registered on first use), or None."""
+        stage = self._stages.get(stage_name)
+        if stage is None:
+            stage_id = self._analyzer.stage_id(stage_name, kind)
+            if stage_id >= 0:
+                begin, end = self._analyzer._recorder.marks(stage_id)
+                stage = self._stages[stage_name] = _Stage(stage_name, begin, end)
+        return stage
 
     # -- the stages' nesting (training thread) -------------------------------------------
 
@@ -278,6 +315,38 @@ class Timers:
         except Exception as e:
             self._report("stop", e)
 
+    def _waits_timed(self):
+        """Whether a wait inside the inner Timers is timed now (a sampled step, with an inner)."""
+        return self._wait_stage is not None and self._analyzer._sampled
+
+    def _waiting(self, call, *args, **kwargs):
+        """call(*args, **kwargs): a call into the inner Timers that makes the ranks wait for
+        each other, timed as TIMERS_BARRIER_STAGE. The laggard stages open at that moment are
+        closed around it (an entry each side), so that the wait is not theirs as well; the
+        call's own result and exceptions are the caller's."""
+        if not self._waits_timed():
+            return call(*args, **kwargs)
+        wait = self._wait_stage
+        paused = ()
+        try:
+            generation = self._generation
+            paused = [s for s in self._stages.values()
+                      if s.depth > 0 and s.generation == generation and s is not wait]
+            for stage in paused:
+                stage.end()
+            wait.begin()
+        except Exception as e:
+            self._report("barrier", e)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            try:
+                wait.end()
+                for stage in paused:
+                    stage.begin()
+            except Exception as e:
+                self._report("barrier", e)
+
     def _misuse(self, what, name):
         self._report(what, RuntimeError(
             "laggard.megatron: timer %r: %s() while %s" %
@@ -294,16 +363,25 @@ class Timers:
     # -- Megatron's logging ------------------------------------------------------------------
 
     def log(self, *args, **kwargs):
-        """Megatron's Timers.log when there is an inner Timers; else nothing."""
+        """Megatron's Timers.log when there is an inner Timers; else nothing. It gathers the
+        times across ranks: on a sampled step, timed as TIMERS_BARRIER_STAGE."""
         if self._inner is not None:
-            return self._inner.log(*args, **kwargs)
+            return self._waiting(self._inner.log, *args, **kwargs)
         return None
 
     def write(self, *args, **kwargs):
-        """Megatron's Timers.write when there is an inner Timers; else nothing."""
+        """Megatron's Timers.write when there is an inner Timers; else nothing. Timed as log()."""
         if self._inner is not None:
-            return self._inner.write(*args, **kwargs)
+            return self._waiting(self._inner.write, *args, **kwargs)
         return None
+
+    def get_all_timers_string(self, *args, **kwargs):
+        """Megatron's Timers.get_all_timers_string (an inner Timers is needed). Timed as
+        log()."""
+        if self._inner is None:
+            raise AttributeError("get_all_timers_string: laggard.megatron.Timers without an "
+                                 "inner Timers has no timer strings")
+        return self._waiting(self._inner.get_all_timers_string, *args, **kwargs)
 
     def __getattr__(self, name):
         # Only reached for attributes this class does not have: the inner Timers' others

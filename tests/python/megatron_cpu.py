@@ -1,19 +1,21 @@
 """Megatron-core's schedules on a machine without CUDA, for the tests.
 
-megatron-core 0.16 allocates three things on the GPU whatever the model's device: the
+megatron-core 0.16 allocates four things on the GPU whatever the model's device: the
 schedules' token counter (schedules.py: torch.zeros([], dtype=torch.int, device="cuda")), the
 pipeline's receive buffers (p2p_communication.py: torch.empty(..., device=
-torch.cuda.current_device())), and its Timer calls torch.cuda.synchronize() (timers.py). With a
-CPU-only torch each raises "Torch not compiled with CUDA enabled". redirect() gives those modules
-a `torch` whose device "cuda" is the CPU and whose synchronize() does nothing; everything else in
-them is Megatron's own code.
+torch.cuda.current_device())), the FP32 optimizer's loss scale (optimizer/optimizer.py:
+torch.tensor([1.0], device="cuda")), and its Timer calls torch.cuda.synchronize() (timers.py).
+With a CPU-only torch each raises "Torch not compiled with CUDA enabled". redirect() gives those
+modules a `torch` whose device "cuda" is the CPU and whose synchronize() does nothing; everything
+else in them is Megatron's own code.
 """
 
 import torch
 
 MODULES = ("megatron.core.pipeline_parallel.schedules",
            "megatron.core.pipeline_parallel.p2p_communication",
-           "megatron.core.timers")
+           "megatron.core.timers",
+           "megatron.core.optimizer.optimizer")
 
 
 class _Forward:
@@ -39,11 +41,15 @@ def _empty(*args, device=None, **kwargs):
     return torch.empty(*args, device=_cpu(device), **kwargs)
 
 
+def _tensor(*args, device=None, **kwargs):
+    return torch.tensor(*args, device=_cpu(device), **kwargs)
+
+
 def _nothing(*args, **kwargs):
     return None
 
 
-CPU_TORCH = _Forward(torch, zeros=_zeros, empty=_empty,
+CPU_TORCH = _Forward(torch, zeros=_zeros, empty=_empty, tensor=_tensor,
                      cuda=_Forward(torch.cuda, current_device=lambda: "cpu",
                                    synchronize=_nothing))
 

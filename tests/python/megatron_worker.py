@@ -1,6 +1,8 @@
 """One rank of test_megatron: Megatron-core's own pipeline schedule (1F1B,
 get_forward_backward_func()) and finalize_model_grads on a tiny model, over gloo on the CPU,
-with config.timers = laggard.megatron.Timers. Writes OUT/result-<rank>.json.
+with config.timers = laggard.megatron.Timers, set up as docs/megatron.md shows (--inner: with
+Megatron's own Timers inside). One rank can be made slow in forward, backward or the optimizer
+step (--slow-rank, --slow-stage). Writes OUT/result-<rank>.json.
 
 Megatron's data-parallel DistributedDataParallel keeps its gradient buffers on CUDA streams, so
 the model chunk here does its data-parallel gradient all-reduce itself (finish_grad_sync, which
@@ -30,20 +32,52 @@ HIDDEN, SEQ, MICRO_BATCH = 8, 4, 2
 def parse(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--interval", type=int, default=2)
+    p.add_argument("--steps", type=int, default=80)
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--microbatches", type=int, default=2)
     p.add_argument("--base-ms", type=float, default=8.0)
     p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-stage", choices=("forward", "backward", "optimizer"),
+                   default="forward")
     p.add_argument("--slow-ms", type=float, default=16.0)
+    p.add_argument("--inner", action="store_true",
+                   help="Megatron's own Timers inside laggard's (docs/megatron.md)")
+    p.add_argument("--unpatched-check", action="store_true",
+                   help="first run the schedule once as it is, to see it stop at its first "
+                        "CUDA allocation (without --inner)")
     return p.parse_args(argv)
+
+
+class _SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps: the stage's backward compute, slower on one rank."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.ms / 1000.0)
+        return grad, None
+
+
+class _SleepingSGD(torch.optim.SGD):
+    """SGD whose step also sleeps `ms`: a larger model's update (slower on one rank)."""
+
+    def __init__(self, params, lr, ms):
+        super().__init__(params, lr=lr)
+        self.ms = ms
+
+    def step(self, closure=None):
+        time.sleep(self.ms / 1000.0)
+        return super().step(closure)
 
 
 class Stage(torch.nn.Module):
     """One pipeline stage: a linear layer; the last stage's output is the loss's input."""
 
-    def __init__(self, config, forward_ms):
+    def __init__(self, config, forward_ms, backward_ms):
         super().__init__()
         from megatron.core.distributed import DistributedDataParallelConfig
         from megatron.core.enums import ModelType
@@ -56,6 +90,7 @@ class Stage(torch.nn.Module):
         self.pre_process = True
         self.share_embeddings_and_output_weights = False
         self.forward_ms = forward_ms
+        self.backward_ms = backward_ms
         self.input_tensor = None
 
     def set_input_tensor(self, tensors):  # the schedule hands over the previous stage's output
@@ -65,7 +100,8 @@ class Stage(torch.nn.Module):
         time.sleep(self.forward_ms / 1000.0)  # stands in for the stage's compute
         if self.input_tensor is not None:
             x = self.input_tensor
-        return torch.tanh(self.layer(x))
+        out = torch.tanh(self.layer(x))
+        return _SlowBackward.apply(out, self.backward_ms)  # stands in for its backward
 
     def finish_grad_sync(self, force_all_reduce=False):
         from megatron.core import parallel_state
@@ -90,19 +126,27 @@ def main(argv):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     parallel_state.initialize_model_parallel(pipeline_model_parallel_size=args.pp)
+    # As docs/megatron.md: the pipeline stage is the cohort, Megatron's own Timers (if any) inside
+    inner = None
+    if args.inner:
+        from megatron.core.timers import Timers as MegatronTimers
+
+        inner = MegatronTimers(log_level=2, log_option="minmax")
     cohort = laggard.megatron.pipeline_cohort()
-    an = laggard.Analyzer(enabled=True, interval=args.interval, cohort=cohort,
-                          log_dir=os.path.join(args.out, "logs"), close_timeout_s=30.0)
-    timers = laggard.megatron.Timers(an)
+    # laggard's default settings (a step in 10 sampled); the rank logs kept for the test
+    an = laggard.Analyzer(cohort=cohort, log_dir=os.path.join(args.out, "logs"))
+    timers = laggard.megatron.Timers(an, inner=inner)
 
     config = TransformerConfig(num_layers=args.pp, hidden_size=HIDDEN, num_attention_heads=1,
                                pipeline_model_parallel_size=args.pp,
                                pipeline_dtype=torch.float32)
     config.timers = timers
     config.finalize_model_grads_func = finalize_model_grads
-    forward_ms = args.base_ms + (args.slow_ms if rank == args.slow_rank else 0.0)
-    model = Stage(config, forward_ms)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    slow = args.slow_ms if rank == args.slow_rank else 0.0
+    forward_ms = args.base_ms + (slow if args.slow_stage == "forward" else 0.0)
+    backward_ms = args.base_ms + (slow if args.slow_stage == "backward" else 0.0)
+    optimizer_ms = args.base_ms / 2 + (slow if args.slow_stage == "optimizer" else 0.0)
+    model = Stage(config, forward_ms, backward_ms)
     gen = torch.Generator().manual_seed(100 + parallel_state.get_data_parallel_rank())
 
     def batches():
@@ -130,12 +174,23 @@ def main(argv):
 
     # Megatron's schedule as it is, without a GPU: it gets as far as its first CUDA allocation.
     unpatched_error = None
-    try:
-        forward_backward(**schedule_kwargs)
-    except Exception as e:
-        unpatched_error = "%s: %s" % (type(e).__name__, e)
-    timers("forward-backward").stop()  # the schedule left it running when it raised
+    if args.unpatched_check and inner is None:
+        try:
+            forward_backward(**schedule_kwargs)
+        except Exception as e:
+            unpatched_error = "%s: %s" % (type(e).__name__, e)
+        timers("forward-backward").stop()  # the schedule left it running when it raised
     redirect_undo = megatron_cpu.redirect()
+    # Megatron's own optimizer wrapper, as Megatron-LM's get_megatron_optimizer builds it for
+    # fp32 without the distributed optimizer: its optimizer-* timers (barrier=True) run inside
+    # the training loop's `optimizer` timer.
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.optimizer.optimizer import FP32Optimizer
+
+    opt_config = OptimizerConfig(optimizer="sgd", lr=0.05, clip_grad=0.0,
+                                 barrier_with_L1_time=config.barrier_with_L1_time, timers=timers)
+    opt = FP32Optimizer(_SleepingSGD(model.parameters(), lr=0.05, ms=optimizer_ms), opt_config,
+                        lambda _: None)
 
     barriers = []
     real_barrier = dist.barrier
@@ -158,6 +213,15 @@ def main(argv):
             timers("optimizer").stop()
             an.end_step()
             losses.extend(float(o["loss"]) for o in out)
+        megatron_times = {}
+        if inner is not None:  # Megatron's own timers, as its log() reads them (ms per step)
+            for name in ("forward-compute", "backward-compute", "all-grads-sync", "optimizer"):
+                megatron_times[name] = inner(name).elapsed(reset=False) * 1000.0 / args.steps
+            megatron_log = timers.get_all_timers_string(list(megatron_times),
+                                                        normalizer=args.steps / 1000.0,
+                                                        reset=False)
+        else:
+            megatron_log = None
     finally:
         dist.barrier = real_barrier
         redirect_undo()
@@ -171,6 +235,8 @@ def main(argv):
         "losses": losses,
         "barriers_on_training_thread": len(barriers),
         "barrier_requests": timers.barrier_requests,
+        "megatron_times": megatron_times,
+        "megatron_log": megatron_log,
         "stage_names": timers.stage_names,
         "counters": an.counters(),
         "latest_report": an.latest_report(),

@@ -1,6 +1,7 @@
 """laggard.megatron.Timers: the stage map, nesting, barriers, delegation to Megatron's own
-Timers, and Megatron's own pipeline schedule on 4 real gloo ranks (2 pipeline stages x 2
-data-parallel ranks), where one rank's forward is slow."""
+Timers, and Megatron's own pipeline schedule and optimizer on 4 real gloo ranks (2 pipeline
+stages x 2 data-parallel ranks), set up as docs/megatron.md shows, with and without Megatron's
+own Timers inside: one rank slow in forward, backward or the optimizer step, or none."""
 
 import json
 import os
@@ -184,19 +185,139 @@ def test_inner_megatron_timers_keep_their_own_timing_and_log(tmp_path):
         undo()
 
 
+def test_inner_barriers_are_waits_timed_as_communication_not_untimed(tmp_path, monkeypatch):
+    """Megatron's own Timers make a barrier where Megatron asks for one: there a fast rank waits
+    for a slow one. That wait is the communication stage timers-barrier, never part of the
+    stage around it (Megatron-LM's `optimizer` around optimizer-inner-step) nor untimed."""
+    import time
+
+    from megatron.core.timers import Timers as MegatronTimers
+
+    barrier_s = 0.02
+    made = []
+
+    def waiting_barrier(*a, **k):  # stands in for the wait for a slower rank
+        made.append(1)
+        time.sleep(barrier_s)
+
+    monkeypatch.setattr(torch.distributed, "barrier", waiting_barrier)
+    undo = megatron_cpu.redirect()
+    try:
+        inner = MegatronTimers(log_level=2, log_option="minmax")
+        an = _analyzer(tmp_path)
+        timers = Timers(an, inner=inner)
+        # Megatron-LM's interval-time, started and read outside the steps: its barriers are
+        # made, nothing is recorded
+        timers("interval-time", log_level=0).start(barrier=True)
+        for step in range(2):
+            an.begin_step(step)
+            timers("forward-backward", log_level=1).start(barrier=True)  # not a stage
+            timers("forward-compute", log_level=2).start()
+            time.sleep(0.004)
+            timers("forward-compute").stop()
+            timers("forward-backward").stop()
+            timers("optimizer", log_level=1).start(barrier=True)
+            timers("optimizer-inner-step", log_level=1).start(barrier=True)  # inside optimizer
+            time.sleep(0.004)
+            timers("optimizer-inner-step").stop()
+            timers("optimizer").stop()
+            an.end_step()
+        timers("interval-time").elapsed(barrier=True)  # stopped and started: two barriers
+        an.close()
+    finally:
+        undo()
+    assert len(made) == 1 + 2 * 3 + 2  # every barrier Megatron asked for, made by its timers
+    assert timers.barrier_requests == 0  # (counted only without inner)
+    with open(os.path.join(str(tmp_path), "rank-0.jsonl")) as f:
+        samples = [json.loads(line) for line in f]
+    assert len(samples) == 2
+    for sample in samples:
+        stages = {s["name"]: s for s in sample["stages"]}
+        assert set(stages) == {"forward", "optimizer", "timers-barrier"}
+        wait = stages["timers-barrier"]
+        assert wait["kind"] == "communication" and wait["calls"] == 3
+        assert wait["ms"] >= 3 * barrier_s * 1000 * 0.95
+        # the optimizer's own work only: the barrier inside it is not counted there
+        assert 3.5 <= stages["optimizer"]["ms"] < 4 + barrier_s * 1000 * 0.5
+        assert stages["optimizer"]["calls"] == 2  # closed around the barrier, reopened after
+        assert 3.5 <= stages["forward"]["ms"] < 4 + barrier_s * 1000 * 0.5
+        untimed = sample["step_ms"] - sum(s["ms"] for s in sample["stages"])
+        assert untimed < barrier_s * 1000 * 0.5, sample
+    # Megatron's own timers saw what they always do: its optimizer timer contains the barrier
+    assert inner("optimizer").elapsed(reset=False) >= 2 * (0.004 + barrier_s)
+    assert an.counters()["report_errors"] == 0 and an.counters()["unbalanced"] == 0
+
+
+def test_inner_dummy_timers_make_no_barrier_and_time_none(tmp_path, monkeypatch):
+    """Above the inner Timers' log level Megatron hands out its dummy timer, which makes no
+    barrier: nothing is timed as a wait."""
+    from megatron.core.timers import Timers as MegatronTimers
+
+    made = []
+    monkeypatch.setattr(torch.distributed, "barrier", lambda *a, **k: made.append(1))
+    undo = megatron_cpu.redirect()
+    try:
+        an = _analyzer(tmp_path)
+        timers = Timers(an, inner=MegatronTimers(log_level=0, log_option="minmax"))
+        an.begin_step(0)
+        timers("all-grads-sync", log_level=1).start(barrier=True)
+        timers("all-grads-sync").stop()
+        an.end_step()
+        an.close()
+    finally:
+        undo()
+    assert made == []
+    assert set(_stage_ms(tmp_path)[0]) == {"all-grads-sync"}
+
+
 # -- Megatron's pipeline schedule on real ranks --------------------------------------------------
 
+# Each case: the rank made slow and the laggard stage it is slow in (None: a healthy run). Ranks
+# of both pipeline stages: rank 1 is pp0, ranks 2 and 3 are pp1.
+CASES = {"forward": (1, "forward"), "backward": (3, "backward"),
+         "optimizer": (2, "optimizer"), "healthy": None}
+# The docs' interval (10) and 8 sampled steps: every slowdown here is confirmed within 4-6 of
+# them (measured on 2 busy cores), so 8 leave a margin; a run takes 5-10 s.
+STEPS = 80
+# The barriers Megatron asks for in a step (barrier_with_L1_time): forward-backward,
+# all-grads-sync and finalize_model_grads' three all-reduce timers, the training loop's
+# optimizer, and FP32Optimizer's optimizer-copy-to-main-grad, -clip-main-grad, -count-zeros and
+# -inner-step.
+BARRIERS_PER_STEP = 10
+
+
+def _peer(rank):
+    """The other data-parallel rank of `rank`'s pipeline stage (ranks 0/1 are pp0, 2/3 pp1)."""
+    return rank ^ 1
+
+
 @pytest.fixture(scope="module")
-def pipeline_run(tmp_path_factory):
+def megatron_run(tmp_path_factory):
+    """run(inner, case, repetition) -> (results, out): one real 4-rank run, made once."""
     from laggard.launch import free_port
     from ranks import join_ranks, rank_context
 
-    out = tmp_path_factory.mktemp("megatron")
-    ctx = rank_context()
-    port = free_port()
-    argv = ["--out", str(out), "--slow-rank", "1", "--steps", "30", "--interval", "2"]
-    procs = [ctx.Process(target=_rank, args=(r, 4, port, argv)) for r in range(4)]
-    return join_ranks(procs, out, 120), out
+    done = {}
+
+    def run(inner, case, repetition=0):
+        key = (inner, case, repetition)
+        if key not in done:
+            out = tmp_path_factory.mktemp("megatron-%s-%s-%d" % (
+                "inner" if inner else "plain", case, repetition))
+            argv = ["--out", str(out), "--steps", str(STEPS)]
+            if inner:
+                argv.append("--inner")
+            else:
+                argv.append("--unpatched-check")
+            if CASES[case] is not None:
+                argv += ["--slow-rank", str(CASES[case][0]), "--slow-stage", case]
+            ctx = rank_context()
+            port = free_port()
+            procs = [ctx.Process(target=_rank, args=(r, 4, port, argv)) for r in range(4)]
+            done[key] = join_ranks(procs, out, 120), out
+        return done[key]
+
+    return run
 
 
 def _rank(rank, world, port, argv):
@@ -216,61 +337,101 @@ def _rank(rank, world, port, argv):
 
 
 pipeline = pytest.mark.multiproc
+inner_or_not = pytest.mark.parametrize("inner", [False, True], ids=["plain", "inner"])
+
+
+def _confirmed(report):
+    return {(f["rank"], f["stage"]) for f in report["stragglers"] if f["confirmed"]}
 
 
 @pipeline
-def test_megatron_schedule_without_cuda_stops_at_its_first_cuda_allocation(pipeline_run):
-    results, _ = pipeline_run
+@pytest.mark.parametrize("repetition", range(3))
+@pytest.mark.parametrize("case", sorted(CASES))
+@inner_or_not
+def test_megatron_names_the_slow_rank_and_stage_and_nobody_else(megatron_run, inner, case,
+                                                                  repetition):
+    results, _ = megatron_run(inner, case, repetition)
+    report = results[0]["latest_report"]  # the analysis rank's
+    assert report is not None and report["ranks_seen"] == 4
+    if CASES[case] is None:
+        assert _confirmed(report) == set(), report["stragglers"]
+        return
+    rank, stage = CASES[case]
+    assert _confirmed(report) == {(rank, stage)}, (report["stragglers"], report["hints"])
+    slow = next(f for f in report["stragglers"] if (f["rank"], f["stage"]) == (rank, stage))
+    assert slow["cohort"] == "pp%d" % (rank // 2) and slow["slowdown"] > 1.3
+    # its pipeline-stage peer waits for it, in a communication stage: evidence, not a verdict
+    assert _peer(rank) in {f["rank"] for f in report["waiting"] if f["confirmed"]}, \
+        report["waiting"]
+    if inner:
+        # Megatron's own timers measured the same slowdown (its log reads them)
+        name = {"forward": "forward-compute", "backward": "backward-compute",
+                "optimizer": "optimizer"}[case]
+        times = [r["megatron_times"][name] for r in results]
+        assert all(times[rank] > 1.5 * t for r, t in enumerate(times) if r != rank), times
+
+
+@pipeline
+def test_megatron_schedule_without_cuda_stops_at_its_first_cuda_allocation(megatron_run):
+    results, _ = megatron_run(False, "forward")
     for r in results:
         assert r["unpatched_error"] == "AssertionError: Torch not compiled with CUDA enabled"
 
 
 @pipeline
-def test_pipeline_stage_is_the_cohort(pipeline_run):
-    results, out = pipeline_run
+@inner_or_not
+def test_pipeline_stage_is_the_cohort(megatron_run, inner):
+    results, out = megatron_run(inner, "forward")
     assert [r["cohort"] for r in results] == ["pp0", "pp0", "pp1", "pp1"]
     windows, stats = laggard.read_run(str(out / "logs"))
-    assert stats["malformed"] == 0 and len(windows) == 15
+    assert stats["malformed"] == 0 and len(windows) == STEPS // 10
     for _, samples in windows:
         assert {s.rank: s.cohort for s in samples} == {0: "pp0", 1: "pp0", 2: "pp1", 3: "pp1"}
 
 
-@pipeline
-def test_megatron_stages_from_the_schedule(pipeline_run):
-    results, out = pipeline_run
+def _last_window_stages(out):
     windows, _ = laggard.read_run(str(out / "logs"))
-    for sample in windows[-1][1]:
-        stages = {t.name: t for t in sample.stages}
+    return {sample.rank: {t.name: t for t in sample.stages} for sample in windows[-1][1]}
+
+
+@pipeline
+def test_megatron_stages_from_the_schedule_the_same_with_inner(megatron_run):
+    plain_results, plain_out = megatron_run(False, "forward")
+    inner_results, inner_out = megatron_run(True, "forward")
+    plain, inner = _last_window_stages(plain_out), _last_window_stages(inner_out)
+    for rank, stages in plain.items():
         assert {"forward", "backward", "pipeline-p2p", "all-grads-sync", "optimizer",
                 "batch-generator"} <= set(stages), sorted(stages)
         assert "forward-backward" not in stages
         assert stages["forward"].calls == 2  # two microbatches
+        assert stages["optimizer"].calls == 1  # Megatron's optimizer-* timers inside: once
         assert str(stages["pipeline-p2p"].kind).endswith("communication")
         assert str(stages["all-grads-sync"].kind).endswith("communication")
-    for r in results:
+        # With Megatron's own Timers inside: the same stages, and where they wait for each
+        # other, one more communication stage
+        assert set(inner[rank]) == set(stages) | {"timers-barrier"}, (rank, sorted(inner[rank]))
+        assert str(inner[rank]["timers-barrier"].kind).endswith("communication")
+        assert inner[rank]["timers-barrier"].calls == BARRIERS_PER_STEP
+        assert inner[rank]["forward"].calls == 2 and inner[rank]["optimizer"].calls == 5
+    for r in plain_results + inner_results:
         assert r["counters"]["unbalanced"] == 0 and r["counters"]["report_errors"] == 0, r
         assert r["stage_names"]["forward-send-backward-recv" if r["cohort"] == "pp0"
                                 else "backward-send-forward-recv"] == "pipeline-p2p"
+        assert r["stage_names"]["optimizer-inner-step"] == "optimizer"
 
 
 @pipeline
-def test_barrier_requests_are_not_barriers(pipeline_run):
-    results, _ = pipeline_run
-    for r in results:
-        # Megatron asked (barrier_with_L1_time: forward-backward, all-grads-sync, optimizer ...)
-        assert r["barrier_requests"] >= 30 * 3
+def test_barrier_requests_are_not_barriers_and_megatrons_own_are_kept(megatron_run):
+    plain, _ = megatron_run(False, "forward")
+    for r in plain:
+        # Megatron asked (barrier_with_L1_time); laggard made none (the +1: the schedule's
+        # forward-backward in its first call, which stops at its CUDA allocation)
+        assert r["barrier_requests"] == STEPS * BARRIERS_PER_STEP + 1
         assert r["barriers_on_training_thread"] == 0
-
-
-@pipeline
-def test_slow_forward_on_one_rank_is_named_within_its_pipeline_stage(pipeline_run):
-    results, _ = pipeline_run
-    assert len(results[3]["losses"]) == 60  # the last stage computed every microbatch's loss
-    report = results[0]["latest_report"]
-    confirmed = {(f["rank"], f["stage"]) for f in report["stragglers"] if f["confirmed"]}
-    assert confirmed == {(1, "forward")}, report["stragglers"]
-    slow = next(f for f in report["stragglers"] if f["rank"] == 1 and f["stage"] == "forward")
-    assert slow["cohort"] == "pp0" and slow["slowdown"] > 1.3
-    # rank 0 waits for rank 1 in the data-parallel all-reduce: evidence, not a verdict
-    waiting = {(f["rank"], f["stage"]) for f in report["waiting"]}
-    assert (0, "all-grads-sync") in waiting
+    inner, _ = megatron_run(True, "forward")
+    for r in inner:
+        # Megatron's own Timers make every barrier Megatron asked for, as without laggard
+        assert r["barriers_on_training_thread"] == STEPS * BARRIERS_PER_STEP
+        assert r["barrier_requests"] == 0
+    log = inner[-1]["megatron_log"]  # Megatron's own timer table (the last rank's)
+    assert log is not None and "forward-compute" in log and "optimizer" in log, log
