@@ -17,7 +17,7 @@ waits on a collective, and nothing raises into the training loop: failures becom
 warnings and the straggler/report_errors count.
 
 Thread-safety: begin_step/section/end_step/add belong to the training thread;
-latest_metrics/latest_report may be called from any thread.
+latest_metrics/latest_report may be called from any thread, on any rank.
 """
 
 import atexit
@@ -635,8 +635,19 @@ class Analyzer:
     # -- results -----------------------------------------------------------------------------
 
     def latest_metrics(self):
-        """A copy of the latest report's straggler/* metrics on the analysis rank; {} on other
-        ranks and before the first report."""
+        """A copy of the latest straggler/* metrics, on every rank; {} before the first verdict.
+
+        The analysis rank has the latest report's metrics (what its sinks get). Every other rank
+        has the verdict the analysis rank sends down the gather tree after each report (it
+        arrives a few background turns later, within a window in practice):
+        straggler/num_confirmed, straggler/confirmed ("rank:stage,...", the 16 costliest),
+        straggler/likely_bottleneck, straggler/whatif_step_saving_ms, straggler/ranks and
+        straggler/step_ms. Every rank also gets its own part: straggler/verdict_step (the step
+        of the window the verdict is about), straggler/local_score (this rank's worst relative
+        score ref / t over its compute, data and other stages, in (0, 1], 1 = nowhere slower
+        than the reference; NaN until its samples reached the analysis) and
+        straggler/local_confirmed (1.0 when this rank is a confirmed straggler itself), so that
+        every rank can log the verdict or act on it together."""
         try:
             if self._engine is None or self._forked_steps is not None:
                 return {}
@@ -646,8 +657,16 @@ class Analyzer:
             return {}
 
     def latest_report(self):
-        """The latest full report (dict: stages, stragglers, waiting, hints, metrics) on the
-        analysis rank, else None."""
+        """The latest report as a dict, on every rank; None before the first verdict.
+
+        On the analysis rank: the whole report (stages, stragglers, waiting, slow_hosts, hints,
+        metrics). On every other rank it is made from the verdict: step, ranks_seen,
+        world_size, stragglers (the confirmed ones, with cost_ms and cost_share), hints (one per
+        straggler with its reason), likely_bottleneck, whatif_step_saving_ms, metrics (as
+        latest_metrics()); stages, waiting and slow_hosts are empty. On every rank "verdict"
+        holds the verdict itself: step, num_confirmed, confirmed (each with rank, host, stage,
+        slowdown, cost_ms, cost_share and reason), and this rank's "score" and
+        "self_confirmed"."""
         try:
             if self._engine is None or self._forked_steps is not None:
                 return None

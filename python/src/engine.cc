@@ -427,6 +427,9 @@ class PyEngine final : public HotTarget {
     d["windows"] = c.windows;
     d["incomplete_windows"] = c.incomplete_windows;
     d["reports"] = c.reports;
+    d["verdicts_sent"] = c.verdicts_sent;
+    d["verdicts_received"] = c.verdicts_received;
+    d["malformed_verdicts"] = c.malformed_verdicts;
     d["forwarded_samples"] = c.forwarded_samples;
     d["forward_dropped"] = c.forward_dropped;
     d["side_channel_broken"] = c.side_channel_failed || c.parent_down;
@@ -442,6 +445,23 @@ class PyEngine final : public HotTarget {
   std::unique_ptr<Analyzer> analyzer_;
   Recorder* recorder_ = nullptr;  // the engine's, alive as long as analyzer_ (also after close)
 };
+
+/// The verdict as Python reads it on every rank (Analyzer.latest_report()["verdict"]).
+py::dict verdict_dict(const StragglerVerdict& v) {
+  py::list confirmed;
+  for (const VerdictFinding& f : v.confirmed)
+    confirmed.append(py::dict("rank"_a = f.rank, "host"_a = f.host, "cohort"_a = f.cohort,
+                              "stage"_a = f.stage, "kind"_a = to_string(f.kind), "ms"_a = f.ms,
+                              "ref_ms"_a = f.ref_ms, "slowdown"_a = f.slowdown,
+                              "cost_ms"_a = f.cost_ms, "cost_share"_a = f.cost_share,
+                              "windows_flagged"_a = f.windows_flagged, "reason"_a = f.reason));
+  return py::dict("seq"_a = v.seq, "step"_a = v.step, "ranks_seen"_a = v.ranks_seen,
+                  "world_size"_a = v.world_size, "step_ms"_a = v.step_ms,
+                  "whatif_step_saving_ms"_a = v.whatif_step_saving_ms,
+                  "likely_bottleneck"_a = v.likely_bottleneck, "num_confirmed"_a = v.num_confirmed,
+                  "confirmed"_a = confirmed, "rank"_a = v.rank, "score"_a = v.score,
+                  "self_confirmed"_a = v.self_confirmed);
+}
 
 }  // namespace
 
@@ -557,9 +577,20 @@ void bind_engine(py::module_& m) {
             if (!r) return py::none();
             py::dict out = report_dict(*r, e.an().rank());
             out["metrics"] = metrics_dict(e.an().latest_metrics());
+            const std::optional<StragglerVerdict> v = e.an().latest_verdict();
+            out["verdict"] = v ? py::object(verdict_dict(*v)) : py::none();
             return std::move(out);
           },
-          "The latest report as a dict (stages, stragglers, waiting, hints, metrics), or None.")
+          "The latest report as a dict (stages, stragglers, waiting, hints, metrics, verdict), "
+          "or None; on every rank (elsewhere than the analysis rank, made from the verdict).")
+      .def(
+          "latest_verdict",
+          [](PyEngine& e) -> py::object {
+            const std::optional<StragglerVerdict> v = e.an().latest_verdict();
+            if (!v) return py::none();
+            return verdict_dict(*v);
+          },
+          "The latest verdict as a dict, on every rank, or None.")
       .def(
           "count_error",
           [](PyEngine& e, const std::string& kind, const std::string& message) {
