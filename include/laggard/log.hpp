@@ -1,8 +1,13 @@
-// laggard — where laggard's own messages go (warnings about what failed inside laggard).
+// laggard — where laggard's own messages go: warnings about what failed inside laggard, and the
+// verdict's console lines.
 //
 // Nothing laggard does on the live path throws into the caller: a failure (a sink that throws, a
 // side channel that stopped, a log file that cannot be written) becomes a counted, rate-limited
-// warning delivered here.
+// warning delivered here. The analysis rank also delivers here, at LogLevel::warning so that the
+// default handler prints them, one line when a straggler is confirmed and one when it clears
+// ("straggler confirmed: rank 2 (host h) in 'forward', 2.24x the reference ...", "straggler
+// cleared: ..."): neither counted as failures nor rate-limited, one per confirmation or clearing
+// (docs/cpp.md, "The console line, and what every rank reads").
 #pragma once
 
 #include <cstdint>
