@@ -2,6 +2,12 @@
 
 Nothing in laggard raises into a training loop; what fails becomes a warning here (at most one
 per kind and interval, so a failing sink cannot flood the log) and a count the metrics report.
+
+The engine's (C++) messages come to the same logger through the log bridge (python/src/engine.cc)
+at their own level, as "laggard: <message>". Among them, on the analysis rank, the verdict's
+console lines ("laggard: straggler confirmed: ...", "laggard: straggler cleared: ...") at
+WARNING, so that Python prints them to stderr with no logging configured (its last-resort
+handler); they are neither rate-limited nor counted as failures.
 """
 
 import logging
