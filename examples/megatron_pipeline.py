@@ -1,21 +1,23 @@
 """Megatron-core's pipeline schedule with laggard as its config.timers.
 
 4 ranks: 2 pipeline stages x 2 data-parallel ranks, Megatron's own 1F1B schedule
-(get_forward_backward_func()) and finalize_model_grads on a tiny two-stage model; rank 1 (stage
-0) is made slow in forward:
+(get_forward_backward_func()), finalize_model_grads and FP32Optimizer on a tiny two-stage model;
+one rank is made slow in forward (or --slow-stage backward / optimizer):
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 4 \
-        examples/megatron_pipeline.py --steps 40 --slow-rank 1
+        examples/megatron_pipeline.py --slow-rank 1
 
-(torchrun of the venv with megatron-core, with PYTHONPATH=python in a source tree.) Rank 0
-prints the confirmed stragglers at the end: rank 1 in forward, compared with rank 0 only (its
-pipeline stage, the cohort "pp0"); rank 0 waits for it in all-grads-sync, and stage 1 waits in
-pipeline-p2p.
+(torchrun of the venv with megatron-core, with PYTHONPATH=python in a source tree.) laggard's
+default settings; rank 0 prints the confirmed stragglers at the end: rank 1 in forward,
+compared with rank 0 only (its pipeline stage, the cohort "pp0"); rank 0 waits for it in
+all-grads-sync, and stage 1 waits in pipeline-p2p. --megatron-log keeps Megatron's own Timers
+inside laggard's (inner) and prints their table too: the verdict is the same, and the waits
+move to Megatron's barriers (timers-barrier).
 
-On a machine without CUDA, megatron-core 0.16's schedules still allocate three things on the GPU
-(a token counter, the pipeline's receive buffers, and its own Timer's synchronize); --cpu (the
-default when torch has no CUDA) points those at the CPU, for trying this out. Nothing else of
-Megatron's is changed, and laggard itself needs none of it.
+On a machine without CUDA, megatron-core 0.16 still allocates four things on the GPU (a token
+counter, the pipeline's receive buffers, the FP32 optimizer's loss scale, and its own Timer's
+synchronize); --cpu (the default when torch has no CUDA) points those at the CPU, for trying
+this out. Nothing else of Megatron's is changed, and laggard itself needs none of it.
 """
 
 import argparse
@@ -32,6 +34,32 @@ import laggard.megatron
 
 warnings.filterwarnings("ignore", module="megatron")
 HIDDEN, SEQ, MICRO_BATCH = 16, 8, 2
+
+
+class SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps: stands in for the stage's backward compute."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.ms / 1000.0)
+        return grad, None
+
+
+class SleepingSGD(torch.optim.SGD):
+    """SGD whose step also sleeps: stands in for a larger model's update."""
+
+    def __init__(self, params, lr, ms):
+        super().__init__(params, lr=lr)
+        self.ms = ms
+
+    def step(self, closure=None):
+        time.sleep(self.ms / 1000.0)
+        return super().step(closure)
 
 
 class Stage(torch.nn.Module):
@@ -55,10 +83,10 @@ class Stage(torch.nn.Module):
         self.input_tensor = tensors[0] if isinstance(tensors, list) else tensors
 
     def forward(self, x):
-        time.sleep((5.0 + self.slow_ms) / 1000.0)  # stands in for the stage's compute
+        time.sleep((5.0 + self.slow_ms["forward"]) / 1000.0)  # stands in for the stage's compute
         if self.input_tensor is not None:
             x = self.input_tensor
-        return torch.tanh(self.layer(x))
+        return SlowBackward.apply(torch.tanh(self.layer(x)), 5.0 + self.slow_ms["backward"])
 
     def finish_grad_sync(self, force_all_reduce=False):
         # Megatron's DistributedDataParallel does this (in buckets, on CUDA streams): the
@@ -90,17 +118,22 @@ def megatron_on_cpu():
     cpu_torch = Forward(torch,
                         zeros=lambda *a, device=None, **k: torch.zeros(*a, device=cpu(device), **k),
                         empty=lambda *a, device=None, **k: torch.empty(*a, device=cpu(device), **k),
+                        tensor=lambda *a, device=None, **k: torch.tensor(*a, device=cpu(device),
+                                                                         **k),
                         cuda=Forward(torch.cuda, current_device=lambda: "cpu",
                                      synchronize=lambda *a, **k: None))
     for name in ("megatron.core.pipeline_parallel.schedules",
-                 "megatron.core.pipeline_parallel.p2p_communication", "megatron.core.timers"):
+                 "megatron.core.pipeline_parallel.p2p_communication", "megatron.core.timers",
+                 "megatron.core.optimizer.optimizer"):
         importlib.import_module(name).torch = cpu_torch
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slow-stage", choices=("forward", "backward", "optimizer"),
+                        default="forward")
     parser.add_argument("--slow-ms", type=float, default=10.0)
     parser.add_argument("--pipeline-stages", type=int, default=2)
     parser.add_argument("--cpu", action="store_true", default=not torch.cuda.is_available())
@@ -110,6 +143,8 @@ def main():
 
     from megatron.core import parallel_state
     from megatron.core.distributed import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.optimizer.optimizer import FP32Optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.timers import Timers as MegatronTimers
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -123,18 +158,24 @@ def main():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     parallel_state.initialize_model_parallel(pipeline_model_parallel_size=args.pipeline_stages)
 
-    # The pipeline stage is the cohort: only ranks that run the same layers are compared.
-    an = laggard.Analyzer(enabled=True, interval=2, cohort=laggard.megatron.pipeline_cohort())
+    # As docs/megatron.md: the pipeline stage is the cohort (only ranks that run the same layers
+    # are compared), laggard's default settings, Megatron's own Timers inside when wanted.
+    an = laggard.Analyzer(cohort=laggard.megatron.pipeline_cohort())
     inner = MegatronTimers(log_level=2, log_option="minmax") if args.megatron_log else None
+    timers = laggard.megatron.Timers(an, inner=inner)
     config = TransformerConfig(num_layers=args.pipeline_stages, hidden_size=HIDDEN,
                                num_attention_heads=1,
                                pipeline_model_parallel_size=args.pipeline_stages,
                                pipeline_dtype=torch.float32)
-    config.timers = laggard.megatron.Timers(an, inner=inner)
+    config.timers = timers
     config.finalize_model_grads_func = finalize_model_grads
-    model = Stage(config, args.slow_ms if rank == args.slow_rank else 0.0, device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    timers = config.timers
+    slow = {stage: args.slow_ms if rank == args.slow_rank and stage == args.slow_stage else 0.0
+            for stage in ("forward", "backward", "optimizer")}
+    model = Stage(config, slow, device)
+    opt = FP32Optimizer(SleepingSGD(model.parameters(), lr=0.05, ms=2.0 + slow["optimizer"]),
+                        OptimizerConfig(optimizer="sgd", lr=0.05, clip_grad=0.0, timers=timers,
+                                        barrier_with_L1_time=config.barrier_with_L1_time),
+                        lambda _: None)
 
     def batches():
         gen = torch.Generator().manual_seed(parallel_state.get_data_parallel_rank())
@@ -159,6 +200,7 @@ def main():
         opt.zero_grad()
         forward_backward(forward_step_func=forward_step, data_iterator=data, model=[model],
                          num_microbatches=4, seq_length=SEQ, micro_batch_size=MICRO_BATCH)
+        # Megatron-LM's train_step times its optimizer step this way
         timers("optimizer", log_level=1).start(barrier=config.barrier_with_L1_time)
         opt.step()
         timers("optimizer").stop()
@@ -170,17 +212,17 @@ def main():
         logging.getLogger("megatron.core.timers").setLevel(logging.INFO)
         timers.log(["forward-compute", "backward-compute", "all-grads-sync", "optimizer"],
                    normalizer=args.steps)  # ms per iteration
-    if report is not None:
+    if report is not None and rank == 0:
         found = ["rank %d (%s) in %s, %.2fx its cohort" % (f["rank"], f["cohort"], f["stage"],
                                                           f["slowdown"])
                  for f in report["stragglers"] if f["confirmed"]]
         waiting = sorted({"rank %d in %s" % (f["rank"], f["stage"]) for f in report["waiting"]
                           if f["confirmed"]})
-        print("laggard: confirmed stragglers: %s" % ("; ".join(found) or "none"))
-        print("laggard: waiting for them: %s" % (", ".join(waiting) or "none"))
+        print("laggard: confirmed stragglers: %s" % ("; ".join(found) or "none"), flush=True)
+        print("laggard: waiting for them: %s" % (", ".join(waiting) or "none"), flush=True)
         if inner is None:
             print("laggard: Megatron asked for %d barriers; laggard made none" %
-                  timers.barrier_requests)
+                  timers.barrier_requests, flush=True)
     parallel_state.destroy_model_parallel()
     dist.destroy_process_group()
 
