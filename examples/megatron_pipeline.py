@@ -173,9 +173,10 @@ def main():
             for stage in ("forward", "backward", "optimizer")}
     model = Stage(config, slow, device)
     opt = FP32Optimizer(SleepingSGD(model.parameters(), lr=0.05, ms=2.0 + slow["optimizer"]),
-                        OptimizerConfig(optimizer="sgd", lr=0.05, clip_grad=0.0, timers=timers,
+                        OptimizerConfig(optimizer="sgd", lr=0.05, clip_grad=0.0,
                                         barrier_with_L1_time=config.barrier_with_L1_time),
                         lambda _: None)
+    opt.config.timers = timers  # its optimizer-* timers
 
     def batches():
         gen = torch.Generator().manual_seed(parallel_state.get_data_parallel_rank())

@@ -1,13 +1,19 @@
 """Megatron-core's timers as laggard stages: laggard.megatron.Timers(analyzer, inner=None).
 
     import laggard, laggard.megatron
-    an = laggard.Analyzer(enabled=True, interval=10, cohort=laggard.megatron.pipeline_cohort())
-    config.timers = laggard.megatron.Timers(an, inner=timers)   # timers: Megatron's own, or None
+    an = laggard.Analyzer(cohort=laggard.megatron.pipeline_cohort())
+    timers = laggard.megatron.Timers(an, inner=megatron_timers)  # Megatron's own Timers, or None
+    config.timers = timers            # the schedule and finalize_model_grads
+    optimizer.config.timers = timers  # Megatron's optimizer: its optimizer-* timers
     for iteration in range(n):
         an.begin_step(iteration)
         forward_backward_func(...)       # Megatron's schedule starts and stops the timers
+        timers("optimizer", log_level=1).start(barrier=config.barrier_with_L1_time)
         optimizer.step()
+        timers("optimizer").stop()
         an.end_step()
+
+docs/megatron.md is the user's guide.
 
 Megatron's schedule, its finalize_model_grads and its optimizers call config.timers(name) and
 start()/stop() the timer they get. Here each name is a laggard stage (stage_for()), timed on

@@ -188,9 +188,10 @@ def main(argv):
     from megatron.core.optimizer.optimizer import FP32Optimizer
 
     opt_config = OptimizerConfig(optimizer="sgd", lr=0.05, clip_grad=0.0,
-                                 barrier_with_L1_time=config.barrier_with_L1_time, timers=timers)
+                                 barrier_with_L1_time=config.barrier_with_L1_time)
     opt = FP32Optimizer(_SleepingSGD(model.parameters(), lr=0.05, ms=optimizer_ms), opt_config,
                         lambda _: None)
+    opt.config.timers = timers  # as docs/megatron.md
 
     barriers = []
     real_barrier = dist.barrier
