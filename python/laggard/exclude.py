@@ -5,8 +5,9 @@
     python -m laggard.exclude ...          (the same, without the C++ program)
 
 A host is named when a rank on it was a *confirmed* straggler of the run (the `stragglers` of
-`laggard analyze --json`, a finding's `material` false leaves it out) or the analysis named the
-host itself (`slow_hosts`: every rank of the host slow in the same stage). Ranks that merely
+`laggard analyze --json`, which holds only material verdicts; a finding's `material` false
+would leave it out too) or the analysis named the host itself (`slow_hosts`: every rank of the
+host slow in the same stage). Ranks that merely
 waited in communication for a slow rank are evidence, never a verdict: their hosts are not named
 unless a verdict names them too. With `--fleet`, hosts the fleet store finds recurring (slow in
 more of their runs than the fleet's base rate explains; see laggard.fleet) are added.
