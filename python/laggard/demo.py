@@ -412,7 +412,15 @@ def main(argv=None):
     import multiprocessing
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch  # noqa: F401 — imported once here; every forked rank inherits it
+    # torch imports `pynvml`; where the deprecated `pynvml` package (a shim over nvidia-ml-py
+    # that some packages still pull in) is installed, its import hook prints a FutureWarning
+    # into the demo's output. Only that warning, only for this import.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The pynvml package is deprecated",
+                                category=FutureWarning)
+        import torch  # noqa: F401 — imported once here; every forked rank inherits it
 
     import laggard.torch  # noqa: F401
     from . import _core  # noqa: F401 — loaded before the fork, so every rank shares it

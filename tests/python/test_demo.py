@@ -35,20 +35,48 @@ def _cli():
     return testenv.cli()
 
 
-def _run(cmd, timeout=120):
+def _run(cmd, timeout=120, env=None):
     t0 = time.monotonic()
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or _env(),
                        universal_newlines=True, timeout=timeout, cwd=ROOT)
     r.wall_s = time.monotonic() - t0
     return r
 
 
-def _demo(out, *args, via_cli=None, timeout=120):
+def _demo(out, *args, via_cli=None, timeout=120, env=None):
     argv = ["--ranks", "2", "--steps", "50", "--slow-from", "0", "--progress", "never",
             "--out", str(out)] + list(args)
     if via_cli:
-        return _run([via_cli, "demo"] + argv, timeout)
-    return _run([sys.executable, "-m", "laggard.demo"] + argv, timeout)
+        return _run([via_cli, "demo"] + argv, timeout, env)
+    return _run([sys.executable, "-m", "laggard.demo"] + argv, timeout, env)
+
+
+# The import hook of the deprecated `pynvml` package (a shim over nvidia-ml-py that some
+# packages still pull in; its .pth file installs this), which warns at the first lookup of the
+# name: torch's own import looks it up.
+PYNVML_SHIM = """
+import importlib.abc, sys, warnings
+
+class _PynvmlShim(importlib.abc.MetaPathFinder):
+    warned = False
+
+    def find_spec(self, name, path, target=None):
+        if name.startswith("pynvml") and not self.warned:
+            self.warned = True
+            warnings.warn("The pynvml package is deprecated. Please install nvidia-ml-py "
+                          "instead.", FutureWarning, stacklevel=2)
+
+sys.meta_path.insert(0, _PynvmlShim())
+"""
+
+
+def _env_with_pynvml_shim(tmp_path):
+    shim = tmp_path / "pynvml-shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(PYNVML_SHIM)
+    env = _env()
+    env["PYTHONPATH"] = str(shim) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
 
 
 def _confirmed(out):
@@ -109,9 +137,15 @@ def test_laggard_demo_through_the_cli(tmp_path):
         assert not testenv.INSTALLED, "the installed package has no `laggard` command"
         pytest.skip("the laggard program is not built (build/tools/laggard; or set LAGGARD_CLI)")
     out = tmp_path / "run"
+    # in an environment with the deprecated pynvml package, whose warning a plain
+    # `import torch` prints there: none of it in the demo's output
+    env = _env_with_pynvml_shim(tmp_path)
+    plain = _run([sys.executable, "-c", "import torch"], env=env)
+    assert "FutureWarning: The pynvml package is deprecated" in plain.stderr, plain.stderr
     r = _demo(out, "--slow-rank", "0", "--slow-stage", "backward", "--slowdown", "4",
-              via_cli=cli)
+              via_cli=cli, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "Warning" not in r.stdout + r.stderr, r.stdout + r.stderr
     assert r.stdout.startswith("laggard demo: 2 ranks"), r.stdout
     # The summary is `laggard analyze`'s own text, on the run directory the demo wrote.
     assert "laggard analyze %s" % out in r.stdout

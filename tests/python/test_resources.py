@@ -699,3 +699,35 @@ def test_close_leaves_a_hung_read_behind_without_closing_its_source():
     assert time.monotonic() - t0 < 2.0  # close is bounded
     assert not Hung.closed  # the read is still running: its source stays open
     release.set()
+
+
+def test_import_pynvml_prints_no_warning_of_the_deprecated_pynvml_package(monkeypatch):
+    # The deprecated `pynvml` package (a shim over nvidia-ml-py) installs an import hook that
+    # warns at the first lookup of the name, find_spec included; laggard looks it up and
+    # imports it with that warning silenced.
+    import importlib.abc
+    import importlib.util
+    import sys
+    import warnings
+
+    class Shim(importlib.abc.MetaPathFinder):
+        warned = False
+
+        def find_spec(self, name, path, target=None):
+            if name.startswith("pynvml") and not self.warned:
+                self.warned = True
+                warnings.warn("The pynvml package is deprecated. Please install nvidia-ml-py "
+                              "instead.", FutureWarning, stacklevel=2)
+
+    shim = Shim()
+    monkeypatch.setattr(sys, "meta_path", [shim] + sys.meta_path)
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)  # torch imported it already
+    with pytest.warns(FutureWarning, match="pynvml package is deprecated"):
+        importlib.util.find_spec("pynvml")  # what the shim does to a plain lookup
+    shim.warned = False
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        nvml = resources._import_pynvml()
+    assert shim.warned  # it was asked, and said nothing through laggard
+    assert not [w for w in seen if "pynvml" in str(w.message)], [str(w.message) for w in seen]
+    assert nvml is None or hasattr(nvml, "nvmlInit")
