@@ -30,6 +30,7 @@ python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c python/constraints.txt)
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" -r python/requirements-test.txt
+"$venv/bin/python" -m pip uninstall -y -q --disable-pip-version-check pynvml  # as install-deps.sh
 # The wheel alone, with nothing but the venv on PATH: no compiler, no cmake, no index.
 env -i HOME="$HOME" PATH="$venv/bin" "$venv/bin/python" -m pip install -q --no-index --no-deps \
   --disable-pip-version-check "$wheel"
