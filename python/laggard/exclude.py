@@ -433,6 +433,9 @@ def main(argv=None):
     if not args.run_dirs and not args.fleet:
         sys.stderr.write("%s: give a RUN_DIR, --fleet, or both\n" % prog)
         return EXIT_USAGE
+    if not args.fleet and (args.store is not None or args.since is not None):
+        sys.stderr.write("%s: --store and --since are options of --fleet\n" % prog)
+        return EXIT_USAGE
     try:
         analysis = None
         if args.analysis is not None:
@@ -448,7 +451,7 @@ def main(argv=None):
         if args.fleet:
             from . import fleet
 
-            with fleet.open_store(args.store) as store:
+            with fleet.open_store(args.store, create=False) as store:
                 fleet_rows = store.rank_hosts(since=fleet.parse_since(args.since))
             extra["fleet"] = {"store": fleet.describe_store(args.store),
                               "hosts": [r for r in fleet_rows if r["recurring"]]}

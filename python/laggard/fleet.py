@@ -209,16 +209,16 @@ class Store:
     """One connection to a fleet store (SQLite file or PostgreSQL URL), migrated to
     SCHEMA_VERSION when opened (open_store; `migrate=False` leaves it as it is)."""
 
-    def __init__(self, spec=None, migrate=True, target_version=SCHEMA_VERSION):
+    def __init__(self, spec=None, migrate=True, target_version=SCHEMA_VERSION, create=True):
         self.spec = spec or default_store()
         self.postgres = _is_url(self.spec)
-        self._conn = self._connect()
+        self._conn = self._connect(create)
         if migrate:
             self.migrate(target_version)
 
     # connection and transactions
 
-    def _connect(self):
+    def _connect(self, create):
         if self.postgres:
             try:
                 import psycopg
@@ -235,6 +235,9 @@ class Store:
         path = self.spec[len("sqlite:"):] if self.spec.startswith("sqlite:") else self.spec
         if os.path.isdir(path):
             raise StoreError("fleet store %s is a directory (give the database file)" % path)
+        if not create and not os.path.exists(path):
+            raise StoreError("no fleet store at %s (laggard fleet add RUN_DIR creates it; "
+                             "--store or $LAGGARD_FLEET name another)" % path)
         parent = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(parent, exist_ok=True)
@@ -451,10 +454,12 @@ class Store:
         return rows
 
 
-def open_store(spec=None, migrate=True):
+def open_store(spec=None, migrate=True, create=True):
     """A Store for `spec` (a path, a postgresql:// URL, or None: default_store()), migrated to
-    the current schema unless `migrate` is False. Raises StoreError."""
-    return Store(spec, migrate=migrate)
+    the current schema unless `migrate` is False. create=False: an SQLite file that does not
+    exist is an error instead of a new, empty store (for commands that only read). Raises
+    StoreError."""
+    return Store(spec, migrate=migrate, create=create)
 
 
 def add_run(run_dir, store=None, run_id=None, label=None):
@@ -565,7 +570,7 @@ def main(argv=None):
         since = parse_since(args.since)
         if not 0.0 < getattr(args, "alpha", 0.05) < 1.0:
             raise ValueError("--alpha must be in (0, 1)")
-        with open_store(args.store) as store:
+        with open_store(args.store, create=False) as store:
             if args.command == "runs":
                 runs = store.runs(since=since)
                 if args.format == "json":

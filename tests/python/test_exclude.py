@@ -133,7 +133,8 @@ def test_a_healthy_run_excludes_nothing():
 
 
 @pytest.mark.parametrize("case", ["missing", "partial", "no-host", "not-a-run", "bad-analysis",
-                                  "k8s-name", "no-args"])
+                                  "k8s-name", "no-args", "since-without-fleet",
+                                  "fleet-without-store"])
 def test_bad_input_is_exit_2_with_the_reason(tmp_path, case):
     args, want = None, None
     if case == "missing":
@@ -157,6 +158,11 @@ def test_bad_input_is_exit_2_with_the_reason(tmp_path, case):
         args, want = [run, "--format", "k8s"], "'n_2' is not a valid Kubernetes node name"
     elif case == "no-args":
         args, want = [], "give a RUN_DIR, --fleet, or both"
+    elif case == "since-without-fleet":
+        run = fleet_runs.write_run(str(tmp_path / "s"), HOSTS16[:4], seed=2)
+        args, want = [run, "--since", "30d"], "--store and --since are options of --fleet"
+    elif case == "fleet-without-store":
+        args, want = ["--fleet", "--store", str(tmp_path / "none.db")], "no fleet store at"
     code, out, err = _run(args)
     assert code == 2 and out == ""
     assert err.startswith("laggard exclude: ") and want in err, err

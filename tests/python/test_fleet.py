@@ -325,8 +325,17 @@ def test_store_location_and_errors(tmp_path, monkeypatch):
     monkeypatch.delenv("LAGGARD_FLEET")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert fleet.default_store() == str(tmp_path / "xdg" / "laggard" / "fleet.db")
-    code, out, err = _fleet_cli(["runs"], env={"LAGGARD_FLEET": str(tmp_path / "env.db")})
-    assert code == 0 and "0 runs in %s" % (tmp_path / "env.db") in out, err
+    # reading a store that does not exist is an error, not a new empty store
+    env = {"LAGGARD_FLEET": str(tmp_path / "env.db")}
+    code, out, err = _fleet_cli(["runs"], env=env)
+    assert code == 2 and "no fleet store at %s" % (tmp_path / "env.db") in err, err
+    assert not (tmp_path / "env.db").exists()
+    run = fleet_runs.write_run(str(tmp_path / "r"), fleet_runs.hosts_of(["node01", "node02"]),
+                               seed=6)
+    code, out, err = _fleet_cli(["add", run], env=env)  # $LAGGARD_FLEET: created by add
+    assert code == 0, err
+    code, out, err = _fleet_cli(["runs"], env=env)
+    assert code == 0 and "1 run in %s" % (tmp_path / "env.db") in out, err
     assert fleet.describe_store("postgresql://u:secret@db/x") == "postgresql://u:***@db/x"
     code, out, err = _fleet_cli(["hosts", "--store", str(tmp_path)])
     assert code == 2 and "is a directory" in err
