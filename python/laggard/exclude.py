@@ -427,6 +427,12 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def _store_error():
+    from .fleet import StoreError  # laggard.fleet imports this module: not at the top
+
+    return StoreError
+
+
 def main(argv=None):
     args = parse_args(argv)
     prog = os.environ.get("LAGGARD_EXCLUDE_PROG", "laggard exclude")
@@ -457,7 +463,7 @@ def main(argv=None):
                               "hosts": [r for r in fleet_rows if r["recurring"]]}
         entries = exclusions(records, fleet_rows)
         text = format_hosts(entries, args.format, extra)
-    except (BadRun, ValueError, OSError) as e:
+    except (BadRun, ValueError, OSError, _store_error()) as e:
         sys.stderr.write("%s: %s\n" % (prog, e))
         return EXIT_USAGE
     sys.stdout.write(text)
