@@ -103,6 +103,12 @@ class CallCounter:
                     setattr(owner, name, self._wrap(
                         "dist." + name, getattr(owner, name),
                         lambda a, k, always=always: always or not k.get("async_op", False)))
+        # laggard's side channel calls the send/recv of its own gloo process group directly
+        # (the group is no new_group, so torch.distributed.send/recv do not take it): counted
+        # under the same names.
+        for name in ("send", "recv"):
+            setattr(dist.ProcessGroupGloo, name, self._wrap(
+                "dist." + name, getattr(dist.ProcessGroupGloo, name), lambda a, k: True))
 
 
 class SlowSGD(torch.optim.SGD):
@@ -144,12 +150,21 @@ def main(argv=None):
         new_group_calls.append(k.get("backend"))
         return real_new_group(*a, **k)
 
+    # laggard makes its gloo group as a ProcessGroupGloo of its own (no new_group): counted.
+    gloo_groups_made = []
+    real_gloo_group = dist.ProcessGroupGloo
+
+    def counting_gloo_group(*a, **k):
+        gloo_groups_made.append("gloo")
+        return real_gloo_group(*a, **k)
+
     dist.new_group = counting_new_group
-    threads_before_analyzer = threading.active_count()
+    dist.ProcessGroupGloo = counting_gloo_group
+    threads_before_analyzer = set(threading.enumerate())
     an = laggard.Analyzer.from_args(args, sinks=sinks, close_timeout_s=30.0,
                                     analysis_rank=args.analysis_rank)
-    threads_started = threading.active_count() - threads_before_analyzer
     dist.new_group = real_new_group
+    dist.ProcessGroupGloo = real_gloo_group
 
     delay = args.delay_ms if rank == args.delay_rank else 0.0
     fwd_ms = args.base_ms + (delay if args.delay_stage == "forward" else 0.0)
@@ -179,6 +194,9 @@ def main(argv=None):
         an.end_step()
         losses.append(loss.item().hex())
     train_s = time.perf_counter() - t0
+    # The Analyzer's threads once the side channel is set up (its setup thread has ended).
+    threads_started = len([t for t in threading.enumerate()
+                           if t not in threads_before_analyzer and t.is_alive()])
     an.close()  # counted too: close() makes no collective on the training thread either
     if counter:
         counter.active = False
@@ -194,6 +212,7 @@ def main(argv=None):
         "threads_before": threads_before,
         "threads_started_by_analyzer": threads_started,
         "new_group_calls": new_group_calls,
+        "gloo_groups_made": gloo_groups_made,
         "train_s": train_s,
         "calls_training_thread": counter.training if counter else None,
         "calls_other_threads": counter.other if counter else None,
