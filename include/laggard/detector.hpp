@@ -62,8 +62,15 @@ struct LAGGARD_API DetectorOptions {
   double mad_z = 3.5;  ///< robust reference: a flag also needs t - median >= mad_z x sigma
   int confirm_k = 2;   ///< threshold method: confirmed when slow in k ...
   int confirm_n = 3;   ///< ... of the last n windows the rank took part in
+  /// A rank this much above the reference is still healthy. Sequential method: the null
+  /// hypothesis of its tests. Both methods: the materiality gate (below).
+  double healthy_spread = 1.03;
+  /// Materiality, both methods: a finding that is statistically confirmed (the sequential
+  /// evidence, or k of n) is confirmed only while, over the windows of its current run of
+  /// statistical confirmation, its median slowdown is above healthy_spread and its median
+  /// cost_share (its excess as a share of the step) is at least this. 0.005: half a percent.
+  double min_cost_share = 0.005;
   // Sequential method only:
-  double healthy_spread = 1.03;      ///< a rank this much above the median is still healthy
   double pause_rate = 0.01;          ///< share of a pair's windows hit by a transient pause
   double false_alarm_budget = 0.01;  ///< chance of any false confirmation ...
   double budget_windows = 500;       ///< ... in a run of this many sampled windows
@@ -139,7 +146,9 @@ struct RankFinding {
   double cost_share = 0.0;
   // Filled by Detector::observe:
   int windows_flagged = 0;  ///< windows this (rank, stage) was flagged in, since first seen
-  bool confirmed = false;   ///< threshold: slow in k of the last n; sequential: evidence >= threshold
+  /// A verdict now: real statistically (threshold: slow in k of the last n; sequential:
+  /// evidence >= threshold) and materially (DetectorOptions::min_cost_share, healthy_spread).
+  bool confirmed = false;
   /// sequential: the largest CUSUM (log-likelihood ratio) now, plus ln(w_i / w_min) for its
   /// test's share of the budget over the smallest share, so that one threshold per stage holds
   double evidence = 0.0;
@@ -152,6 +161,8 @@ struct HostFinding {
   std::string stage;
   std::vector<int> ranks;
   double slowdown = 1.0;  ///< median slowdown of its ranks
+  double cost_ms = 0.0;     ///< median of its ranks' RankFinding::cost_ms
+  double cost_share = 0.0;  ///< that over the cohort's step time (StageFigures::step_ms)
 };
 
 /// A metric value: a number, or text (straggler/likely_bottleneck, straggler/hints).
@@ -204,7 +215,10 @@ class LAGGARD_API Detector {
   /// call once per window in a loop.
   void observe(const Window& window, Report& out);
 
-  /// Findings confirmed at any point so far, the latest figures of each (rank, stage).
+  /// Findings confirmed at any point so far, the latest figures of each (rank, stage). The
+  /// figures start with the windows of the run of statistical confirmation in which it became
+  /// material, and then take every window it is statistically confirmed in (threshold method:
+  /// every window it is flagged in).
   struct Confirmed {
     RankFinding finding;
     std::int64_t first_confirmed_step = 0;
@@ -237,6 +251,7 @@ class LAGGARD_API Detector {
     std::int64_t first_flagged_step = -1;
     std::int64_t synced = 0;  ///< bits and seen account for the track's windows before this
     bool in_set = false;      ///< in Track::ranks: took part in every window since `synced`
+    int episode = -1;         ///< into episodes_, while statistically confirmed
   };
   /// Persistence of one (cohort, stage). A window in which the same ranks take part as in the
   /// one before costs nothing per rank: those windows stay pending in `windows - synced` and
@@ -256,7 +271,27 @@ class LAGGARD_API Detector {
     int flagged = 0;
     std::int64_t rise_step = -1;  ///< the window where the evidence last rose from 0
     std::int64_t first_flagged_step = -1;
+    int episode = -1;  ///< into episodes_, while named
   };
+  /// The materiality gate's sample of one (cohort, stage, rank): the windows of its current run
+  /// of statistical confirmation (few pairs have one; it ends when that run does).
+  struct Episode {
+    std::vector<double> slowdowns;  ///< RankFinding::slowdown
+    std::vector<double> ratios;     ///< the same for the gate: +inf where the reference is 0
+    std::vector<double> costs_ms;
+    std::vector<double> shares;
+    std::string key;  ///< its (cohort, stage) track
+    int rank = -1;    ///< -1: a free entry
+    std::int64_t window = 0;  ///< the last window (windows_) it took
+  };
+  /// Adds the finding's figures of this window to its episode (`index` into episodes_, -1 for a
+  /// new one) and returns whether the episode is material.
+  bool extend_episode(int& index, const std::string& key, const RankFinding& f);
+  /// Ends the episodes of pairs no longer statistically confirmed (once per window).
+  void end_lapsed_episodes();
+  /// A new Confirmed for `f`, first confirmed in this window, its figures its episode's.
+  Confirmed& publish(const RankFinding& f, int episode, std::int64_t step,
+                     std::int64_t first_flagged_step, const std::string& key);
   /// Sequential method: one (cohort, stage). What every window touches is kept in arrays of
   /// slots, one slot per rank, in the order of the window's ranks (about 40 bytes a slot): a
   /// window with the same ranks as the one before is one pass over contiguous arrays, which the
@@ -314,6 +349,9 @@ class LAGGARD_API Detector {
   std::int64_t windows_ = 0;
   std::unordered_map<std::string, SeqTrack> seq_tracks_;  ///< key: cohort \x1f stage
   double pairs_ = 0.0;  ///< most (rank, stage) pairs watched in one window so far
+  std::vector<Episode> episodes_;
+  std::vector<int> free_episodes_;  ///< entries of episodes_ to reuse
+  std::vector<double> gate_scratch_;
   // Scratch of observe_sequential, kept between windows.
   std::vector<float> seq_x_;  ///< one stage's log-ratios (or those of the picked slots)
   std::vector<double> seq_picked_;  ///< the times of the slots the noise estimate samples
@@ -323,6 +361,7 @@ class LAGGARD_API Detector {
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)
   std::vector<std::pair<std::size_t, std::size_t>> seq_named_;  ///< (stage, position) named now
+  std::vector<std::uint8_t> seq_stat_named_;  ///< per straggler finding: named (before the gate)
 };
 
 /// The lesson's rule over one vector of per-stage times in pipeline order. `limit` is

@@ -57,6 +57,8 @@ struct HostSummary {
   std::vector<int> ranks;
   int windows = 0;
   double typical_slowdown = 1.0;
+  double cost_ms = 0.0;     ///< median of HostFinding::cost_ms over those windows
+  double cost_share = 0.0;  ///< median of HostFinding::cost_share over those windows
 };
 
 /// What a whole run showed.
@@ -67,9 +69,11 @@ struct RunSummary {
   int world_size = 0;  ///< largest world_size any sample declared
   std::int64_t first_step = 0;
   std::int64_t last_step = 0;
-  std::vector<StragglerSummary> stragglers;  ///< confirmed, by rank then stage
+  /// Confirmed and material over all their windows (DetectorOptions::healthy_spread,
+  /// min_cost_share), costliest first (then by rank, cohort, stage).
+  std::vector<StragglerSummary> stragglers;
   std::vector<WaitingSummary> waiting;  ///< waiting ranks, counted in windows where persistent
-  std::vector<HostSummary> slow_hosts;
+  std::vector<HostSummary> slow_hosts;  ///< material as stragglers are, costliest first
   /// stage → windows it was likely_bottleneck, counting windows with a persistent finding only
   std::map<std::string, int> bottleneck_windows;
   std::string likely_bottleneck;  ///< the most frequent; empty if none
@@ -107,7 +111,7 @@ class LAGGARD_API RunAnalysis {
   };
   struct Host {
     HostSummary info;
-    std::vector<double> slowdowns;
+    std::vector<double> slowdowns, costs_ms, shares;
   };
   Detector detector_;
   Report last_;

@@ -139,7 +139,8 @@ class Analyzer:
     confirm_k / confirm_n: a finding is confirmed when slow in k of the last n windows.
     Detector settings left None take the library's defaults, the detector the benchmark measured
     best (docs/detection.md): method "sequential", ref "robust", relative_threshold 1.1, no
-    absolute rule, false_alarm_budget 0.01 (per 500 sampled windows).
+    absolute rule, false_alarm_budget 0.01 (per 500 sampled windows), healthy_spread 1.03 and
+    min_cost_share 0.005 (a verdict is typically above 1.03x and costs >= 0.5 % of the step).
     method: "sequential" (evidence over windows against a false-alarm budget) or "threshold"
       (the RFC's per-window rule with confirm_k of confirm_n persistence).
     preset: None (the defaults, with any setting given on top), "default"/"recommended" (the
@@ -174,7 +175,8 @@ class Analyzer:
                  timing="auto", confirm_k=None, confirm_n=None, mad_z=None, queue_capacity=256,
                  side_channel_timeout_s=300.0, close_timeout_s=30.0, cohort="", host=None,
                  rank=None, world_size=None, preset=None, method=None,
-                 false_alarm_budget=None, transport=None, channel="", fan_out=32,
+                 false_alarm_budget=None, healthy_spread=None, min_cost_share=None,
+                 transport=None, channel="", fan_out=32,
                  resources=True, resources_period_s=None, setup_timeout_s=30.0):
         self._enabled = False
         self._sampled = False
@@ -260,7 +262,9 @@ class Analyzer:
             ("absolute_ms_threshold", opt(absolute_ms_threshold, float)),
             ("mad_z", opt(mad_z, float)), ("confirm_k", opt(confirm_k, int)),
             ("confirm_n", opt(confirm_n, int)),
-            ("false_alarm_budget", opt(false_alarm_budget, float))) if value is not None}
+            ("false_alarm_budget", opt(false_alarm_budget, float)),
+            ("healthy_spread", opt(healthy_spread, float)),
+            ("min_cost_share", opt(min_cost_share, float))) if value is not None}
         sink_list = [as_sink(s) for s in (sinks or ())]
 
         if transport == "mpi":
@@ -308,7 +312,9 @@ class Analyzer:
                             relative_threshold=options.relative_threshold,
                             absolute_ms_threshold=options.absolute_ms_threshold,
                             confirm_k=options.confirm_k, confirm_n=options.confirm_n,
-                            false_alarm_budget=options.false_alarm_budget)
+                            false_alarm_budget=options.false_alarm_budget,
+                            healthy_spread=options.healthy_spread,
+                            min_cost_share=options.min_cost_share)
         if not 0 <= self.analysis_rank < self.world_size:
             raise ValueError("analysis_rank must be in [0, %d), got %d" %
                              (self.world_size, self.analysis_rank))

@@ -26,7 +26,8 @@ void bind_analysis(py::module_& m) {
                               "(docs/detection.md). DetectorOptions.preset('rfc', n) is the "
                               "RFC's rule.")
       .def(py::init([](py::object method, py::object ref, py::object rel, py::object abs_ms,
-                       py::object mad_z, py::object k, py::object n, py::object budget) {
+                       py::object mad_z, py::object k, py::object n, py::object budget,
+                       py::object spread, py::object min_cost_share) {
              DetectorOptions o;
              if (!method.is_none()) {
                if (py::isinstance<py::str>(method))
@@ -46,13 +47,16 @@ void bind_analysis(py::module_& m) {
              if (!k.is_none()) o.confirm_k = k.cast<int>();
              if (!n.is_none()) o.confirm_n = n.cast<int>();
              if (!budget.is_none()) o.false_alarm_budget = budget.cast<double>();
+             if (!spread.is_none()) o.healthy_spread = spread.cast<double>();
+             if (!min_cost_share.is_none()) o.min_cost_share = min_cost_share.cast<double>();
              o.validate();
              return o;
            }),
            "method"_a = py::none(), "ref"_a = py::none(), "relative_threshold"_a = py::none(),
            "absolute_ms_threshold"_a = py::none(), "mad_z"_a = py::none(),
            "confirm_k"_a = py::none(), "confirm_n"_a = py::none(),
-           "false_alarm_budget"_a = py::none())
+           "false_alarm_budget"_a = py::none(), "healthy_spread"_a = py::none(),
+           "min_cost_share"_a = py::none())
       .def_static("preset", &DetectorOptions::preset, "name"_a, "world_size"_a,
                   "'default' (= 'recommended') or 'rfc' (the RFC's rule exactly)")
       .def_readwrite("method", &DetectorOptions::method)
@@ -63,6 +67,7 @@ void bind_analysis(py::module_& m) {
       .def_readwrite("confirm_k", &DetectorOptions::confirm_k)
       .def_readwrite("confirm_n", &DetectorOptions::confirm_n)
       .def_readwrite("healthy_spread", &DetectorOptions::healthy_spread)
+      .def_readwrite("min_cost_share", &DetectorOptions::min_cost_share)
       .def_readwrite("pause_rate", &DetectorOptions::pause_rate)
       .def_readwrite("false_alarm_budget", &DetectorOptions::false_alarm_budget)
       .def_readwrite("budget_windows", &DetectorOptions::budget_windows)
@@ -176,6 +181,16 @@ void bind_analysis(py::module_& m) {
           for (RunOutput w : wanted) how.report_data |= w == RunOutput::html;
           const RunResult run = analyze_run(run_dir, how);
           windows = run.summary.windows;
+          // As `laggard analyze` (exit 2): a run without one well-formed sample is an error,
+          // not an analysis of 0 ranks.
+          if (windows == 0) {
+            const RunStats& st = run.input.stats;
+            std::string why = "no well-formed samples in " + run_dir + " (" +
+                              std::to_string(st.files) + " files, " +
+                              std::to_string(st.malformed) + " malformed lines)";
+            if (!st.errors.empty()) why += "; first: " + st.errors.front().message();
+            throw InputError(why);
+          }
           for (std::size_t i = 0; i < wanted.size(); ++i) rendered[i] = render(run, wanted[i]);
         }
         py::dict out;

@@ -88,6 +88,10 @@ void DetectorOptions::validate() const {
   if (confirm_k > confirm_n)
     bad_option("confirm_k", std::to_string(confirm_k),
                ("<= confirm_n (" + std::to_string(confirm_n) + ")").c_str());
+  if (!(std::isfinite(healthy_spread) && healthy_spread >= 1.0))
+    bad_option("healthy_spread", number(healthy_spread), "finite and >= 1.0");
+  if (!(min_cost_share >= 0.0 && min_cost_share < 1.0))
+    bad_option("min_cost_share", number(min_cost_share), "in [0, 1)");
   if (method == Method::sequential) {
     if (!(relative_threshold > 1.0))
       bad_option("relative_threshold", number(relative_threshold),
@@ -139,10 +143,14 @@ std::string describe_rule(const DetectorOptions& o) {
     std::snprintf(buf, sizeof buf, ", and MAD z >= %.1f", o.mad_z);
     flags += buf;
   }
+  // The materiality gate, both methods.
+  char gate[128];
+  std::snprintf(gate, sizeof gate, "; a verdict also needs > %.2fx typical and >= %g%% of the step",
+                o.healthy_spread, 100.0 * o.min_cost_share);
   if (o.method == Method::threshold) {
     std::snprintf(buf, sizeof buf, "; confirmed when slow in %d of the last %d windows",
                   o.confirm_k, o.confirm_n);
-    return "threshold: " + flags + buf;
+    return "threshold: " + flags + buf + gate;
   }
   std::snprintf(buf, sizeof buf,
                 "sequential: confirmed on evidence over windows that a rank is %.2fx its "
@@ -150,7 +158,7 @@ std::string describe_rule(const DetectorOptions& o) {
                 "windows; window flags: ",
                 o.relative_threshold, o.healthy_spread, 100.0 * o.false_alarm_budget,
                 o.budget_windows);
-  return buf + flags;
+  return buf + flags + gate;
 }
 
 double evidence_threshold(const DetectorOptions& options, double pairs) {
@@ -716,16 +724,19 @@ class WindowEvaluator {
       hf.host = std::string(host_names[h]);
       hf.cohort = std::string(cohort.name);
       hf.stage = std::string(col.name);
-      std::vector<double> slowdowns;
+      std::vector<double> slowdowns, costs;
       for (int pos : r.flagged) {
         const std::size_t p = static_cast<std::size_t>(pos);
         const int m = col.member_at(p);
         if (host_of[static_cast<std::size_t>(m)] != static_cast<int>(h)) continue;
         hf.ranks.push_back(rank_of(cohort, m));
         slowdowns.push_back(r.ref > 0.0 ? col.ms[p] / r.ref : 1.0);
+        costs.push_back(std::max(0.0, col.ms[p] - r.ref));
       }
       std::sort(hf.ranks.begin(), hf.ranks.end());
       hf.slowdown = detail::median_inplace(slowdowns.data(), slowdowns.size());
+      hf.cost_ms = detail::median_inplace(costs.data(), costs.size());
+      hf.cost_share = cohort_step_ > 0.0 ? std::min(1.0, hf.cost_ms / cohort_step_) : 0.0;
       report_.hints.push_back("measured: all " + std::to_string(hf.ranks.size()) +
                               " ranks of host '" + hf.host + "' (" + ranks_phrase(hf.ranks) + ")" +
                               cohort_suffix(cohort.name) + " are slow in stage '" + hf.stage +
@@ -1030,6 +1041,90 @@ void Detector::observe(const Window& window, Report& report) {
     observe_threshold(window, report);
 }
 
+bool Detector::extend_episode(int& index, const std::string& key, const RankFinding& f) {
+  if (index < 0) {
+    if (free_episodes_.empty()) {
+      index = static_cast<int>(episodes_.size());
+      episodes_.emplace_back();
+    } else {
+      index = free_episodes_.back();
+      free_episodes_.pop_back();
+    }
+    Episode& e = episodes_[static_cast<std::size_t>(index)];
+    e.slowdowns.clear();
+    e.ratios.clear();
+    e.costs_ms.clear();
+    e.shares.clear();
+    e.key = key;
+    e.rank = f.rank;
+  }
+  Episode& e = episodes_[static_cast<std::size_t>(index)];
+  e.window = windows_;
+  e.slowdowns.push_back(f.slowdown);
+  // Against a reference of 0 the ratio says nothing (RankFinding::slowdown is 1 there): any
+  // time above it is a slowdown, and the cost decides.
+  e.ratios.push_back(f.ref_ms > 0.0   ? f.slowdown
+                     : f.ms > 0.0     ? std::numeric_limits<double>::infinity()
+                                      : 1.0);
+  e.costs_ms.push_back(f.cost_ms);
+  e.shares.push_back(f.cost_share);
+  const double typical_ratio = detail::median_of(e.ratios.data(), e.ratios.size(), gate_scratch_);
+  const double typical_share = detail::median_of(e.shares.data(), e.shares.size(), gate_scratch_);
+  return typical_ratio > options_.healthy_spread && typical_share >= options_.min_cost_share;
+}
+
+void Detector::end_lapsed_episodes() {
+  const std::uint32_t mask =
+      options_.confirm_n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << options_.confirm_n) - 1u;
+  for (std::size_t i = 0; i < episodes_.size(); ++i) {
+    Episode& e = episodes_[i];
+    if (e.rank < 0 || e.window == windows_) continue;
+    int* owner = nullptr;  // the pair's episode index, while it is still confirmed statistically
+    bool lapsed = true;
+    if (options_.method == Method::sequential) {
+      auto it = seq_tracks_.find(e.key);
+      const int slot = it == seq_tracks_.end() ? -1 : it->second.slot(e.rank);
+      if (slot >= 0) {
+        owner = &it->second.cold[static_cast<std::size_t>(slot)].episode;
+        lapsed = it->second.named_bit[static_cast<std::size_t>(slot)] == 0;
+      }
+    } else {
+      auto it = tracks_.find(e.key);
+      if (it != tracks_.end() && static_cast<std::size_t>(e.rank) < it->second.history.size()) {
+        History& h = it->second.history[static_cast<std::size_t>(e.rank)];
+        catch_up(it->second, h);
+        owner = &h.episode;
+        lapsed = popcount(h.bits & mask) < options_.confirm_k;
+      }
+    }
+    if (!lapsed) continue;
+    if (owner && *owner == static_cast<int>(i)) *owner = -1;
+    e.rank = -1;
+    free_episodes_.push_back(static_cast<int>(i));
+  }
+}
+
+Detector::Confirmed& Detector::publish(const RankFinding& f, int episode, std::int64_t step,
+                                       std::int64_t first_flagged_step, const std::string& key) {
+  Confirmed c;
+  c.finding = f;
+  c.first_confirmed_step = step;
+  c.first_flagged_step = first_flagged_step;
+  if (episode >= 0) {
+    const Episode& e = episodes_[static_cast<std::size_t>(episode)];
+    c.slowdowns = e.slowdowns;
+    c.costs_ms = e.costs_ms;
+    c.cost_shares = e.shares;
+  } else {
+    c.slowdowns.push_back(f.slowdown);
+    c.costs_ms.push_back(f.cost_ms);
+    c.cost_shares.push_back(f.cost_share);
+  }
+  confirmed_.push_back(std::move(c));
+  confirmed_at_.push_back({key, f.rank});
+  return confirmed_.back();
+}
+
 void Detector::observe_threshold(const Window& window, Report& report) {
   const std::uint32_t mask =
       options_.confirm_n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << options_.confirm_n) - 1u;
@@ -1095,6 +1190,8 @@ void Detector::observe_threshold(const Window& window, Report& report) {
   for (RankFinding& f : report.stragglers) {
     History* h = fill(f);
     if (!h) continue;
+    // k of n makes it real statistically; the gate, materially.
+    if (f.confirmed) f.confirmed = extend_episode(h->episode, key, f);
     if (h->confirmed_index >= 0) {
       Confirmed& c = confirmed_[static_cast<std::size_t>(h->confirmed_index)];
       c.finding = f;
@@ -1103,17 +1200,10 @@ void Detector::observe_threshold(const Window& window, Report& report) {
       c.cost_shares.push_back(f.cost_share);
     } else if (f.confirmed) {
       h->confirmed_index = static_cast<int>(confirmed_.size());
-      Confirmed c;
-      c.finding = f;
-      c.first_confirmed_step = window.step;
-      c.first_flagged_step = h->first_flagged_step;
-      c.slowdowns.push_back(f.slowdown);
-      c.costs_ms.push_back(f.cost_ms);
-      c.cost_shares.push_back(f.cost_share);
-      confirmed_.push_back(std::move(c));
-      confirmed_at_.push_back({key, f.rank});
+      publish(f, h->episode, window.step, h->first_flagged_step, key);
     }
   }
+  end_lapsed_episodes();
   // Windows seen by each confirmed finding, including this one where it took part.
   for (std::size_t i = 0; i < confirmed_.size(); ++i) {
     Track& t = tracks_[confirmed_at_[i].key];
@@ -1821,7 +1911,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     const Handle st = handles[k];
     f.windows_flagged = st ? st->flagged : 0;
     f.evidence = st ? st.evidence() : 0.0;
-    f.confirmed = st && st.named();
+    f.confirmed = st && st.named();  // statistically; the gate comes below
     if (!f.confirmed && is_wait_bearing(f)) {
       f.role = RankFinding::Role::waiting;
       report.waiting.push_back(std::move(f));
@@ -1830,22 +1920,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     }
   }
   report.stragglers.swap(kept);
-  // Waiting is persistent evidence (confirmed) while its cohort has a confirmed straggler to
-  // wait for; it is never a verdict.
-  std::vector<std::string_view> cohorts_named;
-  for (const auto& [i, j] : seq_named_) {
-    (void)j;
-    const std::string& cohort = report.stages[i].cohort;
-    if (std::find(cohorts_named.begin(), cohorts_named.end(), cohort) == cohorts_named.end())
-      cohorts_named.push_back(cohort);
-  }
-  last_cohort = last_stage = nullptr;
-  for (RankFinding& f : report.waiting) {
-    const Handle st = state_of(f.cohort, f.stage, f.rank);
-    f.windows_flagged = st ? st->flagged : 0;
-    f.confirmed = std::find(cohorts_named.begin(), cohorts_named.end(), f.cohort) !=
-                  cohorts_named.end();
-  }
   last_cohort = last_stage = nullptr;
   for (const auto& [i, j] : seq_named_) {
     const StageFigures& f = report.stages[i];
@@ -1875,6 +1949,40 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     report.stragglers.push_back(std::move(r));
   }
 
+  // Materiality: a named pair is a verdict while its current run of naming is, typically, above
+  // healthy_spread and at least min_cost_share of the step. `named` keeps which are named.
+  std::vector<std::uint8_t>& named = seq_stat_named_;
+  named.assign(report.stragglers.size(), 0);
+  last_cohort = last_stage = nullptr;
+  std::string episode_key;
+  for (std::size_t k = 0; k < report.stragglers.size(); ++k) {
+    RankFinding& f = report.stragglers[k];
+    if (!f.confirmed) continue;
+    const Handle st = state_of(f.cohort, f.stage, f.rank);
+    if (!st) {
+      f.confirmed = false;
+      continue;
+    }
+    named[k] = 1;
+    f.confirmed = extend_episode(st->episode, stage_key(episode_key, f.cohort, f.stage), f);
+  }
+  end_lapsed_episodes();
+
+  // Waiting is persistent evidence (confirmed) while its cohort has a confirmed straggler to
+  // wait for; it is never a verdict.
+  std::vector<std::string_view> cohorts_named;
+  for (const RankFinding& f : report.stragglers)
+    if (f.confirmed &&
+        std::find(cohorts_named.begin(), cohorts_named.end(), f.cohort) == cohorts_named.end())
+      cohorts_named.push_back(f.cohort);
+  last_cohort = last_stage = nullptr;
+  for (RankFinding& f : report.waiting) {
+    const Handle st = state_of(f.cohort, f.stage, f.rank);
+    f.windows_flagged = st ? st->flagged : 0;
+    f.confirmed = std::find(cohorts_named.begin(), cohorts_named.end(), f.cohort) !=
+                  cohorts_named.end();
+  }
+
   // The untimed stage is what no section covers. Where the same rank is confirmed in a timed
   // stage of its cohort with an excess kUntimedExplained times its untimed excess or more, that
   // stage says why the rank is slow, and the small rest outside the sections is a side effect
@@ -1891,6 +1999,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         why = &f;
     if (!why) continue;
     u.confirmed = false;
+    named[static_cast<std::size_t>(&u - report.stragglers.data())] = 0;  // not named apart
     char buf[160];
     std::snprintf(buf, sizeof buf, " is %.2f ms over the median in '%s' and %.2f ms in '",
                   untimed_excess, std::string(kUntimedStage).c_str(), why->ms - why->ref_ms);
@@ -1900,21 +2009,23 @@ void Detector::observe_sequential(const Window& window, Report& report) {
                            "' is not named apart");
   }
 
-  // The run's confirmed list.
+  // The run's confirmed list: a pair enters it when first confirmed (named and material), with
+  // the figures of its run of naming so far, and then takes every window it is named in.
   last_cohort = last_stage = nullptr;
-  for (const RankFinding& f : report.stragglers) {
-    if (!f.confirmed) continue;
+  for (std::size_t k = 0; k < report.stragglers.size(); ++k) {
+    const RankFinding& f = report.stragglers[k];
+    if (!named[k]) continue;
     const Handle st = state_of(f.cohort, f.stage, f.rank);
     if (!st) continue;
     if (st->confirmed_index < 0) {
+      if (!f.confirmed) continue;
       st->confirmed_index = static_cast<int>(confirmed_.size());
-      Confirmed c;
-      c.first_confirmed_step = window.step;
-      c.first_flagged_step = st->first_flagged_step >= 0 ? st->first_flagged_step
-                             : st->rise_step >= 0    ? st->rise_step
-                                                     : window.step;
-      confirmed_.push_back(std::move(c));
-      confirmed_at_.push_back({stage_key(key, f.cohort, f.stage), f.rank});
+      publish(f, st->episode, window.step,
+              st->first_flagged_step >= 0 ? st->first_flagged_step
+              : st->rise_step >= 0        ? st->rise_step
+                                          : window.step,
+              stage_key(key, f.cohort, f.stage));
+      continue;
     }
     Confirmed& c = confirmed_[static_cast<std::size_t>(st->confirmed_index)];
     c.finding = f;

@@ -86,6 +86,12 @@ const std::vector<DetectorSetting>& detector_settings() {
       integer("confirm_k", &DetectorOptions::confirm_k,
               "threshold method: confirmed when slow in k ... (persistence)"),
       integer("confirm_n", &DetectorOptions::confirm_n, "... of the last n windows"),
+      number("healthy_spread", &DetectorOptions::healthy_spread,
+             "A rank this much above the reference is still healthy: a verdict's typical "
+             "slowdown must be above it (sequential: also the tests' null hypothesis)"),
+      number("min_cost_share", &DetectorOptions::min_cost_share,
+             "A verdict's typical excess must cost at least this share of the step time "
+             "(0.005: 0.5 %)"),
       number("false_alarm_budget", &DetectorOptions::false_alarm_budget,
              "sequential method: chance of any false confirmation in a run of 500 sampled "
              "windows"),

@@ -103,6 +103,8 @@ const Report& RunAnalysis::add(const Window& window) {
     entry.info.ranks = h.ranks;
     ++entry.info.windows;
     entry.slowdowns.push_back(h.slowdown);
+    entry.costs_ms.push_back(h.cost_ms);
+    entry.shares.push_back(h.cost_share);
   }
   return last_;
 }
@@ -138,9 +140,18 @@ RunSummary RunAnalysis::summary() const {
     s.last_ms = c.finding.ms;
     s.last_ref_ms = c.finding.ref_ms;
     s.onset_step = onset(s.cohort, s.stage, s.rank);
+    // A verdict is shown only if it is material over all its windows, as it was over the run
+    // of windows that confirmed it: a rank confirmed on a short run of slow windows and at the
+    // reference ever since is not a straggler of this run. (Against a reference of 0 the ratio
+    // says nothing: the cost decides.)
+    const DetectorOptions& opt = detector_.options();
+    const bool slow = s.typical_slowdown > opt.healthy_spread || !(s.last_ref_ms > 0.0);
+    if (!slow || !(s.cost_share >= opt.min_cost_share)) continue;
     out.stragglers.push_back(std::move(s));
   }
+  // Costliest first: what a user should look at first (ties: by rank, cohort, stage).
   std::sort(out.stragglers.begin(), out.stragglers.end(), [](const auto& a, const auto& b) {
+    if (a.cost_ms != b.cost_ms) return a.cost_ms > b.cost_ms;
     return std::tie(a.rank, a.cohort, a.stage) < std::tie(b.rank, b.cohort, b.stage);
   });
 
@@ -164,8 +175,16 @@ RunSummary RunAnalysis::summary() const {
     if (h.info.windows < k) continue;
     HostSummary hs = h.info;
     hs.typical_slowdown = detail::median_of(h.slowdowns);
+    hs.cost_ms = detail::median_of(h.costs_ms);
+    hs.cost_share = detail::median_of(h.shares);
+    // The same materiality gate as a straggler's.
+    const DetectorOptions& opt = detector_.options();
+    if (!(hs.typical_slowdown > opt.healthy_spread && hs.cost_share >= opt.min_cost_share))
+      continue;
     out.slow_hosts.push_back(std::move(hs));
   }
+  std::stable_sort(out.slow_hosts.begin(), out.slow_hosts.end(),
+                   [](const auto& a, const auto& b) { return a.cost_ms > b.cost_ms; });
 
   out.step_time_onset = step_onset_.onset();
   out.step_time_before_ms = step_onset_.baseline();

@@ -15,6 +15,7 @@ namespace laggard {
 
 namespace {
 
+using detail::cost_phrase;
 using detail::fixed;
 using detail::join_ints;
 using detail::printable;
@@ -60,12 +61,13 @@ void print_summary(std::ostream& o, const RunSummary& sum, const RunOutputInput&
             << "), " << sum.samples << " samples\n";
   o << "  rule: " << describe_rule(opt) << "\n\n";
 
-  o << "Confirmed stragglers\n";
+  o << "Confirmed stragglers (costliest first)\n";
   if (sum.stragglers.empty()) o << "  none\n";
   for (const auto& s : sum.stragglers) {
-    o << "  " << who(s.rank, s.host, s.cohort) << " in " << printable(s.stage) << ": slow in "
-              << s.windows_flagged << " of " << s.windows_seen << " windows, "
-              << fixed(s.typical_slowdown, 2) << "x typical (last " << fixed(s.last_ms, 1)
+    o << "  " << who(s.rank, s.host, s.cohort) << " in " << printable(s.stage) << ": "
+              << cost_phrase(s.cost_ms, s.cost_share) << ", " << fixed(s.typical_slowdown, 2)
+              << "x typical; slow in " << s.windows_flagged << " of " << s.windows_seen
+              << " windows (last " << fixed(s.last_ms, 1)
               << " ms vs " << fixed(s.last_ref_ms, 1) << " ms reference), flagged since step "
               << s.first_flagged_step << ", confirmed at step " << s.confirmed_step;
     if (s.onset_step) o << "; onset: since step " << *s.onset_step;
@@ -74,9 +76,9 @@ void print_summary(std::ostream& o, const RunSummary& sum, const RunOutputInput&
   if (!sum.slow_hosts.empty()) {
     o << "\nSlow hosts (every rank of the host slow: look at the host, not one GPU)\n";
     for (const auto& h : sum.slow_hosts)
-      o << "  " << printable(h.host) << " in " << printable(h.stage) << ": ranks " << join_ints(h.ranks)
-                << ", " << h.windows << " windows, " << fixed(h.typical_slowdown, 2)
-                << "x typical\n";
+      o << "  " << printable(h.host) << " in " << printable(h.stage) << " (ranks "
+                << join_ints(h.ranks) << "): " << cost_phrase(h.cost_ms, h.cost_share) << ", "
+                << fixed(h.typical_slowdown, 2) << "x typical, " << h.windows << " windows\n";
   }
   o << "\nWaiting only (excess spent waiting in communication: evidence, not a verdict)\n";
   if (sum.waiting.empty()) o << "  none\n";
@@ -157,7 +159,9 @@ Json summary_object(const RunSummary& sum, const RunOutputInput& in) {
                                {"stage", h.stage},
                                {"ranks", h.ranks},
                                {"windows", h.windows},
-                               {"typical_slowdown", number_or_null(h.typical_slowdown)}});
+                               {"typical_slowdown", number_or_null(h.typical_slowdown)},
+                               {"cost_ms", number_or_null(h.cost_ms)},
+                               {"cost_share", number_or_null(h.cost_share)}});
   j["waiting"] = Json::array();
   for (const auto& w : sum.waiting)
     j["waiting"].push_back({{"rank", w.rank},

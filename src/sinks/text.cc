@@ -43,6 +43,21 @@ std::size_t utf8_length(std::string_view s) {
   return n;
 }
 
+// The code point of one well-formed UTF-8 sequence of 2 or 3 bytes (0 for others).
+unsigned code_point(std::string_view s) {
+  const auto b = [&s](std::size_t i) { return static_cast<unsigned>(static_cast<unsigned char>(s[i])); };
+  if (s.size() == 2) return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+  if (s.size() == 3) return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+  return 0;
+}
+
+// Invisible characters that change how a terminal lays out the rest of the line: the bidi marks,
+// embeddings, overrides and isolates, and the line and paragraph separators.
+bool is_format_control(unsigned cp) {
+  return cp == 0x061C || cp == 0x200E || cp == 0x200F || (cp >= 0x2028 && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
 }  // namespace
 
 std::string printable(std::string_view text) {
@@ -71,11 +86,24 @@ std::string printable(std::string_view text) {
     } else if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
       hex("\\u00", static_cast<unsigned char>(text[i + 1]));  // a C1 control (U+0080-U+009F)
       i += 2;
+    } else if (const unsigned cp = code_point(text.substr(i, n)); is_format_control(cp)) {
+      // Bidirectional overrides and isolates (U+202E turns the rest of the line around: a
+      // stage name could make a report read backwards) and line separators: escaped.
+      hex("\\u", static_cast<unsigned char>(cp >> 8));
+      out += kHex[(cp >> 4) & 0xF];
+      out += kHex[cp & 0xF];
+      i += n;
     } else {
       out.append(text.substr(i, n));
       i += n;
     }
   }
+  return out;
+}
+
+std::string cost_phrase(double cost_ms, double cost_share) {
+  std::string out = "+" + fixed(cost_ms, 1) + " ms per step";
+  if (cost_share > 0.0 || cost_ms <= 0.0) out += ", " + fixed(100.0 * cost_share, 1) + "% of the step";
   return out;
 }
 
