@@ -119,7 +119,6 @@ class GlooTransport:
         from . import _core
 
         self._torch = torch
-        self._dist = dist
         self.rank = int(rank)
         self.world_size = int(world_size)
         self.setup_timeout_s = float(setup_timeout_s)
@@ -174,7 +173,7 @@ class GlooTransport:
                                               name="laggard-gloo-setup")
         self._setup_started = False
 
-    # -- the engine's calls (its background thread) -----------------------------------------
+    # -- setup: the engine's attach, close() ---------------------------------------------------
 
     def attach(self, warn, link_broken=None):
         """warn(kind, message): counts and logs a failure (the engine's error counter);
@@ -341,13 +340,13 @@ class GlooTransport:
         try:
             if warn is not None:
                 # The engine's counter: counted (report_errors) and logged on the "laggard"
-                # logger, once per kind a minute, so its own "side channel failed" that follows
-                # is counted without a second line.
-                warn("side channel", text)
+                # logger. A kind of its own: the engine logs one warning per kind a minute, and
+                # samples dropped while the setup ran (a long one) may have used "side channel".
+                warn("side channel setup", text)
                 return
         except Exception:
             pass
-        logger.warning("laggard: rank %d: side channel: %s", self.rank, text)
+        logger.warning("laggard: rank %d: side channel setup: %s", self.rank, text)
 
     def _connect(self):
         """Every rank joined: starts the links' threads. Each link connects at its first

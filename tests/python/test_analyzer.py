@@ -41,6 +41,8 @@ def test_disabled_is_a_noop_that_creates_nothing(tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(dist, "new_group", lambda *a, **k: calls.append((a, k)))
+    # laggard's own gloo group (laggard.transport) is made without new_group
+    monkeypatch.setattr(dist, "ProcessGroupGloo", lambda *a, **k: calls.append((a, k)))
     before = threading.active_count()
     log_dir = tmp_path / "logs"
     sink_calls = []
@@ -75,6 +77,9 @@ def test_disabled_with_distributed_initialized_creates_no_group(tmp_path, monkey
         calls = []
         real = dist.new_group
         monkeypatch.setattr(dist, "new_group", lambda *a, **k: calls.append(1) or real(*a, **k))
+        real_gloo = dist.ProcessGroupGloo
+        monkeypatch.setattr(dist, "ProcessGroupGloo",
+                            lambda *a, **k: calls.append(1) or real_gloo(*a, **k))
         before = threading.active_count()
         an = laggard.Analyzer(enabled=False, log_dir=str(tmp_path / "logs"))
         model = torch.nn.Linear(2, 2)
