@@ -15,6 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   chromium
   clang libclang-rt-14-dev python3-hypothesis
+  strace  # tests/python/test_disk_faults.py: slow and hung disks injected into the real write()
   prometheus-node-exporter  # the tests start their own; with systemd, Debian also starts one on :9100
   postgresql  # tests/python/test_fleet.py starts its own server (initdb, pg_ctl) for the fleet store
   prometheus  # promtool: tests/python/test_alerts.py checks and unit-tests deploy/prometheus's rules

@@ -341,6 +341,7 @@ class PyEngine final : public HotTarget {
     set_int("ranks_per_host", o.ranks_per_host);
     set_int("max_pending_steps", o.max_pending_steps);
     set_int("cuda_device", o.cuda_device);
+    if (auto v = get("flush_on_signal"); !v.is_none()) o.flush_on_signal = v.cast<bool>();
     if (auto v = get("timing"); !v.is_none()) {
       const auto t = v.cast<std::string>();
       if (t == "cuda") {
@@ -418,6 +419,7 @@ class PyEngine final : public HotTarget {
     d["queue_pushed"] = c.queue_pushed;
     d["rank_log_written"] = c.samples_logged;
     d["rank_log_lost"] = c.rank_log_lost;
+    d["rank_log_left"] = c.rank_log_left;
     d["gather_sent"] = c.samples_sent;
     d["gather_dropped"] = c.gather_dropped;
     d["analysis_dropped"] = c.analysis_dropped;
