@@ -144,13 +144,16 @@ def check_loss_and_data_wait(log_dir):
     assert timed > 0
 
 
-def stage_ms(windows, stage):
-    """Each rank's median time in `stage` over the windows."""
+def stage_ms(windows, stages):
+    """Each rank's median time in `stages` (a name, or a tuple of names: their sum in a sample)
+    over the windows."""
+    stages = (stages,) if isinstance(stages, str) else stages
     per_rank = {}
     for _, samples in windows:
         for s in samples:
-            per_rank.setdefault(s.rank, []).extend(st.ms for st in s.stages if st.name == stage)
-    return {r: sorted(v)[len(v) // 2] for r, v in per_rank.items() if v}
+            per_rank.setdefault(s.rank, []).append(
+                sum(st.ms for st in s.stages if st.name in stages))
+    return {r: sorted(v)[len(v) // 2] for r, v in per_rank.items()}
 
 
 CASES = {"dataloader": 2, "backward": 0, "optimizer": 1}  # slow stage: the slow rank
@@ -168,8 +171,10 @@ def test_lightning_ddp_names_the_slow_rank_and_stage(tmp_path, stage, repetition
     assert results[0]["latest_metrics"]["straggler/confirmed"] == "%d:%s" % (rank, stage)
     if stage == "dataloader":
         # no collective inside Lightning's fetch: the slow loader's own time is its dataloader
-        # stage, and the others' wait for it is their communication (the gradient all-reduce)
-        loading, waiting = stage_ms(windows, "dataloader"), stage_ms(windows, "communication")
+        # stage, and the others' wait for it is in their communication stages (the gradient
+        # all-reduce, or Lightning's broadcast before the next fetch, in between_batches)
+        loading = stage_ms(windows, "dataloader")
+        waiting = stage_ms(windows, ("communication", "between_batches"))
         for other in set(range(WORLD)) - {rank}:
             assert loading[rank] > loading[other] + 0.6 * SLOW_MS, loading
             assert waiting[other] > waiting[rank] + 0.6 * SLOW_MS, waiting

@@ -24,8 +24,10 @@ from laggard import _core, sinks
 from laggard.launch import free_port
 from ranks import join_ranks, rank_context
 
-STEPS = 100
-EPOCH_STEPS = 40  # updates in an epoch: the runs cross two epochs' ends
+# 15 windows: under a loaded machine's stalls (steps 2-7x as long on every rank for a few
+# windows), 10 were not always enough to confirm a 25 ms slower backward
+STEPS = 150
+EPOCH_STEPS = 60  # updates in an epoch: the runs cross two epochs' ends
 INTERVAL = 10  # laggard's default
 WORLD = 3
 SLOW_MS = 25.0
@@ -180,3 +182,35 @@ def test_transformers_trainer_ddp_healthy_run_names_nobody(tmp_path, repetition)
     check_common(tmp_path, results, WORLD)
     assert confirmed_live(tmp_path / "laggard") == set()
     assert offline(tmp_path / "laggard", WORLD)[0] == set()
+
+
+def test_transformers_callback_outside_a_trainer_times_steps_without_the_fetch(tmp_path, caplog):
+    """Called by something that is not a transformers.Trainer (no Trainer up the call stack):
+    the fetch is not timed, an INFO line says so, and steps begin at on_step_begin."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from laggard import _log
+    from laggard.transformers import LaggardCallback
+
+    _log._once_seen.discard("transformers-fetch")
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True)
+    state, control = TrainerState(), TrainerControl()
+    callback = LaggardCallback(interval=1, log_dir=str(tmp_path / "laggard"),
+                               close_timeout_s=10.0)
+    with caplog.at_level("INFO", logger="laggard"):
+        callback.on_train_begin(args, state, control)
+        for step in range(4):
+            state.global_step = step
+            callback.on_step_begin(args, state, control)
+            callback.on_pre_optimizer_step(args, state, control)
+            callback.on_optimizer_step(args, state, control)
+            state.global_step = step + 1
+            callback.on_step_end(args, state, control)
+        callback.on_train_end(args, state, control)
+    assert not callback.fetch_timed
+    assert any("batch fetch is not timed" in r.getMessage() for r in caplog.records)
+    counters = callback.last_analyzer.counters()
+    assert counters["report_errors"] == 0 and counters["unbalanced"] == 0, counters
+    windows, _ = _core.read_run(str(tmp_path / "laggard"))
+    assert [step for step, _ in windows] == [0, 1, 2, 3]
+    assert all({st.name for st in samples[0].stages} == {"optimizer"} for _, samples in windows)
