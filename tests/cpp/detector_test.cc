@@ -8,6 +8,7 @@
 #include <functional>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -1300,6 +1301,159 @@ TEST(Sequential, HealthyRunsWithFrequentPausesConfirmNobody) {
       EXPECT_TRUE(d.confirmed().empty()) << pauses << " pauses, seed " << seed;
     }
   }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Materiality: what a finding costs the step, and the gate on it
+
+// The RFC rule with the median reference, no absolute rule, slow from `relative` up.
+DetectorOptions threshold_median(double relative) {
+  DetectorOptions o = DetectorOptions::rfc();
+  o.ref = Reference::median;
+  o.relative_threshold = relative;
+  o.absolute_ms_threshold = std::numeric_limits<double>::infinity();
+  return o;
+}
+
+// Four ranks, forward 100 ms each but rank 3's `slow_ms`, every rank's step `step_ms`.
+Window forward_window(double slow_ms, double step_ms, std::int64_t step = 0) {
+  Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, slow_ms}}}, step);
+  for (StepSample& s : w.samples) s.step_ms = step_ms;
+  return w;
+}
+
+bool confirmed_in(const Report& r, int rank, const std::string& stage) {
+  return std::any_of(r.stragglers.begin(), r.stragglers.end(), [&](const RankFinding& f) {
+    return f.rank == rank && f.stage == stage && f.confirmed;
+  });
+}
+
+TEST(Materiality, AFindingCostsItsExcessOverTheReferenceAsAShareOfTheCohortsStep) {
+  // Steps of 400, 400, 400 and 500 ms: the cohort's step is their median, 400 ms.
+  Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 150}}});
+  for (StepSample& s : w.samples) s.step_ms = s.rank == 3 ? 500.0 : 400.0;
+  const Report r = evaluate_window(w, threshold_median(1.2));
+  EXPECT_DOUBLE_EQ(figures(r, "forward").step_ms, 400.0);
+  ASSERT_EQ(r.stragglers.size(), 1u);
+  const RankFinding& f = r.stragglers[0];
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_DOUBLE_EQ(f.cost_ms, 50.0);
+  EXPECT_DOUBLE_EQ(f.cost_share, 50.0 / 400.0);
+
+  // Without step times the step is the sum of a rank's stages: forward + communication.
+  Window no_step = make_window({{"forward", StageKind::compute, {100, 100, 100, 160}},
+                                {"communication", StageKind::communication, {70, 70, 70, 10}}});
+  const Report r2 = evaluate_window(no_step, threshold_median(1.2));
+  EXPECT_DOUBLE_EQ(figures(r2, "forward").step_ms, 170.0);
+  ASSERT_EQ(r2.stragglers.size(), 1u);
+  EXPECT_DOUBLE_EQ(r2.stragglers[0].cost_ms, 60.0);
+  EXPECT_DOUBLE_EQ(r2.stragglers[0].cost_share, 60.0 / 170.0);
+  // The waiting ranks' excess is measured from the last to arrive (rank 3's 10 ms).
+  ASSERT_EQ(r2.waiting.size(), 3u);
+  EXPECT_DOUBLE_EQ(r2.waiting[0].cost_ms, 60.0);
+}
+
+TEST(Materiality, AStatisticallyConfirmedSlowdownUnderTheHealthySpreadIsNoVerdict) {
+  // 1.01x in every window: slow by the rule (>= 1.005x), in 2 of 3 windows and more, and 1 % of
+  // the step, but within the spread of healthy ranks.
+  DetectorOptions loose = threshold_median(1.005);
+  loose.healthy_spread = 1.0;  // the same rule without the gate on the slowdown
+  DetectorOptions gated = threshold_median(1.005);
+  Detector without_gate(loose), with_gate(gated);
+  for (int w = 0; w < 10; ++w) {
+    const Report a = without_gate.observe(forward_window(101.0, 100.0, w));
+    const Report b = with_gate.observe(forward_window(101.0, 100.0, w));
+    if (w >= 1) EXPECT_TRUE(confirmed_in(a, 3, "forward")) << w;
+    EXPECT_FALSE(confirmed_in(b, 3, "forward")) << w;
+    ASSERT_EQ(b.stragglers.size(), 1u);  // still a finding of its window
+    EXPECT_NEAR(b.stragglers[0].slowdown, 1.01, 1e-12);
+  }
+  EXPECT_EQ(without_gate.confirmed().size(), 1u);
+  EXPECT_TRUE(with_gate.confirmed().empty());
+}
+
+TEST(Materiality, AConfirmedSlowdownCostingUnderHalfAPercentOfTheStepIsNoVerdict) {
+  // 1.5x of a 3 ms stage in a 500 ms step: 0.3 %.
+  auto window = [](std::int64_t step) {
+    Window w = make_window({{"forward", StageKind::compute, {100, 100, 100, 100}},
+                            {"optimizer", StageKind::compute, {3, 3, 3, 4.5}}},
+                           step);
+    for (StepSample& s : w.samples) s.step_ms = 500.0;
+    return w;
+  };
+  DetectorOptions no_floor = threshold_median(1.2);
+  no_floor.min_cost_share = 0.0;
+  Detector without_gate(no_floor), with_gate(threshold_median(1.2));
+  for (int w = 0; w < 10; ++w) {
+    const Report a = without_gate.observe(window(w));
+    const Report b = with_gate.observe(window(w));
+    if (w >= 1) EXPECT_TRUE(confirmed_in(a, 3, "optimizer")) << w;
+    EXPECT_FALSE(confirmed_in(b, 3, "optimizer")) << w;
+    ASSERT_EQ(b.stragglers.size(), 1u);
+    EXPECT_DOUBLE_EQ(b.stragglers[0].cost_share, 1.5 / 500.0);
+  }
+  EXPECT_TRUE(with_gate.confirmed().empty());
+}
+
+TEST(Materiality, A1point05xSlowdownCostingAPercentIsConfirmed) {
+  // 1.05x of a 100 ms stage in a 500 ms step: 5 ms, 1 %.
+  Detector d(threshold_median(1.04));
+  Report last;
+  for (int w = 0; w < 4; ++w) last = d.observe(forward_window(105.0, 500.0, w));
+  EXPECT_TRUE(confirmed_in(last, 3, "forward"));
+  ASSERT_EQ(d.confirmed().size(), 1u);
+  const Detector::Confirmed& c = d.confirmed()[0];
+  EXPECT_EQ(c.first_confirmed_step, 1);  // 2 of 3 at the second window: material at once
+  EXPECT_EQ(c.costs_ms, (std::vector<double>{5.0, 5.0, 5.0}));
+  EXPECT_EQ(c.cost_shares, (std::vector<double>{0.01, 0.01, 0.01}));
+}
+
+TEST(Materiality, TheSequentialTestsNameASmallStagesSlowdownTheGateKeepsFromAVerdict) {
+  // A 5 ms stage of rank 5 at 1.3x (1.5 ms) in a 500 ms step costs 0.3 %; at 2x (5 ms), 1 %.
+  auto run = [](double factor, double min_cost_share) {
+    DetectorOptions o;
+    o.min_cost_share = min_cost_share;
+    Detector d(o);
+    int confirmed_windows = 0;
+    for (int w = 0; w < 40; ++w) {
+      const Report r = d.observe(noisy_window(8, w, [&](Window& win) {
+        for (StepSample& s : win.samples) s.step_ms = 500.0;
+        if (w >= 10) win.samples[5].stages[0].ms *= factor;  // dataloader
+      }));
+      confirmed_windows += confirmed_in(r, 5, "dataloader");
+    }
+    return std::make_pair(confirmed_windows, d.confirmed().size());
+  };
+  // Without the floor the evidence names it in most windows after the onset ...
+  const auto stat = run(1.3, 0.0);
+  EXPECT_GE(stat.first, 20);
+  EXPECT_EQ(stat.second, 1u);
+  // ... with the default floor (0.5 %) never ...
+  const auto gated = run(1.3, DetectorOptions{}.min_cost_share);
+  EXPECT_EQ(gated.first, 0);
+  EXPECT_EQ(gated.second, 0u);
+  // ... and the 2x slowdown, 1 % of the step, is confirmed as before.
+  const auto costly = run(2.0, DetectorOptions{}.min_cost_share);
+  EXPECT_GE(costly.first, 20);
+  EXPECT_EQ(costly.second, 1u);
+}
+
+TEST(Materiality, TheSettingsAreChecked) {
+  DetectorOptions o;
+  o.min_cost_share = -0.1;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.min_cost_share = 1.0;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.min_cost_share = std::nan("");
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o = DetectorOptions::rfc();
+  o.healthy_spread = 0.99;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.healthy_spread = 1.5;  // above relative_threshold: allowed in the threshold method
+  EXPECT_NO_THROW(o.validate());
+  EXPECT_NE(describe_rule(DetectorOptions{}).find("> 1.03x typical and >= 0.5% of the step"),
+            std::string::npos);
 }
 
 }  // namespace

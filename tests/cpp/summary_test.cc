@@ -78,6 +78,42 @@ TEST(RunAnalysis, WholeSlowHostIsNamed) {
   EXPECT_EQ(s.slow_hosts[0].stage, "forward");
   EXPECT_EQ(s.slow_hosts[0].ranks, (std::vector<int>{2, 3}));
   EXPECT_EQ(s.slow_hosts[0].windows, 5);
+  // Each of its ranks is 20 ms over the mean (70 ms) in a 95 ms step.
+  EXPECT_DOUBLE_EQ(s.slow_hosts[0].cost_ms, 20.0);
+  EXPECT_DOUBLE_EQ(s.slow_hosts[0].cost_share, 20.0 / 95.0);
+}
+
+TEST(RunAnalysis, VerdictsComeCostliestFirstWithTheirCost) {
+  // Rank 1 is 12 ms slow in forward, rank 4 30 ms: every rank's step is the slowest's 90 ms
+  // plus 5 ms of all-reduce.
+  RunAnalysis analysis;  // the default detector
+  for (int i = 0; i < 20; ++i) {
+    const bool slow = i >= 3;
+    analysis.add(make_window(i, 6, {60, slow ? 72.0 : 60.0, 60, 60, slow ? 90.0 : 60.0, 60}));
+  }
+  const RunSummary s = analysis.summary();
+  ASSERT_EQ(s.stragglers.size(), 2u);
+  EXPECT_EQ(s.stragglers[0].rank, 4);
+  EXPECT_DOUBLE_EQ(s.stragglers[0].cost_ms, 30.0);
+  EXPECT_DOUBLE_EQ(s.stragglers[0].cost_share, 30.0 / 95.0);
+  EXPECT_EQ(s.stragglers[1].rank, 1);
+  EXPECT_DOUBLE_EQ(s.stragglers[1].cost_ms, 12.0);
+  EXPECT_DOUBLE_EQ(s.stragglers[1].cost_share, 12.0 / 95.0);
+  EXPECT_DOUBLE_EQ(s.stragglers[1].typical_slowdown, 1.2);
+}
+
+TEST(RunAnalysis, AVerdictUnderTheFloorIsNotListed) {
+  // The same run, with the floor at 15 % of the step: rank 1 (12.6 %) is left out.
+  DetectorOptions o;
+  o.min_cost_share = 0.15;
+  RunAnalysis analysis(o);
+  for (int i = 0; i < 20; ++i) {
+    const bool slow = i >= 3;
+    analysis.add(make_window(i, 6, {60, slow ? 72.0 : 60.0, 60, 60, slow ? 90.0 : 60.0, 60}));
+  }
+  const RunSummary s = analysis.summary();
+  ASSERT_EQ(s.stragglers.size(), 1u);
+  EXPECT_EQ(s.stragglers[0].rank, 4);
 }
 
 TEST(RunAnalysis, EmptyRunHasAnEmptySummary) {
