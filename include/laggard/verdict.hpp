@@ -24,6 +24,12 @@ struct VerdictFinding {
   double cost_ms = 0.0;   ///< what it costs every step: max(0, ms - ref_ms)
   double cost_share = 0.0;  ///< cost_ms over the cohort's step time, in [0, 1]
   int windows_flagged = 0;
+  /// The step of the first window of its current run of flagged windows (where the slowdown
+  /// began, as far as the sampled windows tell), the step of the window that confirmed it
+  /// (the console line's), and how many windows it has been confirmed in since.
+  std::int64_t onset_step = 0;
+  std::int64_t confirmed_step = 0;
+  int windows_held = 0;
   /// Why, in words: "its own compute; ranks 0,2,3 wait for it in 'allreduce'" (and the measured
   /// resource reason, when there is one).
   std::string reason;
@@ -40,14 +46,20 @@ struct StragglerVerdict {
   std::string likely_bottleneck;
   int num_confirmed = 0;      ///< confirmed stragglers; `confirmed` lists at most kMaxFindings
   std::vector<VerdictFinding> confirmed;
-  /// This rank: its score, the worst relative score ref / t over its compute, data and other
-  /// stages, in (0, 1]; 1 = nowhere slower than the reference. Computed as (ref + 0.5 ms) /
-  /// (t + 0.5 ms), so that a sub-millisecond stage's noise does not score. Waiting in communication does not lower it: that is
+  /// This rank: its score, the median over its last 5 windows of its worst relative score
+  /// ref / t over its compute, data and other stages, in (0, 1]; 1 = nowhere slower than the
+  /// reference. Each as (ref + 0.5 ms) / (t + 0.5 ms), so that a sub-millisecond stage's noise
+  /// does not score; the median, so that one window's wait that landed in a compute stage (an
+  /// all-reduce inside backward) does not either. Waiting in communication does not lower it: that is
   /// others' time. NaN when the verdict carried no score for this rank (its samples had not
   /// reached the analysis yet).
   int rank = -1;
   double score = 1.0;
   bool self_confirmed = false;  ///< this rank is among the confirmed stragglers
+  /// The stop policy (AnalyzerOptions::stop_after_windows): the step every rank stops before,
+  /// agreed by the analysis rank once a confirmed straggler has held for that many windows and
+  /// carried by every verdict after; -1 = no stop.
+  std::int64_t stop_step = -1;
 
   /// At most this many findings travel (the strongest first by cost); `num_confirmed` counts all.
   static constexpr std::size_t kMaxFindings = 16;

@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -98,6 +99,9 @@ void validate(const AnalyzerOptions& o) {
   require(std::isfinite(o.poll_interval_s) && o.poll_interval_s > 0.0 && o.poll_interval_s <= 1.0,
           "poll_interval_s must be in (0, 1]");
   require(!o.log_dir || !o.log_dir->empty(), "log_dir must not be empty when set");
+  require(o.stop_after_windows >= 0, "stop_after_windows must be >= 0 (0 = never stop), got " +
+                                         std::to_string(o.stop_after_windows));
+  require(finite_at_least(o.stop_lead_s, 0.0), "stop_lead_s must be >= 0");
 }
 
 std::uint64_t thread_cpu_ns() {
@@ -142,6 +146,8 @@ struct Background {
   Metrics latest_metrics;
   std::optional<Report> latest_report;
   std::optional<StragglerVerdict> latest_verdict;  // every rank: the analysis rank's, or its parent's
+  std::atomic<std::uint64_t> verdict_seq_seen{0};  // latest_verdict's seq, read without the lock
+  std::atomic<std::int64_t> stop_step_seen{-1};    // latest_verdict's stop_step, likewise
 
   mutable std::mutex analysis_mu;
   std::optional<RunAnalysis> analysis;
@@ -172,7 +178,7 @@ struct Background {
   void analyse(bool final);
   void publish(std::int64_t step, Report&& report, Metrics&& extra = {});
   StragglerVerdict make_verdict(const Window& analysed, const Report& report, const Metrics& extra);
-  void announce(const Window& analysed, const Report& report, const StragglerVerdict& verdict);
+  void announce(const Window& analysed, const Report& report, StragglerVerdict& verdict);
   void finish() noexcept;
   void close_sinks() noexcept;
   void mirror_counts();
@@ -202,6 +208,8 @@ struct Background {
   std::vector<wire::RankScore> verdict_scores;
   std::vector<float> score_of_rank;
   std::vector<std::uint8_t> rank_seen, rank_confirmed;
+  std::vector<float> score_history;         // by rank: its last kScoreWindows window scores
+  std::vector<std::uint32_t> score_windows;  // by rank: window scores so far
   StragglerVerdict incoming;
   struct Announced {
     std::string host;
@@ -209,8 +217,14 @@ struct Background {
     std::int64_t confirmed_step = 0;
     double slowdown = 1.0;
     int absent = 0;  // windows it took part in without being confirmed, in a row
+    int held = 0;    // windows it was confirmed in since it was announced
   };
   std::map<std::pair<int, std::string>, Announced> announced;  // (rank, cohort \x1f stage)
+  // The first step of each flagged finding's current run of flagged windows (its onset).
+  std::map<std::pair<int, std::string>, std::int64_t> flagged_since;
+  std::int64_t own_latest_step = -1;  // the analysis rank's latest sampled step seen here
+  std::int64_t stop_step = -1;        // the stop policy's agreed step, once decided
+  void decide_stop(StragglerVerdict& verdict);
   LineFile report_log;
   std::string rank_log_path;
   std::string report_log_path;
@@ -352,6 +366,8 @@ void Background::tick(bool final) noexcept {
       if (!analysis_rank && gather->take_verdict(incoming)) {
         std::lock_guard<std::mutex> lock(latest_mu);
         latest_verdict = incoming;
+        verdict_seq_seen.store(incoming.seq, std::memory_order_release);
+        stop_step_seen.store(incoming.stop_step, std::memory_order_release);
       }
       if (analysing()) deliver();
       mirror_counts();
@@ -382,6 +398,7 @@ void Background::tick(bool final) noexcept {
 void Background::drain_ring() {
   while (handoff.pop(sample)) {  // logged already, non-finite times left out
     if (analysing()) {
+      own_latest_step = std::max(own_latest_step, sample.step);
       StepSample own(sample);
       // The other ranks' times reach the analysis rounded to the wire's float32; its own are
       // rounded alike, so that no rank is treated differently.
@@ -445,8 +462,11 @@ void Background::analyse(bool final) {
     try {
       StragglerVerdict verdict = make_verdict(window, report, extra);
       announce(window, report, verdict);
+      decide_stop(verdict);
       if (gather) gather->send_verdict(verdict, verdict_scores);
       std::lock_guard<std::mutex> lock(latest_mu);
+      verdict_seq_seen.store(verdict.seq, std::memory_order_release);
+      stop_step_seen.store(verdict.stop_step, std::memory_order_release);
       latest_verdict = std::move(verdict);
     } catch (const std::exception& e) {
       errors.report("verdict", e.what());
@@ -515,6 +535,8 @@ void Background::triage(const Window& analysed, Report& report, Metrics& metrics
 // A rank's score: the worst (ref + floor) / (t + floor) over its stages, so that a stage of a
 // few tenths of a millisecond, whose ratio is mostly clock noise, does not score.
 constexpr double kScoreFloorMs = 0.5;
+// ... taken as the median over a rank's last this many windows.
+constexpr std::size_t kScoreWindows = 5;
 // A confirmed (rank, stage) is cleared once it was not confirmed in this many windows in a row
 // that the rank took part in (a window without its sample says nothing about it).
 constexpr int kClearWindows = 3;
@@ -542,9 +564,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 // Why a confirmed straggler is slow, in words: its own work in the stage's kind, who waits for
-// it (the ranks of its cohort whose time in a communication stage exceeds its own by at least
-// half its excess: they sit in the collective while it works), and the measured resource
-// reason when triage found one.
+// it, and the measured resource reason when triage found one. The others wait for it in a stage
+// of its cohort (other than its own) where their time exceeds its own by at least half its
+// excess: a collective, or a stage that holds one (DDP's all-reduce inside "backward"), where
+// they sit while it works.
 std::string reason_of(const RankFinding& f, const Report& report, const Metrics& extra) {
   std::string why = "its own ";
   if (f.stage == kUntimedStage) why += "time outside the timed sections";
@@ -552,13 +575,13 @@ std::string reason_of(const RankFinding& f, const Report& report, const Metrics&
   else why += to_string(f.kind);
   const double excess = std::max(0.0, f.ms - f.ref_ms);
   std::vector<int> waiters;
-  std::string wait_stages;
+  std::string in_comm, inside;
   for (const StageFigures& st : report.stages) {
-    if (st.kind != StageKind::communication || st.cohort != f.cohort) continue;
+    if (st.cohort != f.cohort || st.stage == f.stage) continue;
     double own = -1.0;
     for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i)
       if (st.rank_ids[i] == f.rank) own = st.rank_ms[i];
-    if (own < 0.0) continue;
+    if (own < 0.0 || excess <= 0.0) continue;
     bool any = false;
     for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
       if (st.rank_ids[i] == f.rank || st.rank_ms[i] - own < 0.5 * excess) continue;
@@ -566,12 +589,15 @@ std::string reason_of(const RankFinding& f, const Report& report, const Metrics&
       if (std::find(waiters.begin(), waiters.end(), st.rank_ids[i]) == waiters.end())
         waiters.push_back(st.rank_ids[i]);
     }
-    if (any) wait_stages += (wait_stages.empty() ? "'" : ", '") + st.stage + "'";
+    if (!any) continue;
+    std::string& list = st.kind == StageKind::communication ? in_comm : inside;
+    list += (list.empty() ? "'" : ", '") + st.stage + "'";
   }
-  if (excess > 0.0 && !waiters.empty()) {
+  if (!waiters.empty()) {
     std::sort(waiters.begin(), waiters.end());
-    why += "; " + rank_list(waiters) + (waiters.size() == 1 ? " waits" : " wait") +
-           " for it in " + wait_stages;
+    why += "; " + rank_list(waiters) + (waiters.size() == 1 ? " waits" : " wait") + " for it";
+    if (!in_comm.empty()) why += " in " + in_comm;
+    if (!inside.empty()) why += std::string(in_comm.empty() ? "" : " and") + " inside " + inside;
   }
   const auto measured = extra.find("straggler/" + std::to_string(f.rank) + "/reason");
   if (measured != extra.end())
@@ -642,34 +668,77 @@ StragglerVerdict Background::make_verdict(const Window& analysed, const Report& 
   for (const RankFinding* f : confirmed)
     if (f->rank >= 0 && static_cast<std::size_t>(f->rank) < world)
       rank_confirmed[static_cast<std::size_t>(f->rank)] = 1;
+  // A rank's score is the median of its last kScoreWindows window scores: one window's worst
+  // stage is often a wait that landed in a compute stage (DDP's all-reduce inside backward),
+  // which says nothing about the rank.
+  if (score_windows.size() != world) {
+    score_windows.assign(world, 0);
+    score_history.assign(world * kScoreWindows, 1.0f);
+  }
   verdict_scores.clear();
-  for (std::size_t r = 0; r < world; ++r)
-    if (rank_seen[r])
-      verdict_scores.push_back(
-          wire::RankScore{static_cast<int>(r), score_of_rank[r], rank_confirmed[r] != 0});
+  float recent[kScoreWindows];
+  for (std::size_t r = 0; r < world; ++r) {
+    float* history = &score_history[r * kScoreWindows];
+    if (rank_seen[r]) history[score_windows[r]++ % kScoreWindows] = score_of_rank[r];
+    const std::size_t n = std::min<std::size_t>(score_windows[r], kScoreWindows);
+    if (n == 0) continue;
+    std::copy(history, history + n, recent);
+    std::sort(recent, recent + n);
+    score_of_rank[r] = n % 2 ? recent[n / 2] : 0.5f * (recent[n / 2 - 1] + recent[n / 2]);
+    verdict_scores.push_back(
+        wire::RankScore{static_cast<int>(r), score_of_rank[r], rank_confirmed[r] != 0});
+  }
   v.rank = rank;
   v.score = std::numeric_limits<double>::quiet_NaN();
-  if (rank >= 0 && static_cast<std::size_t>(rank) < world && rank_seen[static_cast<std::size_t>(rank)])
+  if (rank >= 0 && static_cast<std::size_t>(rank) < world && score_windows[static_cast<std::size_t>(rank)] > 0)
     v.score = score_of_rank[static_cast<std::size_t>(rank)];
   v.self_confirmed = rank >= 0 && static_cast<std::size_t>(rank) < world &&
                      rank_confirmed[static_cast<std::size_t>(rank)] != 0;
   return v;
 }
 
-void Background::announce(const Window& analysed, const Report& report, const StragglerVerdict& verdict) {
+void Background::announce(const Window& analysed, const Report& report, StragglerVerdict& verdict) {
   std::size_t lines = 0, unsaid = 0;
   std::set<std::pair<int, std::string>> now;
+  {  // onsets: a flagged finding's run of flagged windows, ended by a window it took part in
+    std::set<int> present;
+    for (const StepSample& s : analysed.samples) present.insert(s.rank);
+    std::set<std::pair<int, std::string>> flagged;
+    for (const RankFinding& f : report.stragglers) {
+      auto key = std::make_pair(f.rank, f.cohort + '\x1f' + f.stage);
+      flagged.insert(key);
+      flagged_since.emplace(key, analysed.step);
+    }
+    for (auto it = flagged_since.begin(); it != flagged_since.end();)
+      it = !flagged.count(it->first) && present.count(it->first.first) ? flagged_since.erase(it)
+                                                                          : std::next(it);
+  }
   for (const RankFinding& f : report.stragglers) {
     if (!f.confirmed) continue;
     auto key = std::make_pair(f.rank, f.cohort + '\x1f' + f.stage);
     now.insert(key);
     auto it = announced.find(key);
+    const auto since = flagged_since.find(key);
+    const std::int64_t onset = since != flagged_since.end() ? since->second : analysed.step;
     if (it != announced.end()) {
       it->second.absent = 0;
       it->second.slowdown = f.slowdown;
+      ++it->second.held;
+      for (VerdictFinding& vf : verdict.confirmed)
+        if (vf.rank == f.rank && vf.cohort == f.cohort && vf.stage == f.stage) {
+          vf.onset_step = std::min(onset, it->second.confirmed_step);
+          vf.confirmed_step = it->second.confirmed_step;
+          vf.windows_held = it->second.held;
+        }
       continue;
     }
-    announced.emplace(key, Announced{f.host, f.stage, analysed.step, f.slowdown, 0});
+    announced.emplace(key, Announced{f.host, f.stage, analysed.step, f.slowdown, 0, 1});
+    for (VerdictFinding& vf : verdict.confirmed)
+      if (vf.rank == f.rank && vf.cohort == f.cohort && vf.stage == f.stage) {
+        vf.onset_step = onset;
+        vf.confirmed_step = analysed.step;
+        vf.windows_held = 1;
+      }
     if (lines >= kMaxLinesPerWindow) {
       ++unsaid;
       continue;
@@ -717,6 +786,33 @@ void Background::announce(const Window& analysed, const Report& report, const St
                     " windows since) [step " + std::to_string(analysed.step) + "]");
     it = announced.erase(it);
   }
+}
+
+// The stop policy: decided once, on the analysis rank, then carried by every later verdict. The
+// step is ahead of this rank's latest sampled step by stop_lead_s of step time and at least two
+// intervals (a rank checks for a new verdict at its sampled steps), so that the verdict reaches
+// every rank before it; ranks of one data-parallel job are within a step of each other.
+void Background::decide_stop(StragglerVerdict& verdict) {
+  if (stop_step < 0 && options.stop_after_windows > 0) {
+    bool held = false;
+    for (const VerdictFinding& f : verdict.confirmed)
+      held = held || f.windows_held >= options.stop_after_windows;
+    if (held) {
+      const std::int64_t interval = std::max(1, options.interval);
+      std::int64_t lead = 2 * interval;
+      if (verdict.step_ms > 0.0 && std::isfinite(verdict.step_ms))
+        lead = std::max<std::int64_t>(
+            lead, static_cast<std::int64_t>(std::ceil(1000.0 * options.stop_lead_s / verdict.step_ms)));
+      lead = std::min<std::int64_t>(lead, 1000000);
+      stop_step = std::max(own_latest_step, verdict.step) + lead;
+      log_message(LogLevel::warning,
+                  "straggler stop: every rank stops before step " + std::to_string(stop_step) +
+                      " (stop policy: a confirmed straggler held for " +
+                      std::to_string(options.stop_after_windows) + " windows) [step " +
+                      std::to_string(verdict.step) + "]");
+    }
+  }
+  verdict.stop_step = stop_step;
 }
 
 void Background::publish(std::int64_t step, Report&& report, Metrics&& extra) {
@@ -927,7 +1023,46 @@ struct Analyzer::Impl {
   pid_t pid = ::getpid();  // the process that started the Analyzer
   std::uint64_t forked_steps = 0;
   std::uint64_t fork_errors = 0;
+  // on_straggler / on_clear: the training thread's, in end_sampled_step.
+  std::vector<Analyzer::VerdictCallback> on_straggler, on_clear;
+  std::uint64_t verdict_seq_acted = 0;
+  struct Active {
+    VerdictFinding finding;
+    std::uint64_t last_seq = 0;  // the latest verdict that confirmed it
+  };
+  std::map<std::tuple<int, std::string, std::string>, Active> active;
+  void act_on_verdict(ErrorCounter& errors, const StragglerVerdict& v);
 };
+
+// A verdict not seen yet: on_straggler for what newly appears among the confirmed, on_clear for
+// what has been absent from kClearWindows verdicts (seqs; a verdict missed in between counts).
+void Analyzer::Impl::act_on_verdict(ErrorCounter& errors, const StragglerVerdict& v) {
+  const auto call = [&errors, &v](const std::vector<VerdictCallback>& fns, const VerdictFinding& f) {
+    for (const VerdictCallback& fn : fns) {
+      try {
+        fn(f, v);
+      } catch (const std::exception& e) {
+        errors.report("verdict callback", e.what());
+      } catch (...) {
+        errors.report("verdict callback", "a non-standard exception");
+      }
+    }
+  };
+  for (const VerdictFinding& f : v.confirmed) {
+    auto [it, added] = active.try_emplace(std::make_tuple(f.rank, f.cohort, f.stage));
+    it->second.finding = f;
+    it->second.last_seq = v.seq;
+    if (added) call(on_straggler, f);
+  }
+  for (auto it = active.begin(); it != active.end();) {
+    if (v.seq >= it->second.last_seq + kClearWindows) {
+      call(on_clear, it->second.finding);
+      it = active.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 
 Analyzer::Analyzer(AnalyzerOptions options) {
   if (!options.enabled) return;  // nothing created: no thread, no file, no side channel
@@ -1165,6 +1300,19 @@ void Analyzer::begin_step(std::int64_t step) noexcept {
 void Analyzer::end_sampled_step() noexcept {
   sampled_ = false;
   recorder_->end_step();
+  Impl& im = *impl_;
+  if ((!im.on_straggler.empty() || !im.on_clear.empty()) &&
+      im.bg->verdict_seq_seen.load(std::memory_order_acquire) != im.verdict_seq_acted) {
+    try {
+      std::optional<StragglerVerdict> v = latest_verdict();
+      if (v && v->seq != im.verdict_seq_acted) {
+        im.verdict_seq_acted = v->seq;
+        im.act_on_verdict(im.bg->errors, *v);
+      }
+    } catch (const std::exception& e) {
+      im.bg->errors.report("verdict callback", e.what());
+    }
+  }
 }
 
 void Analyzer::set_stream(void* cu_stream) noexcept {
@@ -1195,6 +1343,24 @@ std::optional<Report> Analyzer::latest_report() const noexcept {
   } catch (...) {
     return std::nullopt;
   }
+}
+
+std::uint64_t Analyzer::verdict_seq() const noexcept {
+  if (!impl_ || impl_->forked) return 0;
+  return impl_->bg->verdict_seq_seen.load(std::memory_order_acquire);
+}
+
+void Analyzer::on_straggler(VerdictCallback fn) {
+  if (impl_ && fn) impl_->on_straggler.push_back(std::move(fn));
+}
+
+void Analyzer::on_clear(VerdictCallback fn) {
+  if (impl_ && fn) impl_->on_clear.push_back(std::move(fn));
+}
+
+std::int64_t Analyzer::stop_step() const noexcept {
+  if (!impl_ || impl_->forked) return -1;
+  return impl_->bg->stop_step_seen.load(std::memory_order_acquire);
 }
 
 std::optional<StragglerVerdict> Analyzer::latest_verdict() const noexcept {

@@ -35,7 +35,7 @@ def parse(argv):
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--microbatches", type=int, default=2)
-    p.add_argument("--base-ms", type=float, default=8.0)
+    p.add_argument("--base-ms", type=float, default=5.0)
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-stage", choices=("forward", "backward", "optimizer"),
                    default="forward")
