@@ -83,6 +83,11 @@ class CollectiveLog:
         for owner in (dist, dist.distributed_c10d):
             for name in self.NAMES:
                 setattr(owner, name, self._wrap(name, getattr(owner, name)))
+        # laggard's side channel calls the send/recv of its own gloo process group directly
+        # (no torch.distributed function takes it: it is no new_group)
+        for name in ("send", "recv"):
+            setattr(dist.ProcessGroupGloo, name,
+                    self._wrap_backend(name, getattr(dist.ProcessGroupGloo, name)))
 
     def _wrap(self, name, real):
         def wrapped(*a, **k):
@@ -92,6 +97,16 @@ class CollectiveLog:
                     group is dist.distributed_c10d._get_default_group()
                 self.groups.append((name, "default" if default else "other"))
             return real(*a, **k)
+
+        return wrapped
+
+    def _wrap_backend(self, name, real):
+        def wrapped(backend, *a, **k):
+            if threading.current_thread() is not self.training:
+                default = dist.distributed_c10d._get_default_group()._get_backend(
+                    torch.device("cpu"))
+                self.groups.append((name, "default" if backend is default else "other"))
+            return real(backend, *a, **k)
 
         return wrapped
 
