@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "laggard/compare.hpp"
@@ -64,7 +65,11 @@ class LAGGARD_API RunReportData {
     double job_sum = 0.0, job_min = 0.0, job_max = 0.0, median_sum = 0.0;
   };
 
-  const std::vector<Stage>& stages() const noexcept { return stages_; }  ///< pipeline order
+  /// In the order first seen (a Cell's `stage` indexes it); pipeline_order() gives the page's.
+  const std::vector<Stage>& stages() const noexcept { return stages_; }
+  /// Indices into stages() in pipeline order: each stage right after the stage it followed in
+  /// the window that first held it (across cohorts). O(stages).
+  std::vector<std::uint32_t> pipeline_order() const;
   const std::vector<Cell>& cells() const noexcept { return cells_; }
   const std::vector<Point>& points() const noexcept { return points_; }
   /// Host and cohort of a rank ("" when unknown).
@@ -72,12 +77,17 @@ class LAGGARD_API RunReportData {
   const std::string& cohort_of(int rank) const noexcept;
 
  private:
-  std::size_t stage_index(const std::string& name, StageKind kind, const std::string* previous);
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  // O(1) expected: a hash lookup; a new stage is linked after `previous` (kNone: first).
+  std::uint32_t stage_index(const std::string& name, StageKind kind, std::uint32_t previous);
   Cell* cell(std::size_t stage, int rank);
 
   std::size_t max_points_;
   std::int32_t bucket_windows_ = 1;  // windows per bucket
   std::vector<Stage> stages_;
+  std::unordered_map<std::string, std::uint32_t> stage_of_name_;
+  std::vector<std::uint32_t> next_stage_;  // per stage: the next in pipeline order, or kNone
+  std::uint32_t first_stage_ = kNone;
   std::vector<std::vector<std::int32_t>> slot_;  // per stage: rank → index into cells_
   std::vector<Cell> cells_;
   std::vector<std::string> host_, cohort_;  // per rank

@@ -2,7 +2,10 @@
 // new section is a function of the same signature and a line in kSections.
 #include <algorithm>
 #include <map>
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -175,15 +178,53 @@ void slowdown_heatmap(std::string& out, const RunSummary& sum, const RunReportDa
       ranks.resize(kMaxRows);
       std::sort(ranks.begin(), ranks.end());
     }
+    // Columns: every stage in pipeline order, or, past kMaxColumns, the stages of confirmed
+    // stragglers, then those flagged, then those with the largest median slowdown (a page of
+    // 128k stage columns was 69 MB).
+    std::vector<std::uint32_t> shown = data.pipeline_order();
+    const std::size_t total_stages = shown.size();
+    constexpr std::size_t kMaxColumns = 64;
+    if (shown.size() > kMaxColumns) {
+      std::vector<double> worst(stages.size(), 0.0);
+      std::vector<int> tier(stages.size(), 0);
+      for (const auto& c : data.cells()) {
+        const double v = c.slowdown.value();
+        if (std::isfinite(v)) worst[c.stage] = std::max(worst[c.stage], v);
+        if (c.flagged > 0) tier[c.stage] = std::max(tier[c.stage], 1);
+      }
+      std::unordered_map<std::string, std::uint32_t> index;
+      for (std::uint32_t i = 0; i < stages.size(); ++i) index.emplace(stages[i].name, i);
+      for (const auto& s : sum.stragglers) {
+        const auto it = index.find(s.stage);
+        if (it != index.end()) tier[it->second] = 2;
+      }
+      std::vector<std::size_t> position(stages.size(), 0);
+      for (std::size_t i = 0; i < shown.size(); ++i) position[shown[i]] = i;
+      std::vector<std::uint32_t> ranked = shown;
+      std::partial_sort(ranked.begin(), ranked.begin() + kMaxColumns, ranked.end(),
+                        [&](std::uint32_t a, std::uint32_t b) {
+                          if (tier[a] != tier[b]) return tier[a] > tier[b];
+                          if (worst[a] != worst[b]) return worst[a] > worst[b];
+                          return position[a] < position[b];
+                        });
+      ranked.resize(kMaxColumns);
+      std::sort(ranked.begin(), ranked.end(),
+                [&](std::uint32_t a, std::uint32_t b) { return position[a] < position[b]; });
+      shown.swap(ranked);
+    }
+    std::vector<std::int32_t> column(stages.size(), -1);
+    for (std::size_t i = 0; i < shown.size(); ++i) column[shown[i]] = static_cast<std::int32_t>(i);
     std::vector<std::string> rows, cols;
-    for (const auto& st : stages)
-      cols.push_back(st.name + (st.kind == StageKind::communication ? " (wait)" : ""));
+    for (std::uint32_t i : shown)
+      cols.push_back(stages[i].name +
+                     (stages[i].kind == StageKind::communication ? " (wait)" : ""));
     std::vector<std::vector<HeatCell>> cells;
     for (int r : ranks) {
       rows.push_back(who(r, data.host_of(r)));
-      std::vector<HeatCell> row(stages.size());
+      std::vector<HeatCell> row(shown.size());
       for (const auto* c : by_rank[r]) {
-        HeatCell& h = row[c->stage];
+        if (column[c->stage] < 0) continue;
+        HeatCell& h = row[static_cast<std::size_t>(column[c->stage])];
         const double v = c->slowdown.value();
         const bool waiting = stages[c->stage].kind == StageKind::communication;
         h.value = v;
@@ -206,6 +247,12 @@ void slowdown_heatmap(std::string& out, const RunSummary& sum, const RunReportDa
         out += "<p class=\"note\">Showing " + std::to_string(ranks.size()) + " of " +
                std::to_string(total) +
                " ranks: the confirmed stragglers and the ranks with the largest slowdown.</p>\n";
+      if (total_stages > shown.size())
+        out += "<p class=\"note\">Showing " + std::to_string(shown.size()) + " of " +
+               std::to_string(total_stages) + " stages (" +
+               std::to_string(total_stages - shown.size()) +
+               " more not drawn): those of confirmed stragglers, then those flagged, then those "
+               "with the largest slowdown, in pipeline order.</p>\n";
       out += heatmap(rows, cols, cells, "slowdown of each rank in each stage");
       out += "<div class=\"legend\"><span><span class=\"swatch\" style=\"background:" +
              slowdown_fill(1.0, false) +

@@ -84,20 +84,34 @@ const std::string& RunReportData::cohort_of(int rank) const noexcept {
              : kEmpty;
 }
 
-std::size_t RunReportData::stage_index(const std::string& name, StageKind kind,
-                                       const std::string* previous) {
-  for (std::size_t i = 0; i < stages_.size(); ++i)
-    if (stages_[i].name == name) return i;
+std::uint32_t RunReportData::stage_index(const std::string& name, StageKind kind,
+                                         std::uint32_t previous) {
+  // A hash lookup and a link, not a scan and a vector insert: tens of thousands of distinct stage
+  // names made both quadratic (32k names: 22 s to write the report).
+  const auto [it, fresh] =
+      stage_of_name_.emplace(name, static_cast<std::uint32_t>(stages_.size()));
+  if (!fresh) return it->second;
+  const std::uint32_t index = it->second;
+  stages_.push_back(Stage{name, kind});
+  slot_.emplace_back();
   // A new stage goes right after the stage it follows (pipeline order across cohorts).
-  std::size_t pos = 0;
-  if (previous)
-    for (std::size_t i = 0; i < stages_.size(); ++i)
-      if (stages_[i].name == *previous) pos = i + 1;
-  stages_.insert(stages_.begin() + static_cast<std::ptrdiff_t>(pos), Stage{name, kind});
-  slot_.insert(slot_.begin() + static_cast<std::ptrdiff_t>(pos), std::vector<std::int32_t>{});
-  for (Cell& c : cells_)
-    if (c.stage >= pos) ++c.stage;
-  return pos;
+  if (previous == kNone) {
+    next_stage_.push_back(first_stage_);
+    first_stage_ = index;
+  } else {
+    next_stage_.push_back(next_stage_[previous]);
+    next_stage_[previous] = index;
+  }
+  return index;
+}
+
+std::vector<std::uint32_t> RunReportData::pipeline_order() const {
+  std::vector<std::uint32_t> order;
+  order.reserve(stages_.size());
+  for (std::uint32_t i = first_stage_; i != kNone && order.size() < stages_.size();
+       i = next_stage_[i])
+    order.push_back(i);
+  return order;
 }
 
 RunReportData::Cell* RunReportData::cell(std::size_t stage, int rank) {
@@ -169,12 +183,12 @@ void RunReportData::add(const Window& window, const Report& report) {
     }
   }
 
-  const std::string* previous = nullptr;
+  std::uint32_t previous = kNone;
   const std::string* previous_cohort = nullptr;
   for (const StageFigures& st : report.stages) {
-    if (previous_cohort && *previous_cohort != st.cohort) previous = nullptr;
-    const std::size_t stage = stage_index(st.stage, st.kind, previous);
-    previous = &st.stage;
+    if (previous_cohort && *previous_cohort != st.cohort) previous = kNone;
+    const std::uint32_t stage = stage_index(st.stage, st.kind, previous);
+    previous = stage;
     previous_cohort = &st.cohort;
     if (!(st.ref_ms > 0.0)) continue;
     for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
@@ -187,11 +201,9 @@ void RunReportData::add(const Window& window, const Report& report) {
   }
   for (const auto* list : {&report.stragglers, &report.waiting})
     for (const RankFinding& f : *list) {
-      for (std::size_t i = 0; i < stages_.size(); ++i)
-        if (stages_[i].name == f.stage) {
-          if (Cell* c = cell(i, f.rank)) ++c->flagged;
-          break;
-        }
+      const auto it = stage_of_name_.find(f.stage);
+      if (it != stage_of_name_.end())
+        if (Cell* c = cell(it->second, f.rank)) ++c->flagged;
     }
 }
 
