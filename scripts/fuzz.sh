@@ -18,7 +18,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-20}
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
-all="sample_line_fuzzer rank_file_fuzzer run_dir_fuzzer compare_vectors_fuzzer python_api_fuzzer"
+all="sample_line_fuzzer rank_file_fuzzer run_dir_fuzzer compare_vectors_fuzzer trace_dir_fuzzer python_api_fuzzer"
 targets=${FUZZ_TARGETS:-$all}
 native=${targets//python_api_fuzzer/}
 py=$root/.venv/bin/python
@@ -65,7 +65,11 @@ for t in $targets; do
   else
     run=("$build/fuzz/$t")
   fi
-  if "${run[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  # Memory: 1 GB of RSS at most, and no single allocation above 256 MB (an axis of 10^8 ticks,
+  # a buffer sized from a bad value): a 64 KiB input needs far less, so a run that grows past
+  # these is a finding (each seeded bug took gigabytes).
+  if "${run[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=1024 -malloc_limit_mb=256 \
+      -max_len=65536 \
       -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 \
       "$corpus" "$root/fuzz/corpus/$t" >"$log" 2>&1; then
     grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/  /" || true

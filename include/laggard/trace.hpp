@@ -23,6 +23,12 @@ struct TraceOptions {
   std::size_t chunk_bytes = std::size_t{4} << 20;
   /// Trace files read at once by TraceRunReader: 0 = one per core, at most 8.
   int jobs = 0;
+  /// The most compact records (steps, annotation spans, launch calls, device activities,
+  /// collectives, distinct annotation names) kept of one file: past it the file is refused with
+  /// an InputError naming it. Memory of reading a file stays within about 100 bytes per record
+  /// (about 420 MB at the default) whatever the file inflates to (a gzip bomb: a few MB that
+  /// inflate to gigabytes of kernel events). 0 = no limit.
+  std::uint64_t max_records = std::uint64_t{1} << 22;
   /// Called with (bytes done, bytes total) of the files on disk while a directory is read; calls
   /// are serialized (never two at once) but may come from a reading thread.
   std::function<void(std::uint64_t, std::uint64_t)> progress;

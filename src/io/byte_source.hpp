@@ -103,6 +103,7 @@ class ByteSource {
   }
 
   std::uint64_t size() const noexcept { return size_; }
+  bool gzip() const noexcept { return gzip_; }  ///< the file is gzip-compressed
   std::uint64_t consumed() const noexcept { return consumed_; }
   const std::string& error() const noexcept { return error_; }
 

@@ -406,7 +406,9 @@ struct LineRef {
 
 class TraceBuilder {
  public:
-  explicit TraceBuilder(std::string path) { stats_.path = std::move(path); }
+  TraceBuilder(std::string path, std::uint64_t max_records) : max_records_(max_records) {
+    stats_.path = std::move(path);
+  }
 
   TraceFileStats& stats() { return stats_; }
 
@@ -466,6 +468,7 @@ class TraceBuilder {
             return;
           }
           steps_.push_back({ts, end, n});
+          keep(1);
           return;
         }
         if (cat == Category::cpu_op) {
@@ -483,12 +486,14 @@ class TraceBuilder {
         if (starts_with(raw_name, "ProfilerStep#")) return;
         unescape(raw_name, text_);
         gpu_spans_.push_back({ts, end, thread_key(e), stage_index(text_)});
+        keep(1);
         return;
       }
       case Category::runtime: {
         std::int64_t corr = 0;
         if (e.correlation.empty() || !parse_int(e.correlation, corr)) return;
         launches_.push_back({static_cast<std::uint64_t>(corr), ts, end, thread_key(e)});
+        keep(1);
         return;
       }
       case Category::kernel:
@@ -510,6 +515,7 @@ class TraceBuilder {
           a.collective = collective_of(e, raw_name);
         }
         activities_.push_back(a);
+        keep(1);
         return;
       }
       default:
@@ -527,6 +533,18 @@ class TraceBuilder {
   RankTrace finish();
 
  private:
+  // Counts kept records (a long name as several) and refuses the file past max_records: what
+  // bounds the memory of a file that inflates to gigabytes of events.
+  void keep(std::uint64_t records) {
+    kept_ += records;
+    if (max_records_ > 0 && kept_ > max_records_)
+      throw InputError(stats_.path + ": more than " + std::to_string(max_records_) +
+                       " kernels, launch calls and annotations after " +
+                       std::to_string(stats_.events) +
+                       " events: refused to bound memory (about 100 bytes each); a gzip bomb, or "
+                       "a trace of too many steps (profile fewer)");
+  }
+
   std::uint64_t thread_key(const RawEvent& e) const {
     return fnv1a(trim(e.tid), fnv1a(trim(e.pid)) * 31u);
   }
@@ -537,6 +555,7 @@ class TraceBuilder {
     StageName s = normalize_stage(annotation);
     const std::uint32_t index = intern(s);
     annotation_stage_.emplace(annotation, index);
+    keep(1 + annotation.size() / 32);  // the name, held twice
     return index;
   }
   std::uint32_t intern(const StageName& s) {
@@ -569,6 +588,7 @@ class TraceBuilder {
       last_span_[key] = spans_.size();
     }
     spans_.push_back(s);
+    keep(1);
   }
 
   std::uint32_t collective_of(const RawEvent& e, std::string_view kernel_name) {
@@ -586,11 +606,15 @@ class TraceBuilder {
     c.group = fnv1a(group);
     c.signature = fnv1a(trim(e.out_nelems), fnv1a(trim(e.in_nelems), fnv1a(c.name)));
     const auto index = static_cast<std::uint32_t>(collectives_.size());
+    const std::size_t name_bytes = c.name.size();
     collectives_.push_back(std::move(c));
+    keep(1 + name_bytes / 64);
     return index;
   }
 
   TraceFileStats stats_;
+  std::uint64_t max_records_ = 0;
+  std::uint64_t kept_ = 0;
   std::string text_;
   bool has_rank_ = false;
   int rank_ = 0;
@@ -1538,7 +1562,7 @@ namespace detail {
 RankTrace read_trace_file(const std::string& path, const TraceOptions& options,
                           const std::function<void(std::uint64_t)>& progress) {
   ByteSource source(path);
-  TraceBuilder builder(path);
+  TraceBuilder builder(path, options.max_records);
   builder.stats().bytes = source.size();
   TraceScanner(path, source, builder, options.chunk_bytes, progress).run();
   return builder.finish();

@@ -28,8 +28,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Whether the first bytes of `path` look like a trace.
-bool looks_like_trace(const std::string& path) {
+enum class Peek { trace, not_trace, damaged };
+
+// What the first bytes of `path` say: a trace, something else, or a file that cannot be read as
+// text (a broken gzip stream, a `.json.gz` that is not gzip, a read error). A damaged file counts
+// as a trace, so that reading it names the file and what is wrong instead of passing it over.
+Peek peek_file(const std::string& path) {
   try {
     detail::ByteSource source(path);
     std::string head(kPeekBytes, '\0');
@@ -40,16 +44,18 @@ bool looks_like_trace(const std::string& path) {
       n += got;
     }
     head.resize(n);
+    if (!source.error().empty() || (ends_with(path, ".gz") && !source.gzip()))
+      return Peek::damaged;
     const std::size_t first = head.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return false;
-    if (head[first] == '[') return head.find("\"ph\"") != std::string::npos;
-    if (head[first] != '{') return false;
+    if (first == std::string::npos) return Peek::not_trace;
+    if (head[first] == '[') return head.find("\"ph\"") != std::string::npos ? Peek::trace : Peek::not_trace;
+    if (head[first] != '{') return Peek::not_trace;
     for (const char* key : {"\"traceEvents\"", "\"schemaVersion\"", "\"distributedInfo\"",
                             "\"deviceProperties\""})
-      if (head.find(key) != std::string::npos) return true;
-    return false;
+      if (head.find(key) != std::string::npos) return Peek::trace;
+    return Peek::not_trace;
   } catch (const InputError&) {
-    return false;
+    return Peek::damaged;
   }
 }
 
@@ -72,7 +78,7 @@ std::vector<std::string> find_trace_files(const std::string& dir) {
     // tensorboard_trace_handler's names are traces whatever their first bytes: a broken one is
     // then reported, not passed over.
     if (ends_with(name, ".pt.trace.json") || ends_with(name, ".pt.trace.json.gz") ||
-        looks_like_trace(it->path().string()))
+        peek_file(it->path().string()) != Peek::not_trace)
       out.push_back(it->path().string());
   }
   if (ec) throw InputError("cannot list run directory " + dir + ": " + ec.message());

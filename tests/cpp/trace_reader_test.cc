@@ -351,6 +351,72 @@ TEST(TraceRunReader, WindowsInStepOrderAndOneTracePerRank) {
   }
 }
 
+// A gzip bomb: a small file that inflates to a flood of kernel events. The records kept of one
+// file are capped (TraceOptions::max_records): past it the file is refused, naming it, instead of
+// memory growing with the inflated text (a 14.6 MB file of 4 GB of kernels took 4.56 GB).
+TEST(TraceReader, AGzipBombIsRefusedAtTheRecordCapNamingTheFile) {
+  TempDir dir;
+  std::string text = "{\"distributedInfo\": {\"rank\": 0}, \"traceEvents\": [\n" +
+                     ev("user_annotation", "ProfilerStep#1", 1, 1, 0, 1e6);
+  const std::string kernel = ",\n" + ev("kernel", "k", 0, 7, 10, 1, corr(1));
+  for (int i = 0; i < 40000; ++i) text += kernel;
+  text += "\n]}";
+  const std::string bomb = gzip(text);
+  EXPECT_LT(bomb.size() * 50, text.size());  // the ratio of a bomb
+  const std::string path = dir.file("rank-0.json.gz", bomb);
+  TraceOptions capped;
+  capped.max_records = 10000;
+  try {
+    read_trace(path, capped);
+    FAIL() << "read past the cap";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank-0.json.gz: more than 10000 kernels, launch calls and annotations"),
+              std::string::npos)
+        << what;
+  }
+  // Under the cap, the same file reads (the cap counts records, not bytes of text).
+  capped.max_records = 50000;
+  EXPECT_EQ(read_trace(path, capped).samples.size(), 1u);
+  // And the directory reader refuses the run (exit 2), naming the file.
+  TraceOptions dir_capped;
+  dir_capped.max_records = 10000;
+  TraceRunReader reader(dir.path(), dir_capped);
+  EXPECT_THROW(reader.load(), InputError);
+  EXPECT_GT(TraceOptions{}.max_records, 0u);
+}
+
+// A rank's trace whose gzip stream is broken from its first bytes was passed over as "not a
+// trace": the run was analysed without that rank, the file named nowhere. It is now read, and
+// refused with the file and the reason, as a *.pt.trace.json.gz is.
+TEST(TraceRunReader, ADamagedCompressedTraceIsNamedNotPassedOver) {
+  TempDir dir;
+  const std::string one = trace({ev("user_annotation", "ProfilerStep#0", 1, 1, 0, 1)},
+                                "\"distributedInfo\": {\"rank\": 0, \"world_size\": 2}, ");
+  dir.file("rank-0.json.gz", gzip(one));
+  std::string damaged = gzip(one);
+  for (std::size_t i = 10; i < damaged.size() && i < 40; ++i) damaged[i] = '\xff';
+  dir.file("rank-1.json.gz", damaged);
+  const std::vector<std::string> found = find_trace_files(dir.path());
+  ASSERT_EQ(found.size(), 2u);
+  TraceRunReader reader(dir.path());
+  try {
+    reader.load();
+    FAIL() << "a damaged trace was read without a word";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank-1.json.gz"), std::string::npos) << what;
+    EXPECT_NE(what.find("gzip stream is broken"), std::string::npos) << what;
+  }
+  // A .json.gz that is not gzip at all is damaged too; a plain JSON file that is not a trace is
+  // still passed over.
+  TempDir other;
+  other.file("rank-0.json.gz", gzip(one));
+  other.file("rank-1.json.gz", "\x01\x02garbage");
+  other.file("config.json", "{\"lr\": 0.1}");
+  EXPECT_EQ(find_trace_files(other.path()).size(), 2u);
+}
+
 TEST(RunSource, DetectsTheFormat) {
   EXPECT_EQ(detect_run_format(kExamples + "/run-healthy"), RunFormat::sample_logs);
   EXPECT_EQ(detect_run_format(kExamples + "/trace-slow-rank"), RunFormat::profiler_traces);
