@@ -101,6 +101,11 @@ struct RunStats {
   /// first such difference in words ("files disagree on world_size: rank 5 says 8 ...").
   std::size_t world_size_conflicts = 0;
   std::string world_size_conflict;
+  /// Samples whose rank is not the one their file's name says (rank-0.jsonl holding rank 1:
+  /// they are used as the rank they say), and the first such, in file order, with its file and
+  /// line ("rank-0.jsonl:3 holds rank 1, not rank 0 as its name says").
+  std::size_t rank_mismatches = 0;
+  std::string rank_mismatch;
 };
 
 /// How a RunReader reads.

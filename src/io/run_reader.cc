@@ -107,11 +107,18 @@ struct Tally {
   std::size_t out_of_order = 0;
   std::uint64_t bytes = 0;
   std::vector<LineError> errors;
+  // Samples of another rank than their file's name says; the first, of the lowest file index.
+  std::size_t rank_mismatches = 0;
+  std::size_t rank_mismatch_file = SIZE_MAX;
+  std::string rank_mismatch;
 
   void clear() {
     malformed = duplicates = out_of_order = 0;
     bytes = 0;
     errors.clear();
+    rank_mismatches = 0;
+    rank_mismatch_file = SIZE_MAX;
+    rank_mismatch.clear();
   }
 };
 
@@ -121,6 +128,9 @@ struct Source {
   StepSample head;
   bool has_last = false;
   std::int64_t last_step = 0;  // step of the latest sample taken as head
+  std::uint64_t file_rank = 0;  // the rank its name says
+  std::size_t file_index = 0;   // in the run's file order
+  bool rank_mismatch_seen = false;
   // How much of the reader's counters is already tallied.
   std::size_t malformed_seen = 0;
   std::size_t errors_seen = 0;
@@ -190,6 +200,16 @@ class FileMerge {
       }
       s.has_last = true;
       s.last_step = s.head.step;
+      if (s.head.rank < 0 || static_cast<std::uint64_t>(s.head.rank) != s.file_rank) {
+        ++tally.rank_mismatches;
+        if (!s.rank_mismatch_seen && s.file_index < tally.rank_mismatch_file) {
+          tally.rank_mismatch_file = s.file_index;
+          tally.rank_mismatch = s.reader->path() + ":" + std::to_string(s.reader->lines()) +
+                                " holds rank " + std::to_string(s.head.rank) + ", not rank " +
+                                std::to_string(s.file_rank) + " as its name says";
+        }
+        s.rank_mismatch_seen = true;
+      }
       heap_.emplace_back(s.head.step, i);
       std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
       break;
@@ -339,6 +359,7 @@ struct RunReader::Impl {
   std::uint64_t bytes_total = 0;
   int world_size = 0;       // the first sample's, which the others are checked against
   int world_size_rank = 0;  // the rank of that sample
+  std::size_t rank_mismatch_file = SIZE_MAX;  // the file of stats.rank_mismatch
   bool started = false;
   bool ended = false;
   unsigned workers_count = 0;
@@ -357,6 +378,11 @@ struct RunReader::Impl {
     stats.bytes += t.bytes;
     for (auto& e : t.errors)
       if (stats.errors.size() < kMaxKeptErrors) stats.errors.push_back(std::move(e));
+    stats.rank_mismatches += t.rank_mismatches;
+    if (t.rank_mismatch_file < rank_mismatch_file) {
+      rank_mismatch_file = t.rank_mismatch_file;
+      stats.rank_mismatch = std::move(t.rank_mismatch);
+    }
     t.clear();
   }
 
@@ -469,6 +495,8 @@ RunReader::RunReader(const std::string& run_dir, RunReaderOptions options)
   for (std::size_t i = 0; i < found.size(); ++i) {
     s.files.push_back(std::move(found[i].second));
     sources[i].reader = std::make_unique<SampleFileReader>(s.files[i], chunk);
+    sources[i].file_rank = found[i].first;
+    sources[i].file_index = i;
     std::error_code size_ec;
     const auto size = fs::file_size(s.files[i], size_ec);
     if (!size_ec) s.bytes_total += size;

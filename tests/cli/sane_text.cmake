@@ -1,5 +1,5 @@
 # Runs one `laggard` command and checks that its text output is sane for a terminal whatever the
-# input holds: no control characters but newlines (ESC, BEL, the C1 CSI, ...), no "inf"/"nan",
+# input holds: no control characters but newlines (ESC, BEL, the C1 CSI, ...) nor bidi overrides, no "inf"/"nan",
 # no number of 20 or more digits in a row.
 #   -DCMD=<binary> -DARGS=<arguments joined by '|'> -DWORKDIR=<cwd> -DEXPECT_RC=<n>
 #   [-DSTDOUT_MATCH=<regex>] [-DSTDERR_MATCH=<regex>]
@@ -13,9 +13,11 @@ endif()
 string(ASCII 27 esc)
 string(ASCII 7 bel)
 string(ASCII 194 155 csi)  # U+009B in UTF-8: the C1 control CSI, ESC [ in one character
+string(ASCII 226 128 174 rlo)  # U+202E in UTF-8: right-to-left override (the line reads backwards)
+string(ASCII 226 129 167 rli)  # U+2067: right-to-left isolate
 foreach(stream out err)
   set(text "${${stream}}")
-  foreach(bad "${esc}" "${bel}" "${csi}")
+  foreach(bad "${esc}" "${bel}" "${csi}" "${rlo}" "${rli}")
     string(FIND "${text}" "${bad}" at)
     if(NOT at EQUAL -1)
       message(FATAL_ERROR "std${stream} holds a raw control character at ${at}:\n${text}")

@@ -146,3 +146,18 @@ def test_begin_step_with_a_string_warns_clearly(caplog):
     text = caplog.text
     assert "the step must be an integer" in text and "'seven'" in text, text
     assert "not all arguments converted" not in text
+
+
+# -- issue 30: analyze_run of a run without a sample ------------------------------------------------
+
+def test_analyze_run_without_a_well_formed_sample_raises_as_the_cli_exits_2(tmp_path):
+    # It returned {'windows': 0, 'text': '... 0 ranks ...'} where `laggard analyze` exits 2.
+    (tmp_path / "rank-0.jsonl").write_text('{"schema":"laggard.sample/1","rank":0}\nnot json\n')
+    with pytest.raises(_core.InputError, match=r"no well-formed samples in .* \(1 files, 2 "
+                                               r"malformed lines\); first: .*rank-0.jsonl:1"):
+        laggard.analyze_run(tmp_path, outputs=("text", "html"))
+    assert issubclass(_core.InputError, OSError)
+    with pytest.raises(_core.InputError, match="no well-formed samples"):
+        laggard.analyze_run(os.path.join(os.path.dirname(__file__), "..", "data",
+                                         "run-empty-files"))
+

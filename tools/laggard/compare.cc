@@ -67,6 +67,10 @@ std::vector<double> parse_vector(const std::string& option, const std::string& t
     if (p.empty() || ec != std::errc() || end != p.data() + p.size() || !std::isfinite(v))
       throw UsageError{option + ": element " + std::to_string(i) + " ('" + parts[i] +
                        "') is not a finite number"};
+    // Stage times: a negative one is a broken measurement, and would turn the ratio's sign.
+    if (v < 0.0)
+      throw UsageError{option + ": element " + std::to_string(i) + " ('" + parts[i] +
+                       "') is negative: stage times are >= 0"};
     out.push_back(v);
   }
   return out;

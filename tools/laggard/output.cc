@@ -94,6 +94,11 @@ void warn_input(const std::string& dir, const RunStats& stats) {
               << stats.world_size_conflicts << " sample"
               << (stats.world_size_conflicts == 1 ? "" : "s")
               << " disagree with the first; are these files from one run?)\n";
+  if (stats.rank_mismatches > 0)
+    std::cerr << "laggard: warning: " << printable(stats.rank_mismatch) << " ("
+              << stats.rank_mismatches << " sample" << (stats.rank_mismatches == 1 ? "" : "s")
+              << " in a file named for another rank, used as the rank they hold; are these "
+                 "files from one run?)\n";
 }
 
 Progress::Progress(std::string what, bool enabled)
