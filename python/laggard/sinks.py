@@ -442,9 +442,14 @@ class PrometheusSink:
     sharing a host do not compete for the port); port=0 takes a free one (see .port).
     port=None starts no server: the metrics go into `registry` (default prometheus_client's
     REGISTRY), for a server the program already runs. A port that cannot be bound is raised at
-    each report (counted, warned) until one can be."""
+    each report (counted, warned) until one can be.
 
-    def __init__(self, port=None, addr="0.0.0.0", registry=None, host=None):
+    The server listens on the loopback interface only (addr="127.0.0.1"): the endpoint has no
+    authentication, so other hosts reach it only when asked for, with addr="0.0.0.0" (every
+    interface) or one interface's address, e.g. for a Prometheus on another node
+    (docs/security.md)."""
+
+    def __init__(self, port=None, addr="127.0.0.1", registry=None, host=None):
         import socket
 
         import prometheus_client

@@ -3,6 +3,7 @@
 #include "laggard/prometheus.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -138,35 +139,58 @@ std::string prometheus_text(std::int64_t step, const Metrics& metrics, const Ran
   return out;
 }
 
+// The process's umask without changing it (umask(2) can only set it, and setting it to read it
+// races with the training's other threads creating files): Linux's /proc/self/status, else 022.
+mode_t current_umask() {
+  static const mode_t mask = [] {
+    std::FILE* f = std::fopen("/proc/self/status", "re");
+    unsigned value = 022;
+    if (f) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "Umask: %o", &value) == 1) break;
+      std::fclose(f);
+    }
+    return static_cast<mode_t>(value & 0777);
+  }();
+  return mask;
+}
+
 bool write_file_atomically(const std::string& path, const std::string& text,
                            std::string& error) {
   const std::size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  // A dot file with the pid: not *.prom (not read by node-exporter), not shared by two writers.
-  const std::string tmp = dir + "." + base + "." + std::to_string(::getpid()) + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A dot file not named *.prom (node-exporter reads only those), made by mkstemp: a fresh name
+  // created exclusively (O_EXCL, so never through a link someone placed; a predictable name in a
+  // shared directory would be), not shared by two writers.
+  std::string tmp = dir + "." + base + ".tmp-XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) {
     error = tmp + ": " + std::strerror(errno);
     return false;
   }
+  const auto abandon = [&](const std::string& what, int err) {
+    error = what + ": " + std::strerror(err);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return false;
+  };
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = tmp + ": " + std::strerror(n < 0 ? errno : EIO);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
-    }
+    if (n <= 0) return abandon(tmp, n < 0 ? errno : EIO);
     done += static_cast<std::size_t>(n);
   }
+  // mkstemp's 0600 widened to 0644 less the umask: node-exporter, another user, reads the file.
+  if (::fchmod(fd, 0644 & ~current_umask()) != 0) return abandon(tmp, errno);
   if (::close(fd) != 0) {
     error = tmp + ": " + std::strerror(errno);
     ::unlink(tmp.c_str());
     return false;
   }
+  // rename replaces the directory entry (a link at `path` is replaced, not written through).
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     error = path + ": " + std::strerror(errno);
     ::unlink(tmp.c_str());

@@ -115,6 +115,42 @@ TEST(PrometheusTextfile, WritesAtomicallyAndReplacesTheFile) {
   EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"laggard.prom"});  // no temp left
 }
 
+// The temporary file was a predictable name (.laggard.prom.<pid>.tmp) opened with O_CREAT |
+// O_TRUNC: another user who planted a link there made the sink truncate and write the file the
+// link pointed to. Now it is made by mkstemp (a fresh name, O_EXCL): the planted link and its
+// target stay as they were, and the .prom file is a regular file node-exporter can read.
+TEST(PrometheusTextfile, APlantedLinkAtTheTemporaryNameIsNotWrittenThrough) {
+  testing::TempDir dir("laggard-prom");
+  const std::string victim = dir.path() + "/victim";
+  {
+    std::ofstream(victim) << "secret\n";
+  }
+  ASSERT_EQ(::chmod(victim.c_str(), 0600), 0);
+  const std::string path = dir.path() + "/laggard.prom";
+  const std::string planted = dir.path() + "/.laggard.prom." + std::to_string(::getpid()) + ".tmp";
+  fs::create_symlink(victim, planted);
+  std::string error;
+  ASSERT_TRUE(write_file_atomically(path, "laggard_up 1\n", error)) << error;
+  EXPECT_EQ(slurp(victim), "secret\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  const mode_t mask = ::umask(022);
+  ::umask(mask);
+  EXPECT_EQ(st.st_mode & 0777, 0644u & ~mask);
+  EXPECT_EQ(slurp(path), "laggard_up 1\n");
+  EXPECT_TRUE(fs::is_symlink(planted));  // left alone
+  // A link at the .prom path itself is replaced by the new file, its target left alone.
+  fs::remove(path);
+  fs::create_symlink(victim, path);
+  ASSERT_TRUE(write_file_atomically(path, "laggard_up 2\n", error)) << error;
+  EXPECT_EQ(slurp(victim), "secret\n");
+  EXPECT_FALSE(fs::is_symlink(path));
+  EXPECT_EQ(slurp(path), "laggard_up 2\n");
+}
+
 TEST(PrometheusTextfile, AFailedWriteKeepsTheOldFileAndSaysWhy) {
   testing::TempDir dir("laggard-prom");
   std::string error;

@@ -148,7 +148,7 @@ def test_begin_step_with_a_string_warns_clearly(caplog):
     assert "not all arguments converted" not in text
 
 
-# -- issue 30: analyze_run of a run without a sample ------------------------------------------------
+# -- issue 30: analyze_run of a run without a sample, PrometheusSink's address ---------------------
 
 def test_analyze_run_without_a_well_formed_sample_raises_as_the_cli_exits_2(tmp_path):
     # It returned {'windows': 0, 'text': '... 0 ranks ...'} where `laggard analyze` exits 2.
@@ -161,3 +161,31 @@ def test_analyze_run_without_a_well_formed_sample_raises_as_the_cli_exits_2(tmp_
         laggard.analyze_run(os.path.join(os.path.dirname(__file__), "..", "data",
                                          "run-empty-files"))
 
+
+def test_prometheus_sink_listens_on_loopback_unless_told_otherwise():
+    # It bound 0.0.0.0 by default: every host reaching the node read the metrics, unauthenticated.
+    import inspect
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from laggard.sinks import PrometheusSink
+
+    assert inspect.signature(PrometheusSink).parameters["addr"].default == "127.0.0.1"
+    sink = PrometheusSink(port=0, registry=CollectorRegistry())
+    try:
+        sink(5, {"whatif_step_saving_ms": 1.5})
+        assert sink.port > 0
+        assert sink._server.server_address[0] == "127.0.0.1"
+        body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % sink.port,
+                                      timeout=10).read().decode()
+        assert "laggard_report_step 5.0" in body
+    finally:
+        sink.close()
+    # Every interface, when asked for.
+    anywhere = PrometheusSink(port=0, addr="0.0.0.0", registry=CollectorRegistry())
+    try:
+        anywhere(5, {"whatif_step_saving_ms": 1.5})
+        assert anywhere._server.server_address[0] == "0.0.0.0"
+    finally:
+        anywhere.close()

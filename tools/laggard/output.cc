@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -17,6 +18,41 @@
 namespace laggard::cli {
 
 Json number_or_null(double value) { return std::isfinite(value) ? Json(value) : Json(nullptr); }
+
+namespace {
+
+// `path` with its symbolic links followed, one at a time, as far as they are trusted: a link
+// owned by the user running laggard or by root. A link owned by anyone else is refused, never
+// followed (in a shared directory another user can plant one to make laggard write over a file
+// of yours). Returns the path to write: an existing file that is not a link, or a new name.
+std::string follow_trusted_links(const std::string& path, const std::function<UsageError(const std::string&)>& fail) {
+  std::string p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) {
+      if (errno == ENOENT) return p;  // a new file
+      throw fail(std::strerror(errno));
+    }
+    if (!S_ISLNK(st.st_mode)) return p;
+    if (hops >= 40) throw fail("too many levels of symbolic links");
+    std::string target(4096, '\0');
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0) throw fail(std::strerror(errno));
+    target.resize(static_cast<std::size_t>(n));
+    if (st.st_uid != ::geteuid() && st.st_uid != 0)
+      throw fail((p == path ? std::string("it is") : p + " is") +
+                 " a symbolic link owned by another user (uid " + std::to_string(st.st_uid) +
+                 ") to " + printable(target) +
+                 ": not followed; remove it, or name the file itself");
+    if (!target.empty() && target.front() != '/') {
+      const std::size_t slash = p.rfind('/');
+      if (slash != std::string::npos) target = p.substr(0, slash + 1) + target;
+    }
+    p = target;
+  }
+}
+
+}  // namespace
 
 void write_file_replacing(const std::string& path, const std::string& text,
                           const std::vector<std::string>& inputs) {
@@ -27,16 +63,17 @@ void write_file_replacing(const std::string& path, const std::string& text,
       throw UsageError{"refusing to write " + path + ": it is an input of this run (" + input +
                        ")"};
   }
-  const auto fail = [&path](const std::string& why) {
+  const std::function<UsageError(const std::string&)> fail = [&path](const std::string& why) {
     return UsageError{"cannot write " + path + ": " + why};
   };
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (fs::is_directory(status)) throw fail("it is a directory");
-  if (fs::exists(status) && !fs::is_regular_file(status)) {
+  const std::string target = follow_trusted_links(path, fail);
+  struct stat st {};
+  const bool exists = ::lstat(target.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) throw fail("it is a directory");
+  if (exists && !S_ISREG(st.st_mode)) {
     // A device, a FIFO, a terminal (`-o /dev/stdout`): written in place; a rename would replace
-    // it with a regular file.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    // it with a regular file. O_NOFOLLOW: not through a link put there since it was looked at.
+    const int fd = ::open(target.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) throw fail(std::strerror(errno));
     for (std::size_t done = 0; done < text.size();) {
       const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -51,14 +88,14 @@ void write_file_replacing(const std::string& path, const std::string& text,
     ::close(fd);
     return;
   }
-  // Through a symbolic link to its file: the rename replaces the file, not the link.
-  // (fs::status set `ec` for a file that does not exist yet: that is the usual case here.)
-  ec.clear();
-  const fs::path target = fs::exists(status) ? fs::canonical(path, ec) : fs::path(path);
-  if (ec) throw fail(ec.message());
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
-  const int fd = ::mkstemp(tmp.data());
+  // A new file of our own (mkstemp: O_CREAT | O_EXCL, mode 0600) in the target's directory,
+  // renamed over the target once complete: a full disk or a crash leaves the target as it was,
+  // and the rename replaces the directory entry, never writes through a link.
+  const std::size_t slash = target.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string() : target.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
+  std::string tmp = dir + "." + base + ".tmp-XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) throw fail(std::strerror(errno));
   const auto abandon = [&](int err) {
     ::close(fd);
@@ -71,10 +108,17 @@ void write_file_replacing(const std::string& path, const std::string& text,
     if (n <= 0) throw abandon(n < 0 ? errno : ENOSPC);
     done += static_cast<std::size_t>(n);
   }
-  // mkstemp's 0600, widened to what a plain create would give (0666 less the umask).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  if (exists) {
+    // The file it replaces keeps its mode (a 0600 report stays 0600), and its owner when root
+    // writes it.
+    if (::fchmod(fd, st.st_mode & 07777) != 0) throw abandon(errno);
+    if (::geteuid() == 0 && st.st_uid != 0) (void)::fchown(fd, st.st_uid, st.st_gid);
+  } else {
+    // mkstemp's 0600, widened to what a plain create would give (0666 less the umask).
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    if (::fchmod(fd, 0666 & ~mask) != 0) throw abandon(errno);
+  }
   if (::fsync(fd) != 0 && errno != EINVAL) throw abandon(errno);
   if (::close(fd) != 0) {
     const int err = errno;

@@ -28,10 +28,12 @@ using detail::printable;
 /// A finite number, or null.
 Json number_or_null(double value);
 
-/// Writes `text` to `path` through a temporary file in the same directory, renamed over `path`
-/// once complete: a full disk or a crash leaves `path` as it was, never empty or cut. Refuses a
-/// `path` that is one of `inputs` (the rank files being read). Throws UsageError (exit 2)
-/// naming the file.
+/// Writes `text` to `path` through a temporary file in the same directory (mkstemp: created
+/// exclusively, never through a link), renamed over `path` once complete: a full disk or a crash
+/// leaves `path` as it was, never empty or cut; a file replaced keeps its mode. A symbolic link
+/// at `path` is followed only when owned by the user running laggard or by root: another user's
+/// link is refused (docs/security.md). Refuses a `path` that is one of `inputs` (the rank files
+/// being read). Throws UsageError (exit 2) naming the file.
 void write_file_replacing(const std::string& path, const std::string& text,
                           const std::vector<std::string>& inputs = {});
 /// Warns on stderr about what the reader of `dir` met that is not a bad line (ranks disagreeing
