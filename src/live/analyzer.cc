@@ -748,7 +748,9 @@ void Background::announce(const Window& analysed, const Report& report, Straggle
     for (const VerdictFinding& vf : verdict.confirmed)
       if (vf.rank == f.rank && vf.cohort == f.cohort && vf.stage == f.stage) reason = vf.reason;
     if (reason.empty()) reason = reason_of(f, report, {});
-    const double share = cost_share_of(f);
+    // A share of 1 is a clamp, not a measurement: the step times were shorter than the stage
+    // (stages given with add() outside the step's span); the line then leaves the share out.
+    const double share = cost_share_of(f) < 0.999 ? cost_share_of(f) : 0.0;
     log_message(LogLevel::warning,
                 "straggler confirmed: rank " + std::to_string(f.rank) +
                     (f.host.empty() ? "" : " (host " + f.host + ")") + " in '" + f.stage +
