@@ -122,6 +122,12 @@ struct AnalyzerOptions {
   /// rank log out (at most 2 s) before the process ends as it would have (the handler is
   /// installed by the first such Analyzer; a handler the program installed is left alone).
   bool flush_on_signal = true;
+  /// The stop policy: once a confirmed straggler has held for this many windows, the analysis
+  /// rank picks a step every rank stops before (StragglerVerdict::stop_step), far enough ahead
+  /// for the verdict to reach every rank: stop_lead_s of step time and at least 2 intervals
+  /// past its own latest sampled step. 0 = never (the default: the verdict is a warning).
+  int stop_after_windows = 0;
+  double stop_lead_s = 2.0;
 
   /// Takes the detector settings of `d` (a preset, say).
   void set_detector(const DetectorOptions& d) {
@@ -315,6 +321,23 @@ class LAGGARD_API Analyzer {
   /// tree), with this rank's score and whether it is confirmed itself. Nothing before the
   /// first. Thread-safe.
   std::optional<StragglerVerdict> latest_verdict() const noexcept;
+  /// The latest verdict's seq (0 before the first): one atomic load, to see cheaply whether a
+  /// new verdict arrived (e.g. at a step boundary) before taking it with latest_verdict().
+  std::uint64_t verdict_seq() const noexcept;
+
+  /// Acting on a verdict, on every rank (each receives the verdict). `fn(finding, verdict)` is
+  /// called on the training thread, inside end_step() of a sampled step at which a new verdict
+  /// has arrived (one atomic load otherwise): on_straggler once per (rank, cohort, stage) when
+  /// it first appears among the confirmed, on_clear when it has been absent from 3 verdicts in a
+  /// row (the console line's rule, as every rank sees it). A verdict's stop_step (the stop
+  /// policy, AnalyzerOptions::stop_after_windows) is read with latest_verdict() or stop_step().
+  /// A callback that throws is a counted error (report_errors), never propagated. Register them
+  /// before training starts (not thread-safe against end_step).
+  using VerdictCallback = std::function<void(const VerdictFinding&, const StragglerVerdict&)>;
+  void on_straggler(VerdictCallback fn);
+  void on_clear(VerdictCallback fn);
+  /// The stop policy's step, every rank stops before it; -1 until decided (one atomic load).
+  std::int64_t stop_step() const noexcept;
   /// Analysis rank: the verdicts over every window analysed so far (what `laggard analyze`
   /// prints). May wait for the window being analysed; empty elsewhere.
   RunSummary summary() const noexcept;

@@ -167,6 +167,17 @@ class Analyzer:
       docs/formats.md). True (the default): a background thread reads them; False: none.
     resources_period_s: how often that thread reads; None follows the time between sampled
       steps (1 s to 5 s).
+    policy: what every rank does with the verdict (laggard.policy, docs/python.md "Acting on a
+      verdict"): "warn" (the default: the analysis rank's console lines), "stop" (every rank
+      stops cleanly before the same step once a confirmed straggler has held for
+      stop_after_windows windows: should_stop, stop_reason, check_stop()), a callable
+      fn(verdict) called for every event, or a laggard.policy.Policy.
+    stop_after_windows: windows a confirmed straggler must hold before "stop" stops (3).
+    stop_lead_s: how far ahead of the analysis rank's step the stop step is put, in step time, so
+      that the verdict carrying it reaches every rank first (2.0; at least 2 intervals).
+    fleet_store: the fleet store (laggard.fleet: a path or a postgresql:// URL; True: the default
+      store) the analysis rank adds this run to when it closes; None: $LAGGARD_FLEET when set,
+      else none. Needs log_dir. A failure is a counted warning.
     """
 
     def __init__(self, enabled=True, interval=10, relative_threshold=None,
@@ -177,8 +188,10 @@ class Analyzer:
                  rank=None, world_size=None, preset=None, method=None,
                  false_alarm_budget=None, healthy_spread=None, min_cost_share=None,
                  transport=None, channel="", fan_out=32,
-                 resources=True, resources_period_s=None, setup_timeout_s=30.0):
+                 resources=True, resources_period_s=None, setup_timeout_s=30.0,
+                 policy="warn", stop_after_windows=3, stop_lead_s=2.0, fleet_store=None):
         self._enabled = False
+        self._init_policy(policy, stop_after_windows, fleet_store, log_dir)
         self._sampled = False
         self._closed = False
         self._skip_every = None  # host clock: steps begin_step need not pass to the recorder
@@ -374,6 +387,8 @@ class Analyzer:
                 detector=options, log_dir=log_dir, analysis_rank=self.analysis_rank,
                 queue_capacity=queue_capacity, close_timeout_s=close_timeout_s,
                 side_channel_timeout_s=side_channel_timeout_s, transport=side_channel,
+                stop_after_windows=self._stop_after_windows if self.policy.stop else 0,
+                stop_lead_s=_seconds_setting("stop_lead_s", stop_lead_s),
                 channel=str(channel), fan_out=int(fan_out),
                 # Python's turns cost the GIL: few, larger batches, looked for a few times a
                 # second (bench/overhead.py); C++ work alone needs no such care.
@@ -609,6 +624,8 @@ class Analyzer:
     def end_step(self):
         """Ends the step. A sampled step's sample goes to the background thread; its report
         appears at a later step (see latest_metrics)."""
+        if self._stop_step is not None and not self._should_stop:
+            self._reach_stop()
         if not self._sampled:
             return
         if self._res is not None:
@@ -626,6 +643,7 @@ class Analyzer:
             self._errors.report("end_step", e)
         if self._on_step_end:
             self._call_hooks(self._on_step_end, "end_step", "detached")
+        self._poll_verdict()
 
     def _call_hooks(self, hooks, where, done):
         """Calls instrument()'s attach (or detach) calls of a sampled step; a true result or an
@@ -637,6 +655,145 @@ class Analyzer:
                         "laggard.torch: some hooks could not be %s" % done))
             except Exception as e:
                 self._errors.report(where, e)
+
+    # -- acting on the verdict (laggard.policy) ----------------------------------------------
+
+    def _init_policy(self, policy, stop_after_windows, fleet_store, log_dir):
+        from .policy import make_policy
+
+        self.policy = make_policy(policy)
+        self._stop_after_windows = _int_setting("stop_after_windows", stop_after_windows, low=1)
+        self._straggler_callbacks = []
+        self._clear_callbacks = []
+        self._verdict_events = None  # laggard.policy.VerdictEvents, made at the first verdict
+        self._verdict_seq = 0
+        self._stop_step = None
+        self._should_stop = False
+        self.stop_reason = None
+        self._stop_verdict = None
+        if fleet_store is None:
+            fleet_store = os.environ.get("LAGGARD_FLEET") or None
+        elif fleet_store is False:
+            fleet_store = None
+        if fleet_store is not None and not isinstance(fleet_store, (bool, str, os.PathLike)):
+            raise SettingTypeError("fleet_store must be a path, a URL, True or None, got %r (%s)"
+                                   % (fleet_store, type(fleet_store).__name__))
+        self._fleet_store = fleet_store
+        self._fleet_log_dir = log_dir
+
+    def on_straggler(self, fn):
+        """Registers fn(verdict) (a laggard.policy.Verdict), called on every rank when a
+        straggler is first confirmed; returns fn (usable as a decorator). See laggard.policy
+        for where and when it is called; an exception it raises is counted, never raised."""
+        self._straggler_callbacks.append(fn)
+        return fn
+
+    def on_clear(self, fn):
+        """Registers fn(verdict), called on every rank when a confirmed straggler clears (absent
+        from 3 verdicts in a row); returns fn."""
+        self._clear_callbacks.append(fn)
+        return fn
+
+    @property
+    def should_stop(self):
+        """True (on every rank at the same step boundary) once the stop policy's step is reached:
+        the loop should begin no further step. stop_reason says why."""
+        return self._should_stop
+
+    @property
+    def stop_step(self):
+        """The step every rank stops before (policy "stop"), once agreed; else None."""
+        return self._stop_step
+
+    def check_stop(self):
+        """Raises laggard.policy.StopTraining when should_stop (for loops that prefer it)."""
+        if self._should_stop:
+            from .policy import StopTraining
+
+            raise StopTraining(self.stop_reason, self._stop_step)
+
+    def _poll_verdict(self):
+        """A sampled step's end: a new verdict raises its events (one call into the engine)."""
+        try:
+            engine = self._engine
+            if engine is None or engine.verdict_seq() == self._verdict_seq:
+                return
+            verdict = engine.latest_verdict()
+            if verdict is None or verdict["seq"] == self._verdict_seq:
+                return
+            self._verdict_seq = verdict["seq"]
+            if self._verdict_events is None:
+                from .policy import VerdictEvents
+
+                self._verdict_events = VerdictEvents()
+            events = self._verdict_events.update(verdict)
+            if verdict.get("stop_step") is not None and self._stop_step is None:
+                from .policy import stop_reason
+
+                self._stop_step = int(verdict["stop_step"])
+                self.stop_reason = stop_reason(verdict, self._stop_after_windows)
+        except Exception as e:
+            self._errors.report("verdict", e)
+            return
+        policy = self.policy
+        for v in events:
+            if v.event == "straggler":
+                fns = [policy.on_straggler] + self._straggler_callbacks
+            else:
+                fns = [policy.on_clear] + self._clear_callbacks
+            for fn in fns:
+                try:
+                    fn(v)
+                except Exception as e:
+                    self._errors.report("verdict callback", e)
+        if self._stop_step is not None and not self._should_stop:
+            self._reach_stop()
+
+    def _reach_stop(self):
+        """At a step's end: should_stop once the next step is the stop step (or past it: the
+        verdict came too late here, counted)."""
+        step = self.step
+        if step is None or step + 1 < self._stop_step:
+            return
+        self._should_stop = True
+        if step + 1 > self._stop_step:
+            self._errors.report("stop", RuntimeError(
+                "the stop step %d reached this rank after its step %d: it stops there, later "
+                "than the ranks that learned it in time (raise stop_lead_s)" %
+                (self._stop_step, step)))
+        try:
+            self.policy.on_stop(self.stop_reason, step + 1)
+        except Exception as e:
+            self._errors.report("verdict callback", e)
+
+    def _add_to_fleet(self):
+        """Closed, on the analysis rank, with fleet_store: the run goes into the fleet store. The
+        other ranks' logs may still be finishing: a run that does not read whole yet is tried
+        again for a few seconds; any failure is a counted warning."""
+        store = self._fleet_store
+        if store is None or not self.is_analysis_rank or self._forked_steps is not None:
+            return
+        self._fleet_store = None  # once
+        try:
+            if self._fleet_log_dir is None:
+                raise ValueError("fleet_store needs log_dir (the fleet store reads the run's "
+                                 "rank logs)")
+            from . import fleet
+            from .exclude import BadRun
+
+            deadline = time.monotonic() + 10.0
+            while True:
+                try:
+                    added = fleet.add_run(os.fspath(self._fleet_log_dir),
+                                          None if store is True else os.fspath(store))
+                    break
+                except BadRun:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.25)
+            self.fleet_run = added
+        except Exception as e:
+            self._errors.report("fleet store", e)
 
     # -- results -----------------------------------------------------------------------------
 
@@ -756,6 +913,7 @@ class Analyzer:
         finally:
             self._enabled = False
             self._sampled = False
+        self._add_to_fleet()
 
     def __enter__(self):
         return self

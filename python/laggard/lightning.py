@@ -101,6 +101,8 @@ class LaggardCallback(_Callback):
         self._in_batch = False  # between on_train_batch_start and on_train_batch_end
         self._ddp = False
         self._fetch_t0 = None  # perf_counter at the start of a sampled step's batch fetch
+        self.stopped_step = None  # the stop policy's step, once this fit was stopped by it
+        self.stop_reason = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -115,6 +117,7 @@ class LaggardCallback(_Callback):
             sinks.append(self._reports)
         # Setup misuse (a bad setting) raises here, before training starts.
         self.analyzer = laggard.Analyzer(sinks=sinks, **options)
+        self.stopped_step = self.stop_reason = None
         self._step = 0
         self._early = False
         self._in_batch = False
@@ -176,6 +179,24 @@ class LaggardCallback(_Callback):
                 self._ddp = "backward" in self.instrumentation.stages
         except Exception as e:
             self._failed("lightning instrument", e)
+
+    def _act_on_stop(self, trainer, pl_module, an):
+        """The stop policy (Analyzer(policy="stop"), docs/integrations.md "Acting on a verdict"):
+        at the agreed step boundary every rank sets Lightning's own trainer.should_stop, so the fit
+        ends after this batch as an early stop does (callbacks, checkpoints and loggers run their
+        end-of-fit hooks), with the reason in the log and in the loggers (laggard/stopped_step)."""
+        if not an.should_stop or self.stopped_step is not None:
+            return
+        self.stopped_step = an.stop_step
+        self.stop_reason = an.stop_reason
+        trainer.should_stop = True
+        if self.log_to_loggers and an.is_analysis_rank:
+            for lg in trainer.loggers:
+                try:
+                    lg.log_metrics({"laggard/stopped_step": float(an.stop_step)},
+                                   step=trainer.global_step)
+                except Exception as e:
+                    self._failed("lightning stop", e)
 
     def on_train_end(self, trainer, pl_module):
         # The end of fit's training loop: before Lightning's teardown unwraps the DDP model
@@ -287,6 +308,7 @@ class LaggardCallback(_Callback):
             an.end_step()
             self._step += 1
             self._log_reports(trainer, an)
+            self._act_on_stop(trainer, pl_module, an)
             # The next batch's fetch is timed as its "dataloader" stage when the next batch is
             # sure to follow in this epoch (an epoch's end, a validation or a stop come between
             # batches and are not data loading).

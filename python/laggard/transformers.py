@@ -86,6 +86,8 @@ class LaggardCallback(_Callback):
         self._in_fetch = False
         self._begun_at_fetch = False  # the update's step was begun by its batch fetch
         self._logged_report = None  # identity of the latest metrics logged
+        self.stopped_step = None  # the stop policy's step, once this run was stopped by it
+        self.stop_reason = None
 
     def _failed(self, kind, error):
         an = self.last_analyzer
@@ -100,6 +102,7 @@ class LaggardCallback(_Callback):
         if self.analyzer is not None:
             self._close()
         self.analyzer = self.last_analyzer = laggard.Analyzer(**self.analyzer_options)
+        self.stopped_step = self.stop_reason = None
         self._open = None
         self._in_fetch = self._begun_at_fetch = False
         self._step = int(state.global_step)
@@ -297,6 +300,28 @@ class LaggardCallback(_Callback):
             an.end_step()
         except Exception as e:
             self._failed("transformers on_step_end", e)
+        self._act_on_stop(args, state, control, an)
+
+    def _act_on_stop(self, args, state, control, an):
+        """The stop policy (Analyzer(policy="stop"), docs/integrations.md "Acting on a verdict"):
+        at the agreed step boundary every rank sets the Trainer's own
+        control.should_training_stop, and (unless save_strategy is "no") control.should_save,
+        so that the Trainer writes a checkpoint at the stop step; the reason joins the Trainer's
+        log history (laggard_stop, laggard_stopped_step)."""
+        if not an.should_stop or self.stopped_step is not None:
+            return
+        try:
+            self.stopped_step = an.stop_step
+            self.stop_reason = an.stop_reason
+            control.should_training_stop = True
+            if str(getattr(args, "save_strategy", "no")).lower().split(".")[-1] != "no":
+                control.should_save = True
+            history = getattr(state, "log_history", None)
+            if history is not None:
+                history.append({"laggard_stop": an.stop_reason,
+                                "laggard_stopped_step": an.stop_step, "step": state.global_step})
+        except Exception as e:
+            self._failed("transformers stop", e)
 
     # -- the Trainer's log ---------------------------------------------------------------------
 

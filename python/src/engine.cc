@@ -342,6 +342,8 @@ class PyEngine final : public HotTarget {
     set_int("max_pending_steps", o.max_pending_steps);
     set_int("cuda_device", o.cuda_device);
     if (auto v = get("flush_on_signal"); !v.is_none()) o.flush_on_signal = v.cast<bool>();
+    if (auto v = get("stop_after_windows"); !v.is_none()) o.stop_after_windows = v.cast<int>();
+    if (auto v = get("stop_lead_s"); !v.is_none()) o.stop_lead_s = v.cast<double>();
     if (auto v = get("timing"); !v.is_none()) {
       const auto t = v.cast<std::string>();
       if (t == "cuda") {
@@ -456,13 +458,17 @@ py::dict verdict_dict(const StragglerVerdict& v) {
                               "stage"_a = f.stage, "kind"_a = to_string(f.kind), "ms"_a = f.ms,
                               "ref_ms"_a = f.ref_ms, "slowdown"_a = f.slowdown,
                               "cost_ms"_a = f.cost_ms, "cost_share"_a = f.cost_share,
-                              "windows_flagged"_a = f.windows_flagged, "reason"_a = f.reason));
+                              "windows_flagged"_a = f.windows_flagged, "reason"_a = f.reason,
+                              "onset_step"_a = f.onset_step, "confirmed_step"_a = f.confirmed_step,
+                              "windows_held"_a = f.windows_held));
   return py::dict("seq"_a = v.seq, "step"_a = v.step, "ranks_seen"_a = v.ranks_seen,
                   "world_size"_a = v.world_size, "step_ms"_a = v.step_ms,
                   "whatif_step_saving_ms"_a = v.whatif_step_saving_ms,
                   "likely_bottleneck"_a = v.likely_bottleneck, "num_confirmed"_a = v.num_confirmed,
                   "confirmed"_a = confirmed, "rank"_a = v.rank, "score"_a = v.score,
-                  "self_confirmed"_a = v.self_confirmed);
+                  "self_confirmed"_a = v.self_confirmed,
+                  "stop_step"_a = v.stop_step < 0 ? py::object(py::none())
+                                                   : py::object(py::int_(v.stop_step)));
 }
 
 }  // namespace
@@ -593,6 +599,8 @@ void bind_engine(py::module_& m) {
             return verdict_dict(*v);
           },
           "The latest verdict as a dict, on every rank, or None.")
+      .def("verdict_seq", [](PyEngine& e) { return e.an().verdict_seq(); },
+           "The latest verdict's seq (0 before the first): cheap, no lock.")
       .def(
           "count_error",
           [](PyEngine& e, const std::string& kind, const std::string& message) {

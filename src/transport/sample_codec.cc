@@ -479,6 +479,14 @@ void encode_verdict(const StragglerVerdict& v, const std::vector<RankScore>& sco
     out.push_back(static_cast<char>(q & 0xff));
     out.push_back(static_cast<char>(q >> 8));
   }
+  // The stop step (+1, 0 = none) and each finding's onset, confirmation and windows held.
+  put_varint(out, static_cast<std::uint64_t>(std::max<std::int64_t>(-1, v.stop_step) + 1));
+  for (std::size_t i = 0; i < n; ++i) {
+    const VerdictFinding& f = v.confirmed[i];
+    put_varint(out, static_cast<std::uint64_t>(std::max<std::int64_t>(0, f.onset_step)));
+    put_varint(out, static_cast<std::uint64_t>(std::max<std::int64_t>(0, f.confirmed_step)));
+    put_varint(out, static_cast<std::uint64_t>(std::max(0, f.windows_held)));
+  }
 }
 
 bool decode_verdict(std::string_view message, StragglerVerdict& v, std::vector<RankScore>& scores,
@@ -541,6 +549,20 @@ bool decode_verdict(std::string_view message, StragglerVerdict& v, std::vector<R
     s.rank = static_cast<int>(rank);
     s.confirmed = (delta & 1) != 0;
     s.score = static_cast<float>(lo | (hi << 8)) / 65535.0f;
+  }
+  {
+    constexpr auto kMaxStep = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    std::uint64_t stop = 0;
+    if (!r.bounded(stop, kMaxStep)) return fail("stop step");
+    v.stop_step = static_cast<std::int64_t>(stop) - 1;
+    for (VerdictFinding& f : v.confirmed) {
+      std::uint64_t onset = 0, confirmed = 0, held = 0;
+      if (!r.bounded(onset, kMaxStep) || !r.bounded(confirmed, kMaxStep) || !r.bounded(held, kMaxInt))
+        return fail("finding's steps");
+      f.onset_step = static_cast<std::int64_t>(onset);
+      f.confirmed_step = static_cast<std::int64_t>(confirmed);
+      f.windows_held = static_cast<int>(held);
+    }
   }
   if (!r.done()) return fail("trailing bytes");
   return true;

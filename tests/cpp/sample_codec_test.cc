@@ -296,6 +296,7 @@ StragglerVerdict verdict_with(std::size_t findings, std::size_t text) {
   v.whatif_step_saving_ms = 30.25;
   v.likely_bottleneck = "forward";
   v.num_confirmed = static_cast<int>(findings) + 3;
+  v.stop_step = 1300;
   for (std::size_t i = 0; i < findings; ++i) {
     VerdictFinding f;
     f.rank = static_cast<int>(4095 - i);
@@ -310,6 +311,9 @@ StragglerVerdict verdict_with(std::size_t findings, std::size_t text) {
     f.cost_share = 0.125;
     f.windows_flagged = 7;
     f.reason = "its own compute; " + std::string(text, 'r');
+    f.onset_step = 1200;
+    f.confirmed_step = 1225;
+    f.windows_held = 3;
     v.confirmed.push_back(f);
   }
   return v;
@@ -351,13 +355,23 @@ TEST(SampleCodec, VerdictsRoundTrip) {
     EXPECT_EQ(b.cost_share, a.cost_share);
     EXPECT_EQ(b.windows_flagged, 7);
     EXPECT_EQ(b.reason, a.reason);
+    EXPECT_EQ(b.onset_step, 1200);
+    EXPECT_EQ(b.confirmed_step, 1225);
+    EXPECT_EQ(b.windows_held, 3);
   }
+  EXPECT_EQ(got.stop_step, 1300);
   ASSERT_EQ(got_scores.size(), 3u);
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(got_scores[i].rank, scores[i].rank);
     EXPECT_NEAR(got_scores[i].score, scores[i].score, 1.0 / 65535);
     EXPECT_EQ(got_scores[i].confirmed, scores[i].confirmed);
   }
+  // No stop step: -1 travels as such.
+  StragglerVerdict none = verdict_with(1, 1);
+  none.stop_step = -1;
+  encode_verdict(none, {}, bytes);
+  ASSERT_TRUE(decode_verdict(bytes, got, got_scores, error)) << error;
+  EXPECT_EQ(got.stop_step, -1);
 }
 
 TEST(SampleCodec, VerdictsStayBoundedAtFourThousandRanks) {
@@ -370,8 +384,10 @@ TEST(SampleCodec, VerdictsStayBoundedAtFourThousandRanks) {
   std::vector<RankScore> all;
   for (int r = 0; r < 4096; ++r) all.push_back({r, 0.5f, r % 7 == 0});
   encode_verdict(verdict_with(40, 1000), all, bytes);
-  // Four texts of at most 256 bytes and 22 bytes of figures per finding, 3 bytes a score.
-  EXPECT_LE(bytes.size(), 64 + StragglerVerdict::kMaxFindings * (4 * 258 + 26) + 3 * 4096 + 4);
+  // Four texts of at most 256 bytes, 22 bytes of figures and 3 steps' varints per finding, 3
+  // bytes a score, the stop step.
+  EXPECT_LE(bytes.size(),
+            64 + StragglerVerdict::kMaxFindings * (4 * 258 + 26 + 6) + 3 * 4096 + 4 + 3);
   StragglerVerdict got;
   std::vector<RankScore> scores;
   std::string error;
@@ -397,8 +413,10 @@ TEST(SampleCodec, MalformedVerdictsAreRefusedNotRead) {
   EXPECT_NE(error.find("trailing bytes"), std::string::npos) << error;
   // A score count beyond what the message can hold is refused before anything is allocated.
   std::string huge;
-  encode_verdict(verdict_with(0, 0), {}, huge);
-  huge.pop_back();  // the count 0
+  StragglerVerdict empty = verdict_with(0, 0);
+  empty.stop_step = -1;
+  encode_verdict(empty, {}, huge);
+  huge.resize(huge.size() - 2);  // the count 0 and the stop step's 0 after it
   huge += std::string("\xff\xff\xff\xff\x0f", 5);
   EXPECT_FALSE(decode_verdict(huge, got, scores, error));
   EXPECT_NE(error.find("score count"), std::string::npos) << error;
