@@ -73,8 +73,9 @@ def main():
             step, metrics["straggler/likely_bottleneck"], metrics["straggler/confirmed"],
             metrics["straggler/ranks"], metrics["straggler/hints"][:160]), flush=True)
 
-    # Every rank creates the Analyzer (the side channel is a collective setup); only the
-    # analysis rank (0) calls the sinks.
+    # Every rank creates the Analyzer (the ranks join the side channel in the background; one
+    # that does not leaves the others without it, never waiting); only the analysis rank (0)
+    # calls the sinks.
     analyzer = laggard.Analyzer.from_args(args, sinks=[tracker])
 
     model = TinyModel(slow_ms=args.slow_ms if rank == args.slow_rank else 0.0).to(device)
