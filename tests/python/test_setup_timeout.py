@@ -9,6 +9,7 @@ timeout), and no rank's laggard time exceeds its own training by more than those
 """
 
 import inspect
+import os
 
 import pytest
 
@@ -18,6 +19,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 import laggard  # noqa: E402
 from ranks import run_worker  # noqa: E402
+import testenv  # noqa: E402
 
 pytestmark = pytest.mark.multiproc
 
@@ -142,7 +144,11 @@ def test_a_rank_that_creates_it_late_within_the_timeout_joins_the_live_analysis(
 
 def test_setup_timeout_default_and_validation():
     default = inspect.signature(laggard.Analyzer).parameters["setup_timeout_s"].default
-    assert default == 30.0  # docs/python.md and docs/failure-contract.md say 30 s
+    assert default == 30.0
+    with open(os.path.join(testenv.ROOT, "docs", "python.md")) as f:
+        assert "`setup_timeout_s=30`" in f.read()
+    with open(os.path.join(testenv.ROOT, "docs", "failure-contract.md")) as f:
+        assert "`setup_timeout_s` (default 30 s)" in f.read()
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="setup_timeout_s"):
             laggard.Analyzer(setup_timeout_s=bad)
