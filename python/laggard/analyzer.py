@@ -680,6 +680,7 @@ class Analyzer:
                                    % (fleet_store, type(fleet_store).__name__))
         self._fleet_store = fleet_store
         self._fleet_log_dir = log_dir
+        self.fleet_run = None  # what the fleet store got at close (laggard.fleet.add_run's)
 
     def on_straggler(self, fn):
         """Registers fn(verdict) (a laggard.policy.Verdict), called on every rank when a
