@@ -48,9 +48,10 @@ struct StragglerVerdict {
   std::vector<VerdictFinding> confirmed;
   /// This rank: its score, the median over its last 5 windows of its worst relative score
   /// ref / t over its compute, data and other stages, in (0, 1]; 1 = nowhere slower than the
-  /// reference. Each as (ref + 0.5 ms) / (t + 0.5 ms), so that a sub-millisecond stage's noise
-  /// does not score; the median, so that one window's wait that landed in a compute stage (an
-  /// all-reduce inside backward) does not either. Waiting in communication does not lower it: that is
+  /// reference. Each as (ref + e) / (t + e), e = 0.5 ms or a tenth of the window's step time
+  /// if larger, so that neither a sub-millisecond stage's noise nor a short stage's hiccup that
+  /// costs the step little scores; the median, so that one window's wait that landed in a
+  /// compute stage (an all-reduce inside backward) does not either. Waiting in communication does not lower it: that is
   /// others' time. NaN when the verdict carried no score for this rank (its samples had not
   /// reached the analysis yet).
   int rank = -1;

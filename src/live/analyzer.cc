@@ -200,6 +200,7 @@ struct Background {
   std::vector<StepSample> spare;  // analysed windows' samples, their buffers reused by decoding
   Window window;
   std::vector<wire::RankCounts> received_counts;
+  std::vector<int> gone_ranks;  // scratch: ranks cut off from the tree (Gather::take_gone)
   std::map<int, std::uint64_t> remote_dropped;
   std::map<int, std::uint64_t> remote_errors;
   std::uint64_t own_analysed = 0;
@@ -440,6 +441,10 @@ void Background::deliver() {
     remote_errors[c.rank] = c.errors;
     if (c.final) assembler->finished(c.rank);
   }
+  gone_ranks.clear();
+  gather->take_gone(gone_ranks);
+  for (int r : gone_ranks)
+    if (r != rank) assembler->finished(r);
   malformed.store(gather->malformed(), std::memory_order_relaxed);
 }
 
@@ -532,9 +537,13 @@ void Background::triage(const Window& analysed, Report& report, Metrics& metrics
 // The verdict (docs/design.md, "The verdict down the tree"): what every rank learns after each
 // report, and the console lines of the analysis rank.
 
-// A rank's score: the worst (ref + floor) / (t + floor) over its stages, so that a stage of a
-// few tenths of a millisecond, whose ratio is mostly clock noise, does not score.
+// A rank's score: the worst (ref + floor) / (t + floor) over its stages, the floor 0.5 ms or a
+// tenth of the window's step time, whichever is larger: a stage of a few tenths of a
+// millisecond, whose ratio is mostly clock noise, does not score, nor does a few-millisecond
+// hiccup of a short stage that costs the step little (a 5 ms data stage that took 7 ms in a
+// 70 ms step scores 0.86, not 0.7; a forward of 45 ms where the others take 20 scores 0.52).
 constexpr double kScoreFloorMs = 0.5;
+constexpr double kScoreFloorOfStep = 0.1;
 // ... taken as the median over a rank's last this many windows.
 constexpr std::size_t kScoreWindows = 5;
 // A confirmed (rank, stage) is cleared once it was not confirmed in this many windows in a row
@@ -650,6 +659,7 @@ StragglerVerdict Background::make_verdict(const Window& analysed, const Report& 
   }
   // Every rank's score: one pass over the window's stage figures, O(ranks x stages).
   const auto world = static_cast<std::size_t>(std::max(1, world_size));
+  const double floor_ms = std::max(kScoreFloorMs, kScoreFloorOfStep * v.step_ms);
   score_of_rank.assign(world, 1.0f);
   rank_seen.assign(world, 0);
   rank_confirmed.assign(world, 0);
@@ -660,7 +670,7 @@ StragglerVerdict Background::make_verdict(const Window& analysed, const Report& 
       if (r < 0 || static_cast<std::size_t>(r) >= world) continue;
       rank_seen[static_cast<std::size_t>(r)] = 1;
       if (!scored || !std::isfinite(st.rank_ms[i])) continue;
-      const double score = (st.ref_ms + kScoreFloorMs) / (std::max(0.0, st.rank_ms[i]) + kScoreFloorMs);
+      const double score = (st.ref_ms + floor_ms) / (std::max(0.0, st.rank_ms[i]) + floor_ms);
       float& worst = score_of_rank[static_cast<std::size_t>(r)];
       worst = std::min(worst, static_cast<float>(std::min(1.0, score)));
     }
