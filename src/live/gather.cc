@@ -67,6 +67,23 @@ void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>
     }
     errors_.report("side channel", why);
     if (peer == links_.parent) presumed_down_ = true;  // nothing it was sent can be confirmed
+    if (child != children_.end() && !child->second.final) {
+      // Nothing more comes from its subtree: it and the ranks whose samples came through it
+      // are done, so that nobody waits for them at close (a killed rank never says final).
+      child->second.final = true;
+      ++children_final_;
+      for (int r = 0; r < world_size_; ++r) {
+        if (r != peer && via_[static_cast<std::size_t>(r)] != peer) continue;
+        if (root()) {
+          gone_.push_back(r);
+        } else {
+          wire::RankCounts& c = forwarded_counts_[r];
+          c.rank = r;
+          c.final = true;
+          counts_dirty_ = true;
+        }
+      }
+    }
   }
   if (root()) return;
   if (!presumed_down_ && !outstanding_.empty() && now - last_progress_ > options_.peer_timeout) {

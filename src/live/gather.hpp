@@ -57,6 +57,12 @@ class Gather {
   /// Not the root: sends the last batch, marked final (after the children's, when they are).
   void send_final(Clock::time_point now);
 
+  /// The root: ranks whose samples will never come (their link in the tree broke before their
+  /// last batch), since the last call; appended to `out`.
+  void take_gone(std::vector<int>& out) {
+    out.insert(out.end(), gone_.begin(), gone_.end());
+    gone_.clear();
+  }
   /// Every child said its last batch was final (or none has children).
   bool children_final() const noexcept { return children_final_ == links_.children.size(); }
   /// Nothing this rank sent is still unacknowledged, nor any acknowledgement owed.
@@ -141,6 +147,7 @@ class Gather {
   bool verdict_new_ = false;
   std::size_t forwarded_rank_count_ = 0;
 
+  std::vector<int> gone_;  // the root: ranks cut off with a broken link (take_gone)
   std::unordered_map<int, Child> children_;
   std::size_t children_final_ = 0;
   std::vector<TransportMessage> inbox_;

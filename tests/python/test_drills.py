@@ -149,7 +149,7 @@ def test_hung_peer_stops_neither_the_others_training_nor_their_logs(tmp_path):
 @pytest.mark.parametrize("victim", [2, 0], ids=["peer", "analysis_rank"])
 def test_killed_rank(tmp_path, victim):
     cfg = config(tmp_path, fault="kill", fault_rank=victim, fault_step=10,
-                 side_channel_timeout_s=20.0)
+                 side_channel_timeout_s=20.0, close_timeout_s=30.0)
     procs = start_ranks(3, cfg)
     join(procs, 60)
     assert procs[victim].exitcode == -signal.SIGKILL
@@ -167,6 +167,9 @@ def test_killed_rank(tmp_path, victim):
             # The analysis rank: its link to the dead rank broke (a counted warning) and the
             # windows after it are analysed without it.
             assert c["report_errors"] >= 1 and c["incomplete_windows"] > 0, c
+            # ... and its close() does not wait for the dead rank's last batch, which never
+            # comes (the broken link says so).
+            assert check_survivor(cfg, rank)["close_s"] < 5.0
     # What the victim wrote before it died is whole lines, in order.
     steps = logged_steps(cfg["log_dir"], victim)
     assert steps == list(range(len(steps))) and len(steps) <= 10
