@@ -445,5 +445,72 @@ TEST(Gather, VerdictsCarryOnlyTheSubtreesScoresAndMalformedOnesAreCounted) {
   }
 }
 
+// Acting on a verdict: every rank's on_straggler is called once, on its own thread, with the
+// finding's onset and confirmation; a callback that throws is counted; the stop step the
+// analysis rank agrees reaches every rank, and every rank stops before it.
+TEST(Gather, CallbacksAndTheAgreedStopStepReachEveryRank) {
+  constexpr int kWorld = 12;
+  std::vector<std::unique_ptr<Analyzer>> ranks(kWorld);
+  std::vector<int> called(kWorld, 0), thrown(kWorld, 0);
+  std::vector<VerdictFinding> seen(kWorld);
+  std::vector<std::int64_t> stopped_at(kWorld, -1), stop_of(kWorld, -1);
+  for (int r = 0; r < kWorld; ++r) {
+    auto o = rank_options(r, kWorld, "verdict-stop");
+    o.stop_after_windows = 2;
+    o.stop_lead_s = 0.2;
+    auto& an = ranks[static_cast<std::size_t>(r)];
+    an = std::make_unique<Analyzer>(o);
+    const auto i = static_cast<std::size_t>(r);
+    an->on_straggler([&called, &seen, i](const VerdictFinding& f, const StragglerVerdict&) {
+      ++called[i];
+      seen[i] = f;
+    });
+    an->on_straggler([&thrown, i](const VerdictFinding&, const StragglerVerdict&) {
+      ++thrown[i];
+      throw std::runtime_error("a callback that fails");
+    });
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> finished{0};
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      std::int64_t s = 0;
+      for (; std::chrono::steady_clock::now() < until; ++s) {
+        const std::int64_t stop = an.stop_step();
+        if (stop >= 0 && s >= stop) break;
+        an.begin_step(s);  // a step of 2 ms (the stop's lead is reckoned in step time)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        an.add(an.stage("forward"), 10.0 + (r == 7 ? 3.0 : 0.0));
+        an.add(an.stage("backward"), 20.0);
+        an.add(an.stage("communication"), r == 7 ? 1.0 : 4.0);
+        an.end_step();
+      }
+      stopped_at[static_cast<std::size_t>(r)] = s;
+      stop_of[static_cast<std::size_t>(r)] = an.stop_step();
+      ++finished;
+      while (finished.load() < kWorld && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      an.close();
+    });
+  for (auto& t : threads) t.join();
+  const std::int64_t stop = stop_of[0];
+  ASSERT_GT(stop, 0);
+  for (int r = 0; r < kWorld; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    EXPECT_EQ(stop_of[i], stop) << r;
+    EXPECT_EQ(stopped_at[i], stop) << r;  // it stopped before the agreed step, not at a timeout
+    EXPECT_EQ(called[i], 1) << r;         // once, not per verdict
+    EXPECT_EQ(thrown[i], 1) << r;
+    EXPECT_EQ(seen[i].rank, 7) << r;
+    EXPECT_EQ(seen[i].stage, "forward") << r;
+    EXPECT_LE(seen[i].onset_step, seen[i].confirmed_step) << r;
+    EXPECT_GE(seen[i].windows_held, 1) << r;
+    EXPECT_LT(seen[i].confirmed_step, stop) << r;
+    EXPECT_EQ(ranks[i]->counters().errors, 1u) << r;  // the throwing callback, counted
+  }
+}
+
 }  // namespace
 }  // namespace laggard
