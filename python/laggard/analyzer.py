@@ -643,7 +643,8 @@ class Analyzer:
             self._errors.report("end_step", e)
         if self._on_step_end:
             self._call_hooks(self._on_step_end, "end_step", "detached")
-        self._poll_verdict()
+        if self._acts_on_verdicts:
+            self._poll_verdict()
 
     def _call_hooks(self, hooks, where, done):
         """Calls instrument()'s attach (or detach) calls of a sampled step; a true result or an
@@ -659,9 +660,11 @@ class Analyzer:
     # -- acting on the verdict (laggard.policy) ----------------------------------------------
 
     def _init_policy(self, policy, stop_after_windows, fleet_store, log_dir):
-        from .policy import make_policy
+        from .policy import WarnPolicy, make_policy
 
         self.policy = make_policy(policy)
+        # The default ("warn", no callbacks) needs no look at the verdict: no cost at all.
+        self._acts_on_verdicts = type(self.policy) is not WarnPolicy
         self._stop_after_windows = _int_setting("stop_after_windows", stop_after_windows, low=1)
         self._straggler_callbacks = []
         self._clear_callbacks = []
@@ -687,12 +690,14 @@ class Analyzer:
         straggler is first confirmed; returns fn (usable as a decorator). See laggard.policy
         for where and when it is called; an exception it raises is counted, never raised."""
         self._straggler_callbacks.append(fn)
+        self._acts_on_verdicts = True
         return fn
 
     def on_clear(self, fn):
         """Registers fn(verdict), called on every rank when a confirmed straggler clears (absent
         from 3 verdicts in a row); returns fn."""
         self._clear_callbacks.append(fn)
+        self._acts_on_verdicts = True
         return fn
 
     @property
