@@ -27,6 +27,14 @@ if(NOT rc EQUAL 0 OR NOT IS_SYMLINK ${WORK}/latest.html OR NOT now MATCHES "<!DO
   message(FATAL_ERROR "through the user's own link: rc ${rc}\nstderr: ${err}")
 endif()
 
+# /dev/stdout into a pipe: root's link to /proc/self/fd/1, which names "pipe:[N]" (no path): the
+# page is written in place through it.
+execute_process(COMMAND ${CMD} report -q ${RUN} -o /dev/stdout
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^<!DOCTYPE html>")
+  message(FATAL_ERROR "-o /dev/stdout into a pipe: rc ${rc}\nstderr: ${err}")
+endif()
+
 # Another user's link: only root can make one here (chown -h).
 execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT uid STREQUAL "0")

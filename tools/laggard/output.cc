@@ -44,6 +44,12 @@ std::string follow_trusted_links(const std::string& path, const std::function<Us
                  " a symbolic link owned by another user (uid " + std::to_string(st.st_uid) +
                  ") to " + printable(target) +
                  ": not followed; remove it, or name the file itself");
+    // A trusted link to a terminal, pipe or device (`-o /dev/stdout`, whose /proc/self/fd/1
+    // names "pipe:[N]", no path): written in place through the link.
+    struct stat followed {};
+    if (::stat(p.c_str(), &followed) == 0 && !S_ISREG(followed.st_mode) &&
+        !S_ISDIR(followed.st_mode))
+      return p;
     if (!target.empty() && target.front() != '/') {
       const std::size_t slash = p.rfind('/');
       if (slash != std::string::npos) target = p.substr(0, slash + 1) + target;
@@ -69,11 +75,14 @@ void write_file_replacing(const std::string& path, const std::string& text,
   const std::string target = follow_trusted_links(path, fail);
   struct stat st {};
   const bool exists = ::lstat(target.c_str(), &st) == 0;
+  const bool trusted_link = exists && S_ISLNK(st.st_mode);  // to a device: see above
   if (exists && S_ISDIR(st.st_mode)) throw fail("it is a directory");
   if (exists && !S_ISREG(st.st_mode)) {
     // A device, a FIFO, a terminal (`-o /dev/stdout`): written in place; a rename would replace
-    // it with a regular file. O_NOFOLLOW: not through a link put there since it was looked at.
-    const int fd = ::open(target.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    // it with a regular file. O_NOFOLLOW unless it is the trusted link just checked: not
+    // through a link put there since it was looked at.
+    const int fd =
+        ::open(target.c_str(), O_WRONLY | O_CLOEXEC | (trusted_link ? 0 : O_NOFOLLOW));
     if (fd < 0) throw fail(std::strerror(errno));
     for (std::size_t done = 0; done < text.size();) {
       const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
