@@ -44,5 +44,18 @@ laggard --version
 laggard analyze "$root/examples/run-slow-forward" | grep "rank 3 .* in forward" >/dev/null ||
   { echo "wheel-test: the installed laggard did not name rank 3" >&2; exit 1; }
 echo "wheel-test: $(basename "$wheel") installed; Python tests against it:"
-LAGGARD_TEST_INSTALLED=1 OMP_NUM_THREADS=1 "$venv/bin/python" -m pytest "$root/tests/python" -q \
-  -p no:cacheprovider
+# What the installed layout can break: every test that runs in one process (the package's API,
+# its module and program, the sinks), and real ranks through the package's own entry points (the
+# demo via the console script, DDP over gloo, torchrun). The other multi-process tests run the
+# same Python files of the same package on scripts/test.sh's source tree; here they would only
+# run twice (LAGGARD_WHEEL_TEST_ALL=1 runs them all).
+run_tests() {
+  LAGGARD_TEST_INSTALLED=1 OMP_NUM_THREADS=1 "$venv/bin/python" -m pytest "$@" -q \
+    -p no:cacheprovider
+}
+if [ "${LAGGARD_WHEEL_TEST_ALL:-0}" = 1 ]; then
+  run_tests "$root/tests/python"
+else
+  run_tests "$root/tests/python" -m "not multiproc"
+  run_tests "$root/tests/python/test_demo.py" "$root/tests/python/test_ddp.py"
+fi
