@@ -25,6 +25,7 @@ Exit status: 0 the run finished (whatever the verdict), 1 a rank failed, 2 bad u
 import argparse
 import datetime
 import glob
+import logging
 import os
 import signal
 import sys
@@ -254,6 +255,11 @@ def _rank_main(rank, world, port, cfg, shared, queue):
             {k: f.get(k) for k in ("rank", "stage", "ms", "ref_ms")}
             for f in report.get("waiting", ())], metrics.get("straggler/likely_bottleneck", "")))
 
+    # The demo prints the live verdicts itself, with their step, between its progress lines: the
+    # analysis rank's own console lines of them would say each twice.
+    logging.getLogger("laggard").addFilter(
+        lambda record: not record.getMessage().startswith(("laggard: straggler confirmed",
+                                                           "laggard: straggler cleared")))
     an = laggard.Analyzer(
         enabled=True, interval=cfg["interval"], log_dir=cfg["out"],
         sinks=[verdicts] if rank == 0 else (), timing="host", **cfg["detector"],
