@@ -73,6 +73,8 @@ struct AnalyzerOptions {
   int confirm_k = DetectorOptions{}.confirm_k;  ///< threshold method: confirmed when slow in k ...
   int confirm_n = DetectorOptions{}.confirm_n;  ///< ... of the last n windows
   double false_alarm_budget = DetectorOptions{}.false_alarm_budget;  ///< sequential method
+  double healthy_spread = DetectorOptions{}.healthy_spread;  ///< materiality (and sequential)
+  double min_cost_share = DetectorOptions{}.min_cost_share;  ///< materiality: share of the step
   /// When set: every rank appends its samples to log_dir/rank-<r>.jsonl and the analysis rank
   /// its reports to log_dir/reports.jsonl, one line each, flushed per line.
   std::optional<std::string> log_dir;
@@ -139,6 +141,8 @@ struct AnalyzerOptions {
     confirm_k = d.confirm_k;
     confirm_n = d.confirm_n;
     false_alarm_budget = d.false_alarm_budget;
+    healthy_spread = d.healthy_spread;
+    min_cost_share = d.min_cost_share;
   }
 
   /// The detector settings these options describe.
@@ -152,6 +156,8 @@ struct AnalyzerOptions {
     d.mad_z = mad_z;
     d.confirm_k = confirm_k;
     d.confirm_n = confirm_n;
+    d.healthy_spread = healthy_spread;
+    d.min_cost_share = min_cost_share;
     return d;
   }
 };

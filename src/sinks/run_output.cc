@@ -133,6 +133,8 @@ Json summary_object(const RunSummary& sum, const RunOutputInput& in) {
                   {"relative_threshold", opt.relative_threshold},
                   {"absolute_ms_threshold", opt.absolute_ms_threshold},
                   {"mad_z", opt.mad_z},
+                  {"healthy_spread", opt.healthy_spread},
+                  {"min_cost_share", opt.min_cost_share},
                   {"confirm_k", opt.confirm_k},
                   {"confirm_n", opt.confirm_n}};
   j["stragglers"] = Json::array();

@@ -1,6 +1,7 @@
 // Tests for the straggler analysis: the RFC rule, compute vs wait, hosts, what-if, metric names,
 // persistence and option validation.
 #include "laggard/detector.hpp"
+#include "laggard/analyzer.hpp"
 
 #include <gtest/gtest.h>
 
@@ -1437,6 +1438,16 @@ TEST(Materiality, TheSequentialTestsNameASmallStagesSlowdownTheGateKeepsFromAVer
   const auto costly = run(2.0, DetectorOptions{}.min_cost_share);
   EXPECT_GE(costly.first, 20);
   EXPECT_EQ(costly.second, 1u);
+}
+
+TEST(Materiality, TheLiveAnalyzerTakesTheGatesSettings) {
+  DetectorOptions d;
+  d.healthy_spread = 1.05;
+  d.min_cost_share = 0.02;
+  AnalyzerOptions a;
+  a.set_detector(d);
+  EXPECT_EQ(a.detector().healthy_spread, 1.05);
+  EXPECT_EQ(a.detector().min_cost_share, 0.02);
 }
 
 TEST(Materiality, TheSettingsAreChecked) {
