@@ -146,6 +146,8 @@ void add_exclude(CLI::App& app, PythonCommandArgs& args);
 void add_fleet(CLI::App& app, PythonCommandArgs& args);
 int run_exclude(const PythonCommandArgs& args);
 int run_fleet(const PythonCommandArgs& args);
+void add_watch(CLI::App& app, PythonCommandArgs& args);  // `laggard watch ARGS...`: python -m laggard.watch
+int run_watch(const PythonCommandArgs& args);
 
 /// How analyze, report and diagnose read a run: the detector flags resolved for its size, the
 /// progress shown on `progress`.

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   ScaleArgs scale;
   DivergeArgs diverge;
   DiagnoseArgs diagnose;
-  PythonCommandArgs exclude, fleet;
+  PythonCommandArgs exclude, fleet, watch;
   add_analyze(app, analyze);
   add_compare(app, compare);
   add_report(app, report);
@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   add_diagnose(app, diagnose);
   add_exclude(app, exclude);
   add_fleet(app, fleet);
+  add_watch(app, watch);
 
   try {
     app.parse(argc, argv);
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("demo")) return run_demo(demo);
     if (app.got_subcommand("exclude")) return run_exclude(exclude);
     if (app.got_subcommand("fleet")) return run_fleet(fleet);
+    if (app.got_subcommand("watch")) return run_watch(watch);
   } catch (const UsageError& e) {
     // printable: a message may name a file of the run directory (a misnamed rank file, say)
     std::cerr << who << printable(e.what) << "\n";
