@@ -22,8 +22,10 @@ LAGGARD_API const char* to_string(StageKind kind) noexcept;
 /// Parses the names `to_string` prints; anything else gives std::nullopt. Thread-safe.
 LAGGARD_API std::optional<StageKind> parse_stage_kind(std::string_view text) noexcept;
 
-/// The kind laggard assumes for a well-known stage name ("communication", "allreduce", ... →
-/// communication; "dataloader", "data" → data; everything else → compute).
+/// The kind laggard assumes for a well-known stage name ("communication", "allreduce",
+/// "all_to_all", ... and the whole words "dist", "a2a", "mpi" → communication, checked first so
+/// that "sparse_data_dist" is communication; "dataloader", "data" → data; everything else →
+/// compute).
 LAGGARD_API StageKind default_stage_kind(std::string_view name) noexcept;
 
 /// One stage of one rank in one step: accumulated over every entry of the stage in the step.

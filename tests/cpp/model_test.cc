@@ -24,6 +24,24 @@ TEST(StageKind, DefaultsForWellKnownNames) {
   EXPECT_EQ(default_stage_kind("AllGather"), StageKind::communication);
   EXPECT_EQ(default_stage_kind("dataloader"), StageKind::data);
   EXPECT_EQ(default_stage_kind("attention"), StageKind::compute);
+  EXPECT_EQ(default_stage_kind("data"), StageKind::data);
+  EXPECT_EQ(default_stage_kind("load_data"), StageKind::data);
+}
+
+// A collective whose name holds "data" is communication: TorchRec's input all-to-all is time
+// spent waiting for other ranks, not input loading.
+TEST(StageKind, CommunicationWordsWinOverData) {
+  EXPECT_EQ(default_stage_kind("sparse_data_dist"), StageKind::communication);
+  EXPECT_EQ(default_stage_kind("## sparse_data_dist ##"), StageKind::communication);
+  EXPECT_EQ(default_stage_kind("data_all_to_all"), StageKind::communication);
+  EXPECT_EQ(default_stage_kind("input_dist"), StageKind::communication);
+  EXPECT_EQ(default_stage_kind("data_alltoall"), StageKind::communication);
+  EXPECT_EQ(default_stage_kind("gloo_data_broadcast"), StageKind::communication);
+  EXPECT_EQ(default_stage_kind("nccl:all_to_all"), StageKind::communication);
+  // "dist" and "a2a" count only as whole words of the name.
+  EXPECT_EQ(default_stage_kind("distill"), StageKind::compute);
+  EXPECT_EQ(default_stage_kind("data_distribution_stats"), StageKind::data);
+  EXPECT_EQ(default_stage_kind("embedding_a2a"), StageKind::communication);
 }
 
 TEST(StepSample, FindsStagesByName) {

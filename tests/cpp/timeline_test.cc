@@ -7,6 +7,7 @@
 
 #include "laggard/timeline.hpp"
 #include "laggard/trace.hpp"
+#include "temp_dir.hpp"
 
 namespace laggard {
 namespace {
@@ -114,6 +115,75 @@ TEST(Timeline, FromTracesWithADataStallAndALaunchBoundRank) {
     for (const StepTimeline& x : r.timeline)
       EXPECT_NEAR(x.busy_ms + x.copy_ms + x.data_wait_ms + x.launch_wait_ms + x.other_idle_ms,
                   x.window_ms, 1e-6);
+}
+
+// A profiler trace of one rank, in Kineto's format: each step [s, s + 100 ms) has one host
+// region `region` from the step's start for 60 ms, and a kernel launched at `launch_at` ms into
+// the step that runs from `kernel_at` ms to the step's end: the GPU idles for `kernel_at` ms.
+std::string one_rank_trace(const std::string& region, double launch_at, double kernel_at) {
+  const auto ev = [](const std::string& cat, const std::string& name, long pid, long tid,
+                     double ts_us, double dur_us, const std::string& args = "") {
+    std::string e = "{\"ph\": \"X\", \"cat\": \"" + cat + "\", \"name\": \"" + name +
+                    "\", \"pid\": " + std::to_string(pid) + ", \"tid\": " + std::to_string(tid) +
+                    ", \"ts\": " + std::to_string(ts_us) + ", \"dur\": " + std::to_string(dur_us);
+    if (!args.empty()) e += ", \"args\": {" + args + "}";
+    return e + "}";
+  };
+  std::string s =
+      "{\"distributedInfo\": {\"rank\": 0, \"world_size\": 16}, \"traceEvents\": [\n";
+  for (int step = 0; step < 4; ++step) {
+    const double t0 = 1e6 + step * 1e5;
+    const std::string c = "\"correlation\": " + std::to_string(100 + step);
+    for (const std::string& e :
+         {ev("user_annotation", "ProfilerStep#" + std::to_string(step), 1, 1, t0, 1e5),
+          ev("user_annotation", region, 1, 1, t0, 6e4),
+          ev("cuda_runtime", "cudaLaunchKernel", 1, 1, t0 + launch_at * 1e3, 5, c),
+          ev("kernel", "void gemm_kernel<float>(float*)", 0, 7, t0 + kernel_at * 1e3,
+             (100.0 - kernel_at) * 1e3, c)})
+      s += (step == 0 && e.find("ProfilerStep") != std::string::npos ? "" : ",\n") + e;
+  }
+  return s + "\n]}";
+}
+
+struct TraceDir : laggard::testing::TempDir {
+  TraceDir() : laggard::testing::TempDir("laggard-timeline-test") {}
+};
+
+// TorchRec's input all-to-all: the GPU idles while the host is in "## sparse_data_dist ##".
+// Its name holds "data" but no data loading explains the idle time: first the host has not
+// launched the next kernel (launch), then the kernel is launched but waits (other).
+TEST(Timeline, AnAllToAllNamedDataIsNotADataWait) {
+  TraceDir dir;
+  std::vector<RankTrace> ranks = {
+      read_trace(dir.file("rank-0.json", one_rank_trace("## sparse_data_dist ##", 20, 60)))};
+  ASSERT_EQ(ranks[0].timeline.size(), 4u);
+  for (const StepTimeline& x : ranks[0].timeline) {
+    EXPECT_NEAR(x.data_wait_ms, 0.0, 1e-9) << "step " << x.step;
+    EXPECT_NEAR(x.launch_wait_ms, 20.005, 1e-6) << "step " << x.step;
+    EXPECT_NEAR(x.other_idle_ms, 60.0 - 20.005, 1e-6) << "step " << x.step;
+  }
+  const TimelineSummary s = analyze_timeline(ranks);
+  for (const TimelineFinding& f : s.findings)
+    EXPECT_NE(f.kind, TimelineFinding::Kind::data_wait) << to_string(f.kind);
+  ASSERT_FALSE(s.findings.empty());
+  EXPECT_EQ(s.findings[0].kind, TimelineFinding::Kind::other_idle);
+}
+
+// The same idle time under a slow DataLoader's __next__: data loading explains it.
+TEST(Timeline, ASlowDataLoaderIsADataWait) {
+  TraceDir dir;
+  std::vector<RankTrace> ranks = {read_trace(dir.file(
+      "rank-0.json",
+      one_rank_trace("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 60, 60.01)))};
+  ASSERT_EQ(ranks[0].timeline.size(), 4u);
+  for (const StepTimeline& x : ranks[0].timeline) {
+    EXPECT_NEAR(x.data_wait_ms, 60.0, 1e-6) << "step " << x.step;
+    EXPECT_NEAR(x.launch_wait_ms, 0.005, 1e-6) << "step " << x.step;
+  }
+  const TimelineSummary s = analyze_timeline(ranks);
+  ASSERT_FALSE(s.findings.empty());
+  EXPECT_EQ(s.findings[0].kind, TimelineFinding::Kind::data_wait);
+  EXPECT_NEAR(s.findings[0].ms_per_step, 60.0, 1e-6);
 }
 
 }  // namespace
