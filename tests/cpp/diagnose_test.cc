@@ -301,6 +301,25 @@ TEST(Diagnosis, DataWaitsAndUntimedTimeFailTheTimeline) {
   EXPECT_NE(t.findings[1].text.find("every rank"), std::string::npos);
 }
 
+// The sample path's rule: a stage named "...data..." that is a collective (TorchRec's input
+// all-to-all, its kind guessed from the name as for a rank log that does not give it) is time
+// waiting for other ranks, not input loading: no data wait, a communication wait.
+TEST(Diagnosis, AnAllToAllNamedDataIsNotADataWait) {
+  RunDiagnosis run;
+  for (int step = 0; step < 20; ++step)
+    run.add(window(step, 4, [](StepSample& s) {
+      const double ms = s.rank == 2 ? 0.5 : 20.0;  // ranks 0, 1, 3 wait for rank 2
+      s.stages.push_back({"sparse_data_dist", default_stage_kind("sparse_data_dist"), ms, 1});
+      s.step_ms = 45.5 + ms + 1.0;
+    }));
+  const Diagnosis d = run.finish();
+  const DiagnosisLayer& t = d.layers[2];
+  ASSERT_FALSE(t.findings.empty());
+  for (const auto& f : t.findings) EXPECT_NE(f.kind, "data_wait") << f.text;
+  EXPECT_EQ(t.findings[0].kind, "comm_wait");
+  EXPECT_EQ(t.findings[0].ranks, (std::vector<int>{0, 1, 3}));
+}
+
 TEST(Diagnosis, TheRegressionLayerNamesTheFirstRegressedStage) {
   RunProfile base, cur;
   for (int step = 0; step < 40; ++step) {
