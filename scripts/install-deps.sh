@@ -18,6 +18,7 @@ packages=(
   strace  # tests/python/test_disk_faults.py: slow and hung disks injected into the real write()
   prometheus-node-exporter  # the tests start their own; with systemd, Debian also starts one on :9100
   postgresql  # tests/python/test_fleet.py starts its own server (initdb, pg_ctl) for the fleet store
+  tmux  # tests/python/test_watch.py runs `laggard watch` in a real terminal (a tmux pane)
   prometheus  # promtool: tests/python/test_alerts.py checks and unit-tests deploy/prometheus's rules
 )
 missing=()

@@ -216,6 +216,7 @@ def test_live_view_in_tmux_shows_the_verdict_within_a_window(tmp_path):
         gaps = sorted(b - a for a, b in zip(report_times, report_times[1:]) if b > a)
         window_s = gaps[len(gaps) // 2] if gaps else 1.0
         lag = t_pane - t_report
+        print("verdict on screen %.2f s after reports.jsonl held it (window %.2f s)" % (lag, window_s))
         assert lag <= max(window_s, interval + 0.2), (lag, window_s)
         screen = pane()
         assert "Stage time over the median rank" in screen and "Counters:" in screen
