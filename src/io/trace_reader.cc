@@ -1482,10 +1482,14 @@ class TraceScanner {
       // An element that is not an object: counted and skipped.
       flush();
       const std::size_t line = line_at(pos_);
+      const std::uint64_t at = json_bytes_ - (len_ - pos_);  // offset in the text, for progress
       if (!skip_value(nullptr)) {
         cut("the file ends inside traceEvents");
         return false;
       }
+      // A stray '}' or ':' ends a scalar before it starts: skip that one character, or the
+      // same element would be read again forever.
+      if (json_bytes_ - (len_ - pos_) == at) ++pos_;
       ++b_.stats().events;
       b_.malformed(line, "an element of traceEvents that is not an object");
     }

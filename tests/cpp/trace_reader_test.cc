@@ -295,6 +295,18 @@ TEST(TraceReader, GzipWhateverTheNameAndACutGzipStream) {
   EXPECT_FALSE(c.stats.truncated);
 }
 
+TEST(TraceReader, AStrayBraceAmongTheEventsIsSkippedNotReadForever) {
+  // A '}' or ':' where an event should start ends a scalar before it starts: the reader once
+  // read that same element again and again (found by trace_dir_fuzzer on a damaged trace).
+  TempDir dir;
+  std::string text = trace(small_job());
+  const std::size_t at = text.find("[") + 1;
+  text.insert(at, " } : , ");
+  const RankTrace t = read_trace(dir.file("rank-0.json", text));
+  EXPECT_EQ(t.samples.size(), 2u);
+  EXPECT_EQ(t.stats.malformed, 2u);
+}
+
 TEST(TraceReader, RefusesWhatIsNotATraceOfARank) {
   TempDir dir;
   EXPECT_THROW(read_trace(dir.path() + "/missing.json"), InputError);
