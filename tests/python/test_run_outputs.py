@@ -65,5 +65,8 @@ def test_bad_input_is_an_error_that_names_it(tmp_path):
         laggard.analyze_run(str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="unknown output 'pdf'"):
         laggard.analyze_run(os.path.join(ROOT, "examples/run-healthy"), outputs=("pdf",))
+    # No well-formed sample: an error naming the file and line, as the CLI's exit 2 (it was
+    # a result of "0 ranks").
     (tmp_path / "rank-0.jsonl").write_text("not json\n")
-    assert laggard.analyze_run(str(tmp_path))["windows"] == 0
+    with pytest.raises(OSError, match=r"no well-formed samples .*rank-0\.jsonl:1"):
+        laggard.analyze_run(str(tmp_path))
