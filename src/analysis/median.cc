@@ -69,7 +69,10 @@ double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even) 
   const double hi = buf[k_hi];
   if (!even) return hi;
   const double lo = *std::max_element(buf, buf + k_hi);
-  return 0.5 * (lo + hi);
+  const double mid = 0.5 * (lo + hi);
+  // Two values near the largest double overflow their sum: halves first (the same bits
+  // wherever the sum is finite).
+  return std::isfinite(mid) || !std::isfinite(lo) || !std::isfinite(hi) ? mid : 0.5 * lo + 0.5 * hi;
 }
 
 // The values of a column the median is taken over: data[i], or |data[i] - center| for the MAD.
