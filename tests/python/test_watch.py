@@ -8,9 +8,11 @@ after reports.jsonl first holds the confirmation the pane shows it.
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -106,12 +108,23 @@ def test_pipe_prints_one_plain_line_per_change(tmp_path):
     p = subprocess.Popen(_watch_cmd() + [str(run), "--interval", "0.1", "--wait", "30"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True, env=_env(), cwd=ROOT)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln.rstrip("\n")) for ln in p.stdout],
+                     daemon=True).start()
+    got = []
+
+    def expect_line():
+        # waits for the view's next line, so that each change is read in a refresh of its own
+        # however busy the machine is
+        got.append(lines.get(timeout=30))
+
     try:
         time.sleep(0.5)
         run.mkdir()
+        expect_line()  # "watching", once the directory is there
         reports = run / "reports.jsonl"
 
-        def append(text, settle=0.6):
+        def append(text, settle=0.5):
             with open(reports, "a") as f:
                 f.write(text)
             time.sleep(settle)
@@ -124,17 +137,23 @@ def test_pipe_prints_one_plain_line_per_change(tmp_path):
         append(_report(10, False))  # flagged only: nothing to say
         line = _report(20, True)
         append(line[:40])  # a writer mid-line: nothing read yet
-        append(line[40:])  # the line completes: one "confirmed" line
+        append(line[40:], settle=0)  # the line completes: one "confirmed" line
+        expect_line()
         append(_report(30, True))  # unchanged: nothing
-        append(_report(40, True, dropped=3))  # a counter changed: one line
-        append(_report(50, False, dropped=3))  # cleared: one line
+        append(_report(40, True, dropped=3), settle=0)  # a counter changed: one line
+        expect_line()
+        append(_report(50, False, dropped=3), settle=0)  # cleared: one line
+        expect_line()
+        time.sleep(1.0)  # nothing more comes
     finally:
         p.terminate()
-        out, err = p.communicate(timeout=30)
+        _, err = p.communicate(timeout=30)
+    while not lines.empty():
+        got.append(lines.get())
+    out = "\n".join(got)
     assert "\x1b" not in out
-    lines = out.splitlines()
-    assert lines[0].startswith("laggard watch: watching"), out
-    events = lines[1:]
+    assert got[0].startswith("laggard watch: watching"), out
+    events = got[1:]
     assert len(events) == 3, out
     assert events[0].startswith("step 20: confirmed straggler rank 1 in backward, 2.00x, "
                                 "cost 21.0 ms/step (25% of the step)"), out
