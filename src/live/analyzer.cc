@@ -1022,6 +1022,14 @@ ForkRegistry& fork_registry() {
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+struct ActiveVerdict {
+  VerdictFinding finding;
+  std::uint64_t last_seq = 0;  // the latest verdict that confirmed it
+};
+using ActiveVerdicts = std::map<std::tuple<int, std::string, std::string>, ActiveVerdict>;
+}  // namespace
+
 struct Analyzer::Impl {
   AnalyzerOptions options;
   std::shared_ptr<Background> bg;
@@ -1038,19 +1046,21 @@ struct Analyzer::Impl {
   // on_straggler / on_clear: the training thread's, in end_sampled_step.
   std::vector<Analyzer::VerdictCallback> on_straggler, on_clear;
   std::uint64_t verdict_seq_acted = 0;
-  struct Active {
-    VerdictFinding finding;
-    std::uint64_t last_seq = 0;  // the latest verdict that confirmed it
-  };
-  std::map<std::tuple<int, std::string, std::string>, Active> active;
-  void act_on_verdict(ErrorCounter& errors, const StragglerVerdict& v);
+  ActiveVerdicts active;
 };
+
+namespace {
 
 // A verdict not seen yet: on_straggler for what newly appears among the confirmed, on_clear for
 // what has been absent from kClearWindows verdicts (seqs; a verdict missed in between counts).
-void Analyzer::Impl::act_on_verdict(ErrorCounter& errors, const StragglerVerdict& v) {
-  const auto call = [&errors, &v](const std::vector<VerdictCallback>& fns, const VerdictFinding& f) {
-    for (const VerdictCallback& fn : fns) {
+// Not a member of Analyzer::Impl: a member of the exported class's nested type would be
+// exported from the shared library with it.
+void act_on_verdict(const std::vector<Analyzer::VerdictCallback>& on_straggler,
+                    const std::vector<Analyzer::VerdictCallback>& on_clear,
+                    ActiveVerdicts& active, ErrorCounter& errors, const StragglerVerdict& v) {
+  const auto call = [&errors, &v](const std::vector<Analyzer::VerdictCallback>& fns,
+                                  const VerdictFinding& f) {
+    for (const Analyzer::VerdictCallback& fn : fns) {
       try {
         fn(f, v);
       } catch (const std::exception& e) {
@@ -1075,6 +1085,8 @@ void Analyzer::Impl::act_on_verdict(ErrorCounter& errors, const StragglerVerdict
     }
   }
 }
+
+}  // namespace
 
 Analyzer::Analyzer(AnalyzerOptions options) {
   if (!options.enabled) return;  // nothing created: no thread, no file, no side channel
@@ -1319,7 +1331,7 @@ void Analyzer::end_sampled_step() noexcept {
       std::optional<StragglerVerdict> v = latest_verdict();
       if (v && v->seq != im.verdict_seq_acted) {
         im.verdict_seq_acted = v->seq;
-        im.act_on_verdict(im.bg->errors, *v);
+        act_on_verdict(im.on_straggler, im.on_clear, im.active, im.bg->errors, *v);
       }
     } catch (const std::exception& e) {
       im.bg->errors.report("verdict callback", e.what());
