@@ -16,16 +16,6 @@
 
 namespace {
 
-struct Silence {  // the commands print to std::cout and std::cerr: keep the fuzzer's log quiet
-  std::ostringstream sink;
-  std::streambuf* out = std::cout.rdbuf(sink.rdbuf());
-  std::streambuf* err = std::cerr.rdbuf(sink.rdbuf());
-  ~Silence() {
-    std::cout.rdbuf(out);
-    std::cerr.rdbuf(err);
-  }
-};
-
 template <typename Run>
 void expect_result_or_refusal(Run run) {
   try {
@@ -46,18 +36,10 @@ void expect_result_or_refusal(Run run) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace fs = std::filesystem;
   const fs::path dir = laggard::fuzz::scratch_dir() / "run";
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  fs::create_directories(dir);
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
-  std::size_t start = 0;
-  for (int rank = 0; rank < 8 && start <= input.size(); ++rank) {
-    const std::size_t end = std::min(input.find('\x1e', start), input.size());
-    laggard::fuzz::write_file(dir / ("rank-" + std::to_string(rank) + ".jsonl"),
-                              input.substr(start, end - start));
-    start = end + 1;
-  }
-  Silence quiet;
+  laggard::fuzz::split_into_files(
+      dir, std::string_view(reinterpret_cast<const char*>(data), size), "\x1e", 8,
+      [](int rank) { return "rank-" + std::to_string(rank) + ".jsonl"; });
+  laggard::fuzz::Silence quiet;
   laggard::cli::AnalyzeArgs analyze;
   analyze.run_dir = dir.string();
   analyze.quiet = true;

@@ -22,33 +22,15 @@ namespace {
 
 constexpr std::string_view kSeparator = "\x1e\x1e\x1e\x1e";
 
-struct Silence {  // the commands print to std::cout and std::cerr: keep the fuzzer's log quiet
-  std::ostringstream sink;
-  std::streambuf* out = std::cout.rdbuf(sink.rdbuf());
-  std::streambuf* err = std::cerr.rdbuf(sink.rdbuf());
-  ~Silence() {
-    std::cout.rdbuf(out);
-    std::cerr.rdbuf(err);
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace fs = std::filesystem;
   const fs::path dir = laggard::fuzz::scratch_dir() / "traces";
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  fs::create_directories(dir);
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
-  std::size_t start = 0;
-  for (int rank = 0; rank < 4 && start <= input.size(); ++rank) {
-    const std::size_t end = std::min(input.find(kSeparator, start), input.size());
-    laggard::fuzz::write_file(dir / ("rank-" + std::to_string(rank) + ".json.gz"),
-                              input.substr(start, end - start));
-    start = end + kSeparator.size();
-  }
-  Silence quiet;
+  laggard::fuzz::split_into_files(
+      dir, std::string_view(reinterpret_cast<const char*>(data), size), kSeparator, 4,
+      [](int rank) { return "rank-" + std::to_string(rank) + ".json.gz"; });
+  laggard::fuzz::Silence quiet;
   laggard::TraceOptions options;
   options.max_records = 1 << 16;
   options.jobs = 1;
