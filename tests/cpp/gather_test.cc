@@ -232,6 +232,40 @@ void run_ranks(std::vector<std::unique_ptr<Analyzer>>& ranks, int steps,
   for (auto& t : threads) t.join();
 }
 
+// The verdict's console lines ("straggler ..." at warning level) that the log handler gets while
+// this lives.
+class VerdictLines {
+ public:
+  VerdictLines() {
+    set_log_handler([this](LogLevel level, std::string_view m) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (level == LogLevel::warning && m.rfind("straggler ", 0) == 0) lines_.emplace_back(m);
+    });
+  }
+  ~VerdictLines() { set_log_handler({}); }
+  VerdictLines(const VerdictLines&) = delete;
+  VerdictLines& operator=(const VerdictLines&) = delete;
+  /// Stops listening and gives what was said.
+  std::vector<std::string> take() {
+    set_log_handler({});
+    std::lock_guard<std::mutex> lock(mu_);
+    return lines_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// world ranks of one process, on the local channel `channel`.
+std::vector<std::unique_ptr<Analyzer>> make_ranks(int world, const std::string& channel) {
+  std::vector<std::unique_ptr<Analyzer>> ranks(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    ranks[static_cast<std::size_t>(r)] =
+        std::make_unique<Analyzer>(rank_options(r, world, channel));
+  return ranks;
+}
+
 bool names(const std::optional<StragglerVerdict>& v, int rank, const std::string& stage) {
   if (!v) return false;
   for (const VerdictFinding& f : v->confirmed)
@@ -241,20 +275,12 @@ bool names(const std::optional<StragglerVerdict>& v, int rank, const std::string
 
 TEST(Gather, EveryRankLearnsTheVerdictAndTheAnalysisRankSaysItOnce) {
   constexpr int kWorld = 12, kSteps = 60;
-  std::vector<std::string> lines;
-  std::mutex log_mu;
-  set_log_handler([&](LogLevel level, std::string_view m) {
-    std::lock_guard<std::mutex> lock(log_mu);
-    if (level == LogLevel::warning && m.rfind("straggler ", 0) == 0) lines.emplace_back(m);
-  });
-  std::vector<std::unique_ptr<Analyzer>> ranks(kWorld);
-  for (int r = 0; r < kWorld; ++r)
-    ranks[static_cast<std::size_t>(r)] =
-        std::make_unique<Analyzer>(rank_options(r, kWorld, "verdict-twelve"));
+  VerdictLines console;
+  auto ranks = make_ranks(kWorld, "verdict-twelve");
   run_ranks(ranks, kSteps, [](Analyzer& an) {
     return names(an.latest_verdict(), 7, "forward");
   });
-  set_log_handler({});
+  const std::vector<std::string> lines = console.take();
   // Rank 7 is 1.3x slower in forward (step()): every rank, two hops below the root included,
   // reads the verdict; rank 7 knows it is the one, with a score of about 10 / 13.
   for (int r = 0; r < kWorld; ++r) {
@@ -307,16 +333,8 @@ TEST(Gather, EveryRankLearnsTheVerdictAndTheAnalysisRankSaysItOnce) {
 
 TEST(Gather, AStragglerThatRecoversIsClearedOnce) {
   constexpr int kWorld = 4, kSlowUntil = 50, kSteps = 110;
-  std::vector<std::string> lines;
-  std::mutex log_mu;
-  set_log_handler([&](LogLevel level, std::string_view m) {
-    std::lock_guard<std::mutex> lock(log_mu);
-    if (level == LogLevel::warning && m.rfind("straggler ", 0) == 0) lines.emplace_back(m);
-  });
-  std::vector<std::unique_ptr<Analyzer>> ranks(kWorld);
-  for (int r = 0; r < kWorld; ++r)
-    ranks[static_cast<std::size_t>(r)] =
-        std::make_unique<Analyzer>(rank_options(r, kWorld, "verdict-recovers"));
+  VerdictLines console;
+  auto ranks = make_ranks(kWorld, "verdict-recovers");
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r)
     threads.emplace_back([&, r] {
@@ -331,7 +349,7 @@ TEST(Gather, AStragglerThatRecoversIsClearedOnce) {
       an.close();
     });
   for (auto& t : threads) t.join();
-  set_log_handler({});
+  const std::vector<std::string> lines = console.take();
   std::size_t confirmed = 0, cleared = 0;
   for (const auto& l : lines) {
     confirmed += l.rfind("straggler confirmed: rank 2 ", 0) == 0;
