@@ -22,6 +22,8 @@ void say(const char* text) noexcept {
   [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, text, n);
 }
 
+static_assert(kSignalFlushSeconds == 2.0, "the handler's message on stderr says 2 s");
+
 void handler(int sig) noexcept {
   const int saved_errno = errno;
   const int pid = static_cast<int>(::getpid());
