@@ -4,6 +4,7 @@ testenv.py), the built extension, markers.
 Run:  PYTHONPATH=python OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/python -q
 Installed package:  LAGGARD_TEST_INSTALLED=1 python -m pytest <checkout>/tests/python -q
 Only the multi-process tests:   ... -m multiproc        Skip them:   ... -m "not multiproc"
+Skip the long ones (repeated real runs under load):   ... -m "not long"
 """
 
 import os
@@ -24,6 +25,8 @@ if testenv.PYDIR is not None and testenv.PYDIR not in sys.path:
 def pytest_configure(config):
     config.addinivalue_line("markers", "multiproc: starts several real rank processes (gloo)")
     config.addinivalue_line("markers", "needs_torch: needs PyTorch")
+    config.addinivalue_line("markers", "long: repeated real runs, minutes (test_loaded_healthy: "
+                                       "LAGGARD_LOADED_REPS, 10 by default)")
 
 
 def pytest_collection_modifyitems(config, items):
