@@ -67,7 +67,7 @@ std::string given_text(const DetectorSettingValue& value) {
 }  // namespace
 
 const std::vector<DetectorSetting>& detector_settings() {
-  // One line per setting users set. Its default is DetectorOptions{}'s; docs/detection.md
+  // One line per setting users set. Its default is DetectorOptions{}'s; docs/reference/settings.md
   // lists the table (detector_settings_markdown).
   static const std::vector<DetectorSetting> table = {
       choice<&DetectorOptions::method, &parse_method>(

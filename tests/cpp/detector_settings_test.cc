@@ -1,5 +1,5 @@
 // Tests for the detector's settings table (src/analysis/detector_settings.cc): names, values, the
-// preset rule, and the copy of the table in docs/detection.md.
+// preset rule, and the copy of the table in docs/reference/settings.md.
 #include "laggard/detector_settings.hpp"
 
 #include <gtest/gtest.h>
@@ -127,7 +127,7 @@ TEST(DetectorSettings, EveryPresetIsTheDefaultsWithTableSettingsChanged) {
 }
 
 TEST(DetectorSettings, TheDocsListTheTable) {
-  const std::string path = std::string(LAGGARD_TEST_DATA) + "/../../docs/detection.md";
+  const std::string path = std::string(LAGGARD_TEST_DATA) + "/../../docs/reference/settings.md";
   std::ifstream in(path);
   ASSERT_TRUE(in) << path;
   std::stringstream text;
