@@ -13,6 +13,11 @@
 //   detection --runs     the per-run tables; with --rule NAME, --noise LEVEL, --fault K (one
 //                        fault of the rotation), --windows W (windows per run, default 100) and
 //                        --why (each false confirmation and each missed fault, on stderr)
+//   detection --families the per-family tables: noise families the detector was not tuned on
+//                        (held out), faults scored by their cost to the step, 8 to 4,096 ranks;
+//                        --family NAME (t4, t2, lognormal, pauses3x, host-hiccups, common-mode,
+//                        unpacked, warmup, held-out, all), --quick (8 and 64 ranks, fewer runs),
+//                        --ranks N, --seed S, --why. Reports only: its exit status is 0.
 //
 // The exit status is 1 when a check fails: a laggard setting blames a waiting rank for its wait
 // (names it a straggler for its communication time), or a proposed setting (marked *) names any
@@ -820,7 +825,8 @@ constexpr int kRunOnset = 20;  // faulty runs: the fault from this window on
 constexpr int kRunRecallWindows = 5;
 
 struct Args {
-  bool quick = false, csv = false, sweep = false, runs = false;
+  bool quick = false, csv = false, sweep = false, runs = false, families = false;
+  std::string family;  // --families: one family, "held-out" or "all" (default)
   int ranks = 64;
   bool ranks_given = false;
   int trials = 200;
@@ -835,7 +841,8 @@ struct Args {
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
-               "%s\nusage: detection [--runs [--rule NAME] [--noise gentle|moderate|heavy] [--fault 0-6] [--windows W] [--why]] [--quick] [--ranks N] [--trials T] [--seed S] [--csv] [--sweep]\n",
+               "%s\nusage: detection [--runs [--rule NAME] [--noise gentle|moderate|heavy] [--fault 0-6] [--windows W] [--why]] [--quick] [--ranks N] [--trials T] [--seed S] [--csv] [--sweep]\n"
+               "       detection --families [--family NAME|held-out|all] [--quick] [--ranks N] [--seed S] [--why]\n",
                msg);
   std::exit(2);
 }
@@ -855,6 +862,12 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--csv") a.csv = true;
     else if (arg == "--sweep") a.sweep = true;
     else if (arg == "--runs") a.runs = true;
+    else if (arg == "--families") a.families = true;
+    else if (arg == "--family") {
+      if (i + 1 >= argc) usage("missing value after --family");
+      a.family = argv[++i];
+      a.families = true;
+    }
     else if (arg == "--ranks") {
       const long long v = value();
       if (v < 8 || v > 4096) usage("--ranks must be 8 to 4096");
@@ -886,9 +899,11 @@ Args parse_args(int argc, char** argv) {
       usage(("unknown argument " + arg).c_str());
     }
   }
-  if (!a.runs && (a.windows != kRunWindows || a.why || a.fault >= 0 || !a.rule.empty() ||
-                  !a.noise.empty()))
-    usage("--rule, --noise, --fault, --windows and --why apply to --runs only");
+  if (!a.runs && (a.windows != kRunWindows || (a.why && !a.families) || a.fault >= 0 ||
+                  !a.rule.empty() || !a.noise.empty()))
+    usage("--rule, --noise, --fault, --windows and --why apply to --runs only (--why also to --families)");
+  if (a.families && (a.runs || a.csv || a.sweep || a.trials_given))
+    usage("--families takes --family, --quick, --ranks, --seed and --why only");
   if (a.quick && !a.trials_given) a.trials = 20;
   return a;
 }
@@ -1257,8 +1272,594 @@ int run_per_run_tables(bool quick, std::uint64_t base_seed, int only_ranks,
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// Noise families (--families): runs drawn from noise the detector was not tuned on, faults scored
+// by what they cost the step. The detector's constants were chosen on the t(4) jitter of the
+// tables above; every other family here is held out (nothing in the detector is fitted on it),
+// and the header says which. Separate from the tables above: their output does not change.
+
+namespace {
+
+struct FamilyStage {
+  const char* name;
+  StageKind kind;
+  double ms;  // typical time (communication: the transfer, without any wait)
+};
+
+// Two step shapes: a ~1.2 s step whose forward is a quarter of it, and a ~5.4 ms step of small
+// stages (down to 0.1 ms). Communication is the collective; the stages before it are waited for.
+struct Profile {
+  const char* name;
+  std::vector<FamilyStage> stages;
+  int comm;  // index of the communication stage
+  double step_ms() const {
+    double total = 0.0;
+    for (const FamilyStage& s : stages) total += s.ms;
+    return total;
+  }
+  int find(const char* stage) const {
+    for (std::size_t i = 0; i < stages.size(); ++i)
+      if (std::strcmp(stages[i].name, stage) == 0) return static_cast<int>(i);
+    throw std::logic_error(std::string("no stage ") + stage);
+  }
+};
+
+const Profile kLargeStep = {"large",
+                            {{"dataloader", StageKind::data, 20.0},
+                             {"forward", StageKind::compute, 300.0},
+                             {"backward", StageKind::compute, 650.0},
+                             {"communication", StageKind::communication, 80.0},
+                             {"optimizer", StageKind::compute, 150.0}},
+                            3};
+const Profile kSmallStep = {"small",
+                            {{"dataloader", StageKind::data, 0.2},
+                             {"embedding", StageKind::compute, 0.1},
+                             {"forward", StageKind::compute, 1.5},
+                             {"backward", StageKind::compute, 3.0},
+                             {"communication", StageKind::communication, 0.3},
+                             {"optimizer", StageKind::compute, 0.3}},
+                            4};
+const Profile* const kProfiles[2] = {&kLargeStep, &kSmallStep};
+
+enum class Family { t4, t2, lognormal, pauses, hiccups, common_mode, unpacked, warmup };
+struct FamilyDef {
+  Family id;
+  const char* name;
+  bool held_out;  // nothing in the detector was fitted on it
+  const char* what;
+};
+const FamilyDef kFamilies[] = {
+    {Family::t4, "t4", false, "Student-t(4) jitter (the family the detector's constants were tuned on)"},
+    {Family::t2, "t2", true, "Student-t(2) jitter (infinite variance; scaled to t(4)'s median |x|)"},
+    {Family::lognormal, "lognormal", true,
+     "right-skewed jitter: 1 + jitter x standardized lognormal(0, 1), instead of t(4)"},
+    {Family::pauses, "pauses3x", true, "t(4) jitter + rare x3 pauses: 0.2% of rank-windows, one own-work stage x3"},
+    {Family::hiccups, "host-hiccups", true,
+     "t(4) jitter + host-wide hiccups: 0.5% of host-windows, every own-work stage of every rank of the host x1.5"},
+    {Family::common_mode, "common-mode", true,
+     "t(4) jitter + a common-mode change: every stage of every rank x1.3 from a random window on"},
+    {Family::unpacked, "unpacked", true,
+     "t(4) jitter + random per-rank work per window (unpacked batches): forward, backward and "
+     "embedding x uniform(0.95, 1.05), one draw per rank and window"},
+    {Family::warmup, "warmup", true,
+     "t(4) jitter + warm-up: windows 0-4 x4, x2, x1.5, x1.2, x1.1 (each rank's excess scaled by "
+     "uniform(0.5, 1.5))"},
+};
+constexpr double kFamilyJitter = 0.02;    // per-window jitter (sigma of the log, or the std)
+constexpr double kFamilySpread = 0.02;    // persistent per-rank speed: uniform +-2 %
+constexpr double kPause3Prob = 0.002;     // pauses3x: per rank and window
+constexpr double kHiccupProb = 0.005;     // host-hiccups: per host and window
+constexpr double kHiccupFactor = 1.5;
+constexpr double kCommonFactor = 1.3;
+constexpr double kUnpackedHalfWidth = 0.05;
+constexpr std::array<double, 5> kWarmup = {4.0, 2.0, 1.5, 1.2, 1.1};
+
+constexpr int kHealthyWindows = 500;  // a healthy run: "any alarm over 500 windows"
+constexpr int kFaultOnset = 20;       // a faulty run: healthy windows before the fault
+constexpr int kFaultWindows = 60;     // windows with the fault
+constexpr int kDriftWindows = 30;     // a drift reaches its factor over this many windows
+constexpr double kIntermittentShare = 0.3;
+
+int ranks_per_host(int ranks) { return std::min(8, std::max(2, ranks / 4)); }
+
+double t4_unit(Rng& rng) { return heavy_tailed(rng); }
+// Student-t(2), scaled so that its median |x| is the normal's (0.6745 / 0.8165).
+double t2_scaled(Rng& rng) {
+  double u = rng.uniform();
+  while (u <= 0.0) u = rng.uniform();
+  const double chi2 = -2.0 * std::log(u);  // chi-square with 2 degrees of freedom
+  return rng.normal() / std::sqrt(chi2 / 2.0) * (0.67449 / 0.81650);
+}
+// Lognormal(0, 1) centred and scaled to unit variance (mean e^0.5, sd sqrt((e - 1) e)).
+double lognormal_unit(Rng& rng) {
+  return (std::exp(rng.normal()) - 1.6487212707001282) / 2.1611974158950877;
+}
+
+// A fault: what it slows (one rank, or a host), how (from the onset on, a drift, or in a share
+// of the windows), and by how much.
+enum class Shape { step, drift, intermittent };
+struct FaultKind {
+  const char* label;
+  int profile;        // index into kProfiles
+  const char* stage;  // nullptr: every own-work stage
+  double factor;
+  Shape shape;
+  bool host;
+};
+const FaultKind kFaultKinds[] = {
+    {"L fwd(300ms) 1.05x", 0, "forward", 1.05, Shape::step, false},
+    {"L bwd(650ms) 1.05x", 0, "backward", 1.05, Shape::step, false},
+    {"L opt(150ms) 1.2x", 0, "optimizer", 1.2, Shape::step, false},
+    {"S fwd(1.5ms) 1.2x", 1, "forward", 1.2, Shape::step, false},
+    {"S fwd(1.5ms) 1.5x", 1, "forward", 1.5, Shape::step, false},
+    {"S bwd(3ms) 1.2x", 1, "backward", 1.2, Shape::step, false},
+    {"S bwd(3ms) 1.5x", 1, "backward", 1.5, Shape::step, false},
+    {"S opt(0.3ms) 1.2x", 1, "optimizer", 1.2, Shape::step, false},
+    {"S opt(0.3ms) 1.5x", 1, "optimizer", 1.5, Shape::step, false},
+    {"S data(0.2ms) 1.5x", 1, "dataloader", 1.5, Shape::step, false},
+    {"S emb(0.1ms) 1.2x", 1, "embedding", 1.2, Shape::step, false},
+    {"S emb(0.1ms) 1.5x", 1, "embedding", 1.5, Shape::step, false},
+    {"S host 1.3x", 1, nullptr, 1.3, Shape::step, true},
+    {"L host 1.3x", 0, nullptr, 1.3, Shape::step, true},
+    {"S drift fwd to 1.4x", 1, "forward", 1.4, Shape::drift, false},
+    {"L drift bwd to 1.4x", 0, "backward", 1.4, Shape::drift, false},
+    {"S intermit. fwd 1.5x", 1, "forward", 1.5, Shape::intermittent, false},
+    {"L intermit. fwd 1.5x", 0, "forward", 1.5, Shape::intermittent, false},
+};
+constexpr int kFaultKindCount = static_cast<int>(sizeof kFaultKinds / sizeof kFaultKinds[0]);
+
+std::vector<int> own_stages(const Profile& p) {
+  std::vector<int> out;
+  for (int s = 0; s < static_cast<int>(p.stages.size()); ++s)
+    if (s != p.comm) out.push_back(s);
+  return out;
+}
+
+// Excess ms per step of one faulty rank at slowdown `factor` (the collective makes the whole step
+// that much longer), averaged over windows for an intermittent fault.
+double fault_excess_ms(const FaultKind& k, double factor) {
+  const Profile& p = *kProfiles[k.profile];
+  double base = 0.0;
+  if (k.stage) base = p.stages[static_cast<std::size_t>(p.find(k.stage))].ms;
+  else
+    for (int s : own_stages(p)) base += p.stages[static_cast<std::size_t>(s)].ms;
+  return base * (factor - 1.0) * (k.shape == Shape::intermittent ? kIntermittentShare : 1.0);
+}
+double fault_cost(const FaultKind& k) { return fault_excess_ms(k, k.factor) / kProfiles[k.profile]->step_ms(); }
+
+struct FaultRun {
+  const FaultKind* kind = nullptr;
+  std::vector<int> ranks;   // ascending
+  std::vector<int> stages;  // ascending
+  int host = -1;
+  std::vector<char> on;     // intermittent: per window
+  double factor_at(int w) const {
+    if (!kind || w < kFaultOnset) return 1.0;
+    switch (kind->shape) {
+      case Shape::step: return kind->factor;
+      case Shape::drift:
+        return 1.0 + (kind->factor - 1.0) * std::min(1.0, (w - kFaultOnset + 1) / double(kDriftWindows));
+      case Shape::intermittent: return on[static_cast<std::size_t>(w)] ? kind->factor : 1.0;
+    }
+    return 1.0;
+  }
+  // The first window from which the fault costs at least `share` of the step (its time-average
+  // for an intermittent fault): where the clock of "found within N windows" starts.
+  int start_at(double share) const {
+    if (kind->shape != Shape::drift) return kFaultOnset;
+    for (int w = kFaultOnset; w < kFaultOnset + kFaultWindows; ++w)
+      if (fault_excess_ms(*kind, factor_at(w)) / kProfiles[kind->profile]->step_ms() >= share) return w;
+    return kFaultOnset + kFaultWindows;
+  }
+  bool injected(int rank, int stage) const {
+    return std::binary_search(ranks.begin(), ranks.end(), rank) &&
+           std::binary_search(stages.begin(), stages.end(), stage);
+  }
+};
+
+FaultRun draw_fault(const FaultKind& k, int ranks, int windows, Rng& rng) {
+  FaultRun f;
+  f.kind = &k;
+  const Profile& p = *kProfiles[k.profile];
+  if (k.stage) f.stages = {p.find(k.stage)};
+  else f.stages = own_stages(p);
+  if (k.host) {
+    const int per = ranks_per_host(ranks);
+    f.host = rng.below(ranks / per);
+    for (int i = 0; i < per; ++i) f.ranks.push_back(f.host * per + i);
+  } else {
+    f.ranks = {rng.below(ranks)};
+  }
+  if (k.shape == Shape::intermittent) {
+    f.on.assign(static_cast<std::size_t>(windows), 0);
+    for (int w = kFaultOnset; w < windows; ++w) f.on[static_cast<std::size_t>(w)] = rng.uniform() < kIntermittentShare;
+  }
+  return f;
+}
+
+// One run of a profile under a family: persistent per-rank factors, then a window at a time.
+class FamilyRun {
+ public:
+  FamilyRun(const Profile& p, int ranks, Family family, int windows, Rng& rng)
+      : p_(p), ranks_(ranks), family_(family), stages_(static_cast<int>(p.stages.size())),
+        factor_(static_cast<std::size_t>(ranks) * p.stages.size()),
+        warm_(static_cast<std::size_t>(ranks), 1.0), pre_(static_cast<std::size_t>(ranks)) {
+    for (int r = 0; r < ranks; ++r) {
+      const double rank_factor = 1.0 + rng.uniform(-kFamilySpread, kFamilySpread);
+      for (int s = 0; s < stages_; ++s)
+        factor_[idx(s, r)] = rank_factor * (1.0 + rng.uniform(-kStageJitter, kStageJitter));
+    }
+    if (family == Family::warmup)
+      for (int r = 0; r < ranks; ++r) warm_[static_cast<std::size_t>(r)] = rng.uniform(0.5, 1.5);
+    // The change lands anywhere in the run after the warm-up (a faulty run: also after the onset).
+    change_at_ = 5 + rng.below(std::max(1, windows - 10));
+    own_ = own_stages(p);
+  }
+
+  void next(int w, const FaultRun* fault, Rng& rng, std::vector<double>& ms) {
+    ms.resize(static_cast<std::size_t>(ranks_) * static_cast<std::size_t>(stages_));
+    for (int s = 0; s < stages_; ++s) {
+      const double typical = p_.stages[static_cast<std::size_t>(s)].ms;
+      for (int r = 0; r < ranks_; ++r) {
+        double noise;
+        switch (family_) {
+          case Family::t2: noise = std::exp(std::clamp(kFamilyJitter * t2_scaled(rng), -3.0, 3.0)); break;
+          case Family::lognormal: noise = std::max(0.05, 1.0 + kFamilyJitter * lognormal_unit(rng)); break;
+          default: noise = std::exp(kFamilyJitter * t4_unit(rng)); break;
+        }
+        ms[idx(s, r)] = typical * factor_[idx(s, r)] * noise;
+      }
+    }
+    switch (family_) {
+      case Family::pauses:
+        for (int r = 0; r < ranks_; ++r)
+          if (rng.uniform() < kPause3Prob)
+            ms[idx(own_[static_cast<std::size_t>(rng.below(static_cast<int>(own_.size())))], r)] *= 3.0;
+        break;
+      case Family::hiccups: {
+        const int per = ranks_per_host(ranks_);
+        for (int h = 0; h < ranks_ / per; ++h)
+          if (rng.uniform() < kHiccupProb)
+            for (int r = h * per; r < (h + 1) * per; ++r)
+              for (int s : own_) ms[idx(s, r)] *= kHiccupFactor;
+        break;
+      }
+      case Family::common_mode:
+        if (w >= change_at_)
+          for (double& t : ms) t *= kCommonFactor;
+        break;
+      case Family::unpacked:
+        for (int r = 0; r < ranks_; ++r) {
+          const double work = 1.0 + rng.uniform(-kUnpackedHalfWidth, kUnpackedHalfWidth);
+          for (int s = 0; s < stages_; ++s) {
+            const char* n = p_.stages[static_cast<std::size_t>(s)].name;
+            if (!std::strcmp(n, "forward") || !std::strcmp(n, "backward") || !std::strcmp(n, "embedding"))
+              ms[idx(s, r)] *= work;
+          }
+        }
+        break;
+      case Family::warmup:
+        if (w < static_cast<int>(kWarmup.size()))
+          for (int r = 0; r < ranks_; ++r)
+            for (int s : own_)
+              ms[idx(s, r)] *= 1.0 + (kWarmup[static_cast<std::size_t>(w)] - 1.0) * warm_[static_cast<std::size_t>(r)];
+        break;
+      default: break;
+    }
+    if (fault && fault->kind) {
+      const double f = fault->factor_at(w);
+      if (f != 1.0)
+        for (int r : fault->ranks)
+          for (int s : fault->stages) ms[idx(s, r)] *= f;
+    }
+    double latest = 0.0;
+    for (int r = 0; r < ranks_; ++r) {
+      double pre = 0.0;
+      for (int s = 0; s < p_.comm; ++s) pre += ms[idx(s, r)];
+      pre_[static_cast<std::size_t>(r)] = pre;
+      latest = std::max(latest, pre);
+    }
+    for (int r = 0; r < ranks_; ++r) ms[idx(p_.comm, r)] += latest - pre_[static_cast<std::size_t>(r)];
+  }
+
+  std::size_t idx(int s, int r) const {
+    return static_cast<std::size_t>(s) * static_cast<std::size_t>(ranks_) + static_cast<std::size_t>(r);
+  }
+
+ private:
+  const Profile& p_;
+  int ranks_;
+  Family family_;
+  int stages_;
+  std::vector<double> factor_, warm_, pre_;
+  std::vector<int> own_;
+  int change_at_ = 0;
+};
+
+// The laggard::Window of a run of a profile, built once; each window rewrites the times.
+class ProfileWindow {
+ public:
+  ProfileWindow(const Profile& p, int ranks) : ranks_(ranks), stages_(static_cast<int>(p.stages.size())) {
+    window_.samples.resize(static_cast<std::size_t>(ranks));
+    const int per = ranks_per_host(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      laggard::StepSample& s = window_.samples[static_cast<std::size_t>(r)];
+      s.rank = r;
+      s.world_size = ranks;
+      char host[32];
+      std::snprintf(host, sizeof host, "node-%04d", r / per);
+      s.host = host;
+      s.stages.resize(p.stages.size());
+      for (std::size_t i = 0; i < p.stages.size(); ++i) {
+        s.stages[i].name = p.stages[i].name;
+        s.stages[i].kind = p.stages[i].kind;
+        s.stages[i].calls = 1;
+      }
+    }
+  }
+  const laggard::Window& load(std::int64_t step, const std::vector<double>& ms) {
+    window_.step = step;
+    for (int r = 0; r < ranks_; ++r) {
+      laggard::StepSample& s = window_.samples[static_cast<std::size_t>(r)];
+      s.step = step;
+      double total = 0.0;
+      for (int i = 0; i < stages_; ++i) {
+        const double t = ms[static_cast<std::size_t>(i) * static_cast<std::size_t>(ranks_) + static_cast<std::size_t>(r)];
+        s.stages[static_cast<std::size_t>(i)].ms = t;
+        total += t;
+      }
+      s.step_ms = total;
+    }
+    return window_;
+  }
+
+ private:
+  int ranks_, stages_;
+  laggard::Window window_;
+};
+
+// Cost bands of a fault (its cost as a share of the step).
+constexpr int kBands = 4;
+constexpr const char* kBandNames[kBands] = {"<0.5%", "0.5-1%", "1-2%", ">=2%"};
+int band_of(double cost) { return cost < 0.005 ? 0 : cost < 0.01 ? 1 : cost < 0.02 ? 2 : 3; }
+
+struct FamilyTally {
+  long healthy_runs = 0, healthy_alarmed = 0;
+  long faulty_runs = 0, wrong_pairs = 0;
+  long immaterial = 0;  // confirmed pairs whose median slowdown < 1.03 or median cost < 0.5 %
+  long need2 = 0, found2 = 0;  // faults costing >= 2 %: found within 10 windows
+  long need1 = 0, found1 = 0;  // faults costing >= 1 %: found within 20 windows
+  std::vector<int> latency;    // faults of >= 1.2x: windows to the first confirmation (onset = 1)
+  std::array<long, kBands> band_runs{}, band_found10{}, band_found20{}, band_found_any{};
+  std::array<long, kFaultKindCount> kind_runs{}, kind_found10{}, kind_found20{}, kind_wrong{};
+  std::array<std::vector<int>, kFaultKindCount> kind_latency;
+
+  void add(const FamilyTally& o) {
+    healthy_runs += o.healthy_runs;
+    healthy_alarmed += o.healthy_alarmed;
+    faulty_runs += o.faulty_runs;
+    wrong_pairs += o.wrong_pairs;
+    immaterial += o.immaterial;
+    need2 += o.need2;
+    found2 += o.found2;
+    need1 += o.need1;
+    found1 += o.found1;
+    latency.insert(latency.end(), o.latency.begin(), o.latency.end());
+    for (int b = 0; b < kBands; ++b) {
+      band_runs[b] += o.band_runs[b];
+      band_found10[b] += o.band_found10[b];
+      band_found20[b] += o.band_found20[b];
+      band_found_any[b] += o.band_found_any[b];
+    }
+    for (int k = 0; k < kFaultKindCount; ++k) {
+      kind_runs[k] += o.kind_runs[k];
+      kind_found10[k] += o.kind_found10[k];
+      kind_found20[k] += o.kind_found20[k];
+      kind_wrong[k] += o.kind_wrong[k];
+      kind_latency[k].insert(kind_latency[k].end(), o.kind_latency[k].begin(), o.kind_latency[k].end());
+    }
+  }
+};
+
+double median_of(std::vector<int> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+double median_of(std::vector<double>& v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// One run through laggard's default Detector; adds to `t`. kind < 0: a healthy run.
+void family_run(const FamilyDef& fam, int ranks, int kind, int profile, std::uint64_t seed, bool why,
+                FamilyTally& t) {
+  Rng rng(seed);
+  const bool faulty = kind >= 0;
+  const int windows = faulty ? kFaultOnset + kFaultWindows : kHealthyWindows;
+  const Profile& p = *kProfiles[faulty ? kFaultKinds[kind].profile : profile];
+  FaultRun fault;
+  if (faulty) fault = draw_fault(kFaultKinds[kind], ranks, windows, rng);
+  FamilyRun model(p, ranks, fam.id, windows, rng);
+  ProfileWindow buffer(p, ranks);
+  laggard::Detector detector{laggard::DetectorOptions{}};
+  const int stages = static_cast<int>(p.stages.size());
+  std::vector<double> ms;
+  // Per confirmed (rank, stage): the slowdowns and costs the detector reported while confirmed.
+  struct Seen {
+    std::vector<double> slowdown, cost;
+  };
+  std::vector<std::unique_ptr<Seen>> seen(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(stages));
+  int first_found = -1;
+  for (int w = 0; w < windows; ++w) {
+    model.next(w, faulty ? &fault : nullptr, rng, ms);
+    const laggard::Report report = detector.observe(buffer.load(static_cast<std::int64_t>(w) * 10, ms));
+    for (const laggard::RankFinding& f : report.stragglers) {
+      if (!f.confirmed) continue;
+      int s = -1;
+      for (int i = 0; i < stages; ++i)
+        if (f.stage == p.stages[static_cast<std::size_t>(i)].name) s = i;
+      if (s < 0 || f.rank < 0 || f.rank >= ranks) continue;
+      auto& slot = seen[static_cast<std::size_t>(f.rank) * static_cast<std::size_t>(stages) + static_cast<std::size_t>(s)];
+      if (!slot) {
+        slot = std::make_unique<Seen>();
+        if (why && !(faulty && fault.injected(f.rank, s)))
+          std::fprintf(stderr, "why: %s R=%d %s run: rank %d %s confirmed at window %d (%.3fx, %.2f%% of the step)\n",
+                       fam.name, ranks, faulty ? kFaultKinds[kind].label : "healthy", f.rank, f.stage.c_str(), w,
+                       f.slowdown, 100.0 * f.cost_share);
+      }
+      slot->slowdown.push_back(f.slowdown);
+      slot->cost.push_back(f.cost_share);
+      if (faulty && first_found < 0 && fault.injected(f.rank, s)) first_found = w;
+    }
+  }
+  long wrong = 0;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    if (!seen[i]) continue;
+    const int r = static_cast<int>(i) / stages, s = static_cast<int>(i) % stages;
+    if (!(faulty && fault.injected(r, s))) ++wrong;
+    if (median_of(seen[i]->slowdown) < 1.03 || median_of(seen[i]->cost) < 0.005) ++t.immaterial;
+  }
+  if (!faulty) {
+    ++t.healthy_runs;
+    t.healthy_alarmed += wrong > 0;
+    return;
+  }
+  const FaultKind& k = kFaultKinds[kind];
+  const double cost = fault_cost(k);
+  ++t.faulty_runs;
+  t.wrong_pairs += wrong;
+  t.kind_wrong[kind] += wrong;
+  const bool found10 = first_found >= 0 && first_found < fault.start_at(0.02) + 10;
+  const bool found20 = first_found >= 0 && first_found < fault.start_at(0.01) + 20;
+  if (cost >= 0.02) {
+    ++t.need2;
+    t.found2 += found10;
+  }
+  if (cost >= 0.01) {
+    ++t.need1;
+    t.found1 += found20;
+  }
+  const int b = band_of(cost);
+  ++t.band_runs[b];
+  // Within N windows of the onset (of the band's cost, for a drift) for the band's own figures.
+  const int start = fault.start_at(b >= 3 ? 0.02 : b == 2 ? 0.01 : 0.0);
+  t.band_found10[b] += first_found >= 0 && first_found < start + 10;
+  t.band_found20[b] += first_found >= 0 && first_found < start + 20;
+  t.band_found_any[b] += first_found >= 0;
+  ++t.kind_runs[kind];
+  t.kind_found10[kind] += first_found >= 0 && first_found < start + 10;
+  t.kind_found20[kind] += first_found >= 0 && first_found < start + 20;
+  if (first_found >= 0) {
+    t.kind_latency[kind].push_back(first_found - kFaultOnset + 1);
+    if (k.factor >= 1.2) t.latency.push_back(first_found - kFaultOnset + 1);
+  }
+  if (why && first_found < 0)
+    std::fprintf(stderr, "why: %s R=%d %s (%.2f%% of the step): not confirmed in %d windows\n", fam.name, ranks,
+                 k.label, 100.0 * cost, kFaultWindows);
+}
+
+std::string ratio(long num, long den) {
+  if (den == 0) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f (%ld/%ld)", 100.0 * static_cast<double>(num) / static_cast<double>(den), num, den);
+  return buf;
+}
+
+int run_family_tables(bool quick, std::uint64_t base_seed, int only_ranks, const std::string& only_family,
+                      bool why) {
+  const std::vector<int> scales = only_ranks > 0 ? std::vector<int>{only_ranks}
+                                  : quick        ? std::vector<int>{8, 64}
+                                                 : std::vector<int>{8, 64, 512, 4096};
+  std::vector<const FamilyDef*> families;
+  for (const FamilyDef& f : kFamilies)
+    if (only_family.empty() || only_family == "all" || only_family == f.name ||
+        (only_family == "held-out" && f.held_out))
+      families.push_back(&f);
+  if (families.empty()) {
+    std::fprintf(stderr, "no family named '%s' (t4, t2, lognormal, pauses3x, host-hiccups, common-mode, "
+                 "unpacked, warmup, all, held-out)\n", only_family.c_str());
+    return 2;
+  }
+  std::printf("laggard detection by noise family — seed %llu, %s; default settings; healthy runs of %d "
+              "windows, faulty runs %d + %d windows (onset at window %d)\n",
+              static_cast<unsigned long long>(base_seed), quick ? "quick" : "full", kHealthyWindows, kFaultOnset,
+              kFaultWindows, kFaultOnset);
+  std::printf("steps: large %.0f ms (", kLargeStep.step_ms());
+  for (std::size_t i = 0; i < kLargeStep.stages.size(); ++i)
+    std::printf("%s%s %g", i ? ", " : "", kLargeStep.stages[i].name, kLargeStep.stages[i].ms);
+  std::printf("), small %.1f ms (", kSmallStep.step_ms());
+  for (std::size_t i = 0; i < kSmallStep.stages.size(); ++i)
+    std::printf("%s%s %g", i ? ", " : "", kSmallStep.stages[i].name, kSmallStep.stages[i].ms);
+  std::printf("); communication waits for the slowest rank\n");
+  std::printf("every family: jitter %.0f%%, persistent per-rank spread +-%.0f%%, per (rank, stage) +-%.1f%%; "
+              "ranks per host min(8, R/4)\n",
+              100 * kFamilyJitter, 100 * kFamilySpread, 100 * kStageJitter);
+  std::printf("fitted on: t4 (the detector's constants were tuned on t(4) jitter); held out:");
+  for (const FamilyDef& f : kFamilies)
+    if (f.held_out) std::printf(" %s", f.name);
+  std::printf("\nfaults (cost = excess ms per step / step ms):\n");
+  for (int k = 0; k < kFaultKindCount; ++k)
+    std::printf("  %-22s cost %5.2f%%%s\n", kFaultKinds[k].label, 100.0 * fault_cost(kFaultKinds[k]),
+                kFaultKinds[k].shape == Shape::drift          ? " (at its end; the clock starts when it reaches the band)"
+                : kFaultKinds[k].shape == Shape::intermittent ? " (present in a random 30% of windows; average)"
+                                                              : "");
+  std::printf("found = an injected (rank, stage) confirmed; wrong = a confirmed (rank, stage) not injected; "
+              "immaterial = a confirmed (rank, stage) whose median reported slowdown < 1.03 or median cost < 0.5%%\n\n");
+
+  for (const FamilyDef* fam : families) {
+    std::printf("Family %s [%s]: %s\n", fam->name, fam->held_out ? "held out" : "fitted on", fam->what);
+    std::printf("%6s %8s %11s %7s %10s %19s %19s %11s %10s\n", "ranks", "healthy", "alarmed%", "faulty",
+                "wrong/run", ">=2% found@10 %", ">=1% found@20 %", "lat>=1.2x", "immaterial");
+    FamilyTally all;
+    for (int ranks : scales) {
+      const int healthy = quick ? (ranks >= 64 ? 4 : 8) : (ranks >= 4096 ? 4 : ranks >= 512 ? 20 : ranks >= 64 ? 60 : 120);
+      const int reps = quick ? 1 : (ranks >= 4096 ? 1 : ranks >= 512 ? 2 : 6);
+      const std::uint64_t fam_id = static_cast<std::uint64_t>(fam - kFamilies);
+      FamilyTally t;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int h = 0; h < healthy; ++h)
+        family_run(*fam, ranks, -1, h % 2, trial_seed(base_seed, 7000 + fam_id, static_cast<std::uint64_t>(h) * 8192 + ranks),
+                   why, t);
+      for (int rep = 0; rep < reps; ++rep)
+        for (int k = 0; k < kFaultKindCount; ++k)
+          family_run(*fam, ranks, k, 0,
+                     trial_seed(base_seed, 8000 + fam_id,
+                                (static_cast<std::uint64_t>(rep) * kFaultKindCount + k) * 8192 + ranks),
+                     why, t);
+      std::fprintf(stderr, "[families] %s R=%d: %.1f s\n", fam->name, ranks,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      std::printf("%6d %8ld %11s %7ld %10.3f %19s %19s %11s %10ld\n", ranks, t.healthy_runs,
+                  ratio(t.healthy_alarmed, t.healthy_runs).c_str(), t.faulty_runs,
+                  static_cast<double>(t.wrong_pairs) / static_cast<double>(std::max(1L, t.faulty_runs)),
+                  ratio(t.found2, t.need2).c_str(), ratio(t.found1, t.need1).c_str(),
+                  fmt("%g", median_of(t.latency)).c_str(), t.immaterial);
+      all.add(t);
+    }
+    std::printf("  by cost band (all rank counts): ");
+    for (int b = 0; b < kBands; ++b)
+      std::printf("%s%s found@10 %s, @20 %s, ever %s", b ? "; " : "", kBandNames[b],
+                  ratio(all.band_found10[b], all.band_runs[b]).c_str(),
+                  ratio(all.band_found20[b], all.band_runs[b]).c_str(),
+                  ratio(all.band_found_any[b], all.band_runs[b]).c_str());
+    std::printf("\n  by fault (all rank counts): found@10 / found@20 of runs, median latency, wrong pairs\n");
+    for (int k = 0; k < kFaultKindCount; ++k)
+      std::printf("    %-22s %5.2f%%  %3ld/%-3ld %3ld/%-3ld  lat %-4s  wrong %ld\n", kFaultKinds[k].label,
+                  100.0 * fault_cost(kFaultKinds[k]), all.kind_found10[k], all.kind_runs[k], all.kind_found20[k],
+                  all.kind_runs[k], fmt("%g", median_of(all.kind_latency[k])).c_str(), all.kind_wrong[k]);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
+  if (args.families)
+    return run_family_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0, args.family, args.why);
   if (args.runs)
     return run_per_run_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0, args.rule,
                               args.noise, args.fault, RunShape{args.windows, args.why});
