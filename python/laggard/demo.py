@@ -85,7 +85,7 @@ def parse_args(argv=None):
     for st in settings:
         kind = {"number": float, "integer": int, "choice": str}[st["type"]]
         g.add_argument(st["flag"], type=kind, default=None, choices=tuple(st["choices"]) or None,
-                       help="%s (default %s)" % (st["help"], st["default"]))
+                       help=("%s (default %s)" % (st["help"], st["default"])).replace("%", "%%"))
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="step counter on stderr: auto = only when stderr is a terminal")
     a = p.parse_args(argv)

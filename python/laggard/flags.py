@@ -50,8 +50,9 @@ def add_arguments(parser):
     for s in _settings():
         kind = {"number": float, "integer": int, "choice": str}[s["type"]]
         extra = {"choices": tuple(s["choices"])} if s["type"] == "choice" else {}
+        text = "%s (%s)" % (s["help"], _default_text(s))
         group.add_argument("--straggler-" + s["flag"][2:], type=kind, default=None,
-                           help="%s (%s)" % (s["help"], _default_text(s)), **extra)
+                           help=text.replace("%", "%%"), **extra)  # argparse formats help with %
     group.add_argument("--straggler-enable-module-stages", action="store_true", default=False,
                        help="add attention/moe stages from module hooks (default: off)")
     group.add_argument("--straggler-resources", choices=("on", "off"), default="on",

@@ -60,6 +60,17 @@ def test_store_true_flags_take_no_value():
         parser().parse_args(["--straggler-analysis", "yes"])
 
 
+def test_help_prints_every_setting():
+    # A script's --help formats every help text with %: a setting's text holding "0.5 %" must not
+    # break it, in the user's parser or in the demo's.
+    text = parser().format_help()
+    assert "0.5 %" in text and "--straggler-min-cost-share" in text
+    import laggard.demo
+    with pytest.raises(SystemExit) as done:
+        laggard.demo.parse_args(["--help"])
+    assert done.value.code == 0
+
+
 def test_into_an_argument_group():
     p = argparse.ArgumentParser()
     g = p.add_argument_group("mine")
