@@ -1,5 +1,5 @@
 // Comparison quality: a scripted experiment over laggard::compare_runs on synthetic runs with known
-// changes (no Google Benchmark; prints the tables of docs/compare.md).
+// changes (no Google Benchmark; prints the tables of docs/notes/compare-quality.md).
 //
 //  1. Origin: every rank's stage s (random, of 5) is slower by r (10-30%) in the current run, and
 //     in half of the trials a later stage by r/2 too (a victim). Is s named as the origin?

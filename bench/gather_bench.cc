@@ -1,7 +1,7 @@
 // The analysis rank's work per window at scale, end to end: receiving the window's batches from
 // its children in the gather tree (the "local" transport's inboxes), decoding them, assembling
 // the window, the detector and run summary (RunAnalysis::add), the metrics, the live metrics
-// and the reports.jsonl line. Target (docs/live-scale.md): <= 20 ms at 16,384 ranks x 16 stages.
+// and the reports.jsonl line. Target (docs/notes/live-scale.md): <= 20 ms at 16,384 ranks x 16 stages.
 //
 // The batches are made outside the timed region: 512 host leaders of 32 ranks each (the
 // children of the root at fan-out 512; a real tree puts fewer children under the root and more

@@ -1,5 +1,5 @@
 """The Python API under libFuzzer (atheris): laggard._core.StepSample.from_json, laggard.read_run
-and the Analyzer's calls, on arbitrary input. Properties (docs/fuzzing.md):
+and the Analyzer's calls, on arbitrary input. Properties (docs/notes/fuzzing.md):
 
   from_json   a sample or ValueError; an accepted line, written back with to_json, reads back
               to the same line.

@@ -96,7 +96,7 @@ struct AnalyzerOptions {
   TransportFactory transport_factory;
   int fan_out = 32;  ///< host leaders per leader in the gather tree (gather_tree)
   /// summary() gives each straggler's onset up to this many ranks; beyond, only the step
-  /// time's (per-rank onsets then cost more than the detector: docs/live-scale.md).
+  /// time's (per-rank onsets then cost more than the detector: docs/notes/live-scale.md).
   int rank_onsets_max_ranks = 4096;
   int mpi_comm = -1;    ///< "mpi" only: MPI_Comm_c2f(application communicator); -1 = world
 
@@ -187,7 +187,7 @@ struct AnalyzerCounters {
   std::uint64_t send_dropped = 0;       ///< dropped: the parent was behind or gone, or close
   /// Samples this rank's background thread did not get or could not deliver: analysis_dropped +
   /// send_dropped; after close(), queue_pushed - samples_sent (queue_pushed = samples_sent +
-  /// gather_dropped, as docs/failure-contract.md has it).
+  /// gather_dropped, as docs/reference/failure-contract.md has it).
   std::uint64_t gather_dropped = 0;
   std::uint64_t forwarded_samples = 0;  ///< other ranks' samples this rank passed on (a leader)
   std::uint64_t forward_dropped = 0;    ///< ... of which dropped (its parent behind or gone)
@@ -279,7 +279,7 @@ class LAGGARD_API Analyzer {
     if (LAGGARD_LIKELY(!sampled_)) return;
     recorder_->record(name, value);
   }
-  /// The same for a resource reading (`resources`; names in docs/formats.md).
+  /// The same for a resource reading (`resources`; names in docs/reference/formats.md).
   void record_resource(std::string_view name, double value) noexcept {
     if (LAGGARD_LIKELY(!sampled_)) return;
     recorder_->record_resource(name, value);

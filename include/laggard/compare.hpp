@@ -186,7 +186,7 @@ struct Comparison {
   std::string hint;
 };
 
-/// Compares two runs stage by stage (see docs/compare.md for the statistics). Throws
+/// Compares two runs stage by stage (see docs/howto/compare.md for the statistics). Throws
 /// std::invalid_argument for invalid options. Cost: per stage one bootstrap (resamples × steps);
 /// per rank-stage pair a rank-sum test, plus a bootstrap only for significant pairs.
 LAGGARD_API Comparison compare_runs(const RunProfile& baseline, const RunProfile& current,

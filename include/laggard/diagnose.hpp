@@ -1,6 +1,6 @@
 // laggard — the triage chain over a run: correctness, resources, timeline, stragglers and (with a
 // baseline) the first regressed stage, each layer pass / fail / not measured with its evidence.
-// docs/triage.md describes the rules; `laggard diagnose` prints the chain.
+// docs/howto/triage.md describes the rules; `laggard diagnose` prints the chain.
 #pragma once
 
 #include <cstddef>
@@ -122,7 +122,7 @@ struct Reason {
 };
 
 /// The causes the readings of `rank` support against the other ranks of its cohort (the rules
-/// are in docs/triage.md); empty when none does. Thread-safe.
+/// are in docs/howto/triage.md); empty when none does. Thread-safe.
 LAGGARD_API std::vector<Reason> resource_reasons(const ResourceProfile& profile, int rank);
 
 // -- timeline from sample logs: the step's time outside the rank's own work ---------------------

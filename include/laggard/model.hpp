@@ -37,7 +37,7 @@ struct StageTime {
 };
 
 /// A named number beside a step's times: a value the training loop recorded (`loss`,
-/// `grad_norm`, `tokens`) or a resource reading (`gpu_sm_clock_mhz`, docs/formats.md). Any double,
+/// `grad_norm`, `tokens`) or a resource reading (`gpu_sm_clock_mhz`, docs/reference/formats.md). Any double,
 /// NaN and infinities included: the log keeps it bit for bit (a NaN as NaN, without its payload).
 struct NamedValue {
   std::string name;
@@ -67,7 +67,7 @@ struct LAGGARD_API StepSample {
   /// in the order first recorded. Non-finite values are kept: the correctness gate reads them.
   std::vector<NamedValue> values;
   /// Optional: resource readings beside this step (clocks, throttling, host CPU, GC, allocator;
-  /// names in docs/formats.md), names unique. Compared across ranks like stage times.
+  /// names in docs/reference/formats.md), names unique. Compared across ranks like stage times.
   std::vector<NamedValue> resources;
 
   /// The stage called `name`, or nullptr. Linear scan: steps have a handful of stages.

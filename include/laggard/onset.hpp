@@ -9,7 +9,7 @@
 
 namespace laggard {
 
-/// Settings of the onset detector (a clipped one-sided CUSUM on log-time, see docs/compare.md).
+/// Settings of the onset detector (a clipped one-sided CUSUM on log-time, see docs/howto/compare.md).
 struct LAGGARD_API OnsetOptions {
   int baseline_windows = 8;  ///< the first values of a series set its baseline (median, MAD)
   int persist_windows = 3;   ///< a shift must last this many values to count (spikes do not)

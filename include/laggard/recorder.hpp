@@ -121,7 +121,7 @@ class LAGGARD_API Recorder {
     if (LAGGARD_LIKELY(!sampled_)) return;
     record_slow(values_, name, value);
   }
-  /// The same for a resource reading (the sample's `resources`, names in docs/formats.md).
+  /// The same for a resource reading (the sample's `resources`, names in docs/reference/formats.md).
   void record_resource(std::string_view name, double value) noexcept {
     if (LAGGARD_LIKELY(!sampled_)) return;
     record_slow(resources_, name, value);

@@ -35,7 +35,7 @@ struct TraceOptions {
 };
 
 /// What the device did during one step of one rank. Every figure is in ms; busy + copy +
-/// data_wait + launch_wait + other_idle = window (docs/traces.md defines each).
+/// data_wait + launch_wait + other_idle = window (docs/howto/traces.md defines each).
 struct StepTimeline {
   std::int64_t step = 0;
   double step_ms = 0.0;         ///< the ProfilerStep annotation's duration on the host

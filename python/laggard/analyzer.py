@@ -154,7 +154,7 @@ class Analyzer:
     setup_timeout_s: how long the ranks' side channel setup may take (gloo, in the background:
       the constructor returns at once). A rank that has not created its Analyzer by then leaves
       every rank without the side channel (all or nothing): each warns once naming the missing
-      ranks and keeps its rank log and counters (docs/failure-contract.md).
+      ranks and keeps its rank log and counters (docs/reference/failure-contract.md).
     rank, world_size: override what torch.distributed says (the gloo side channel still needs
       torch.distributed initialized to span several ranks).
     transport: the side channel. None: gloo over torch.distributed when it is initialized with
@@ -164,7 +164,7 @@ class Analyzer:
     fan_out: host leaders per leader in the gather tree (docs/design.md).
     resources: resource readings beside each sampled step (the sample's `resources`: host CPU,
       GC pauses, data wait, the GPU through NVML, the CUDA allocator; laggard.resources,
-      docs/formats.md). True (the default): a background thread reads them; False: none.
+      docs/reference/formats.md). True (the default): a background thread reads them; False: none.
     resources_period_s: how often that thread reads; None follows the time between sampled
       steps (1 s to 5 s).
     policy: what every rank does with the verdict (laggard.policy, docs/python.md "Acting on a
@@ -600,7 +600,7 @@ class Analyzer:
 
     def record_resource(self, name, value):
         """Attaches a reading of your own to this sampled step's `resources` (beside those of
-        laggard.resources; docs/formats.md). Not sampled or disabled: one check."""
+        laggard.resources; docs/reference/formats.md). Not sampled or disabled: one check."""
         if not self._sampled:
             return
         try:
@@ -846,7 +846,7 @@ class Analyzer:
 
     def counters(self):
         """What was sampled, emitted, logged, sent and dropped, and how many failures were
-        counted (docs/failure-contract.md has the sums they obey)."""
+        counted (docs/reference/failure-contract.md has the sums they obey)."""
         out = {"report_errors": 0}
         if self._forked_steps is not None:
             # A forked child: the parent's C++ objects may hold locks taken by threads that do

@@ -138,7 +138,7 @@ def read_run_record(run_dir, analysis=None, run_id=None):
     files = _rank_files(run_dir)
     if not files:
         raise BadRun("%s: no rank-*.jsonl (a run directory holds one log per rank, "
-                     "docs/formats.md)" % run_dir)
+                     "docs/reference/formats.md)" % run_dir)
     hosts = {}
     world_sizes = set()
     for rank, path in sorted(files.items()):
@@ -152,7 +152,7 @@ def read_run_record(run_dir, analysis=None, run_id=None):
         host = sample.get("host")
         if not isinstance(host, str) or not host.strip():
             raise BadRun("%s: %s names no host (the `host` field of each sample, "
-                         "docs/formats.md; exclude and the fleet store need it)"
+                         "docs/reference/formats.md; exclude and the fleet store need it)"
                          % (run_dir, os.path.basename(path)))
         if isinstance(sample.get("world_size"), int):
             world_sizes.add(sample["world_size"])

@@ -15,7 +15,7 @@ transport's construction duplicates the communicator (MPI_Comm_dup) and finds th
 collectives, which MPI can neither time out nor cancel, so a rank that never creates one holds
 the others at theirs. (A nonblocking MPI_Comm_idup would not help: a collective left pending can
 be neither cancelled nor finalized.) The gloo side channel, the default, has setup_timeout_s
-instead and waits for nobody (docs/failure-contract.md).
+instead and waits for nobody (docs/reference/failure-contract.md).
 
 The transport lives in laggard._mpi, built by a source build (scripts/build.sh) when MPI is
 found, and into a wheel only on request (``pip install . -Ccmake.define.LAGGARD_WITH_MPI=ON``:

@@ -1,4 +1,4 @@
-"""Resource readings beside each sampled step (the sample's `resources`, docs/formats.md).
+"""Resource readings beside each sampled step (the sample's `resources`, docs/reference/formats.md).
 
 Sources, each optional and failing soft (a reading that is not available is left out, never
 written as 0):

@@ -447,7 +447,7 @@ class PrometheusSink:
     The server listens on the loopback interface only (addr="127.0.0.1"): the endpoint has no
     authentication, so other hosts reach it only when asked for, with addr="0.0.0.0" (every
     interface) or one interface's address, e.g. for a Prometheus on another node
-    (docs/security.md)."""
+    (docs/reference/security.md)."""
 
     def __init__(self, port=None, addr="127.0.0.1", registry=None, host=None):
         import socket

@@ -275,7 +275,7 @@ class GlooTransport:
         names = rank_ranges(missing)
         plural = "s" if len(missing) != 1 else ""
         alone = ("this rank carries on alone: its rank log and counters, no live cross-rank "
-                 "analysis, and it waits on nobody (docs/failure-contract.md)")
+                 "analysis, and it waits on nobody (docs/reference/failure-contract.md)")
         if state == "closed":
             state = "closed"
             text = ("a rank closed its Analyzer before rank%s %s created one, so the side channel "

@@ -7,7 +7,7 @@ Shows the confirmed stragglers with their cost (`cost_ms`, `cost_share` of the a
 findings), a ranks x stages heat strip for the worst ranks (each rank's recent stage time over
 the median rank's), the step time with the steps where stragglers were first flagged and
 confirmed, and counters of dropped samples, report errors, incomplete windows and malformed
-log lines. It reads `RUN_DIR/reports.jsonl` and `RUN_DIR/rank-<r>.jsonl` (docs/formats.md)
+log lines. It reads `RUN_DIR/reports.jsonl` and `RUN_DIR/rank-<r>.jsonl` (docs/reference/formats.md)
 incrementally, by file offset: each refresh reads only what was appended since the previous one,
 and a partial last line (a writer mid-line) waits for its newline.
 

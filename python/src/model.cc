@@ -70,7 +70,7 @@ void bind_model(py::module_& m) {
                     "Recorded values {name: float}, in recording order (a copy on read).")
       .def_property("resources", &named_dict<&StepSample::resources>,
                     &set_named<&StepSample::resources>,
-                    "Resource readings {name: float} (docs/formats.md; a copy on read).")
+                    "Resource readings {name: float} (docs/reference/formats.md; a copy on read).")
       .def("find",
            [](const StepSample& s, const std::string& name) -> std::optional<StageTime> {
              const StageTime* t = s.find(name);

@@ -1,6 +1,6 @@
 // Run comparison: per-stage per-step summaries of two runs, compared with a bootstrap interval of
 // the ratio of medians and a Mann-Whitney U test, Holm-corrected across stages (and, apart,
-// across rank-stage pairs). docs/compare.md explains the choices.
+// across rank-stage pairs). docs/howto/compare.md explains the choices.
 #include "laggard/compare.hpp"
 
 #include "analysis/median.hpp"

@@ -1,4 +1,4 @@
-// The triage chain (docs/triage.md): correctness, resources, timeline, stragglers, regression.
+// The triage chain (docs/howto/triage.md): correctness, resources, timeline, stragglers, regression.
 #include "laggard/diagnose.hpp"
 
 #include <algorithm>
@@ -484,7 +484,7 @@ DiagnosisLayer resources_layer(const ResourceProfile& p) {
   layer.name = "resources";
   if (!p.any()) {
     layer.summary = "no resource readings in the samples (the Python package samples GPU, "
-                    "allocator and host readings: docs/triage.md)";
+                    "allocator and host readings: docs/howto/triage.md)";
     return layer;
   }
   layer.status = Status::pass;

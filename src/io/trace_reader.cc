@@ -926,7 +926,7 @@ void TraceResolver::host_samples(RankTrace& out) {
   finish_samples(out, steps_, acc.lists(), b_.stages_);
 }
 
-// The device timeline of each step (docs/traces.md, "Timeline bubbles"): a sweep over the
+// The device timeline of each step (docs/howto/traces.md, "Timeline bubbles"): a sweep over the
 // activities' start and end points, with the steps' windows and the host's dataloader spans.
 void TraceResolver::timelines(RankTrace& out, const std::vector<std::int64_t>& launch_end) {
   const auto& acts = b_.activities_;

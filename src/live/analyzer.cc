@@ -151,7 +151,7 @@ struct Background {
 
   mutable std::mutex analysis_mu;
   std::optional<RunAnalysis> analysis;
-  // The triage chain's live part (docs/triage.md): the correctness gate over recorded values, and
+  // The triage chain's live part (docs/howto/triage.md): the correctness gate over recorded values, and
   // the resource readings that give a confirmed straggler its reason. Background thread only.
   std::optional<CorrectnessGate> gate;
   ResourceProfile resources;
@@ -1154,7 +1154,7 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     }
     if (bg->analysis_on) {
       OnsetOptions onsets;
-      // Per-rank onsets cost more than the detector at many thousand ranks (docs/live-scale.md);
+      // Per-rank onsets cost more than the detector at many thousand ranks (docs/notes/live-scale.md);
       // `laggard analyze` of the rank logs still gives them.
       onsets.per_rank = bg->world_size <= options.rank_onsets_max_ranks;
       bg->analysis.emplace(options.detector(), onsets);

@@ -1,4 +1,4 @@
-# `laggard report -o` and links (docs/security.md): a symbolic link at the output path owned by
+# `laggard report -o` and links (docs/reference/security.md): a symbolic link at the output path owned by
 # another user is refused, never written through (root writing /tmp/dir/report.html where another
 # user had planted a link to a root-owned 0600 file replaced that file with the report, mode
 # 0644); a file replaced keeps its mode; the user's own link is followed to its file.

@@ -285,7 +285,7 @@ TEST(Analyzer, FourThreadRanksConfirmTheSlowRankNotTheWaitingOnes) {
 TEST(Analyzer, LiveTriageWarnsOfANanLossAndGivesTheStragglerItsReason) {
   // 4 thread ranks: rank 2 slow in forward with 30 ms of GC pauses a step (its readings say
   // so), rank 1's loss NaN at step 10. The analysis rank warns once about the loss, counts it
-  // in straggler/correctness/*, and gives rank 2 its reason (docs/triage.md).
+  // in straggler/correctness/*, and gives rank 2 its reason (docs/howto/triage.md).
   constexpr int kRanks = 4;
   constexpr int kSteps = 24;
   CapturedLog log;

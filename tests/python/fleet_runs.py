@@ -1,5 +1,5 @@
 """Run directories for the exclude and fleet tests: per-rank logs in the documented format
-(docs/formats.md, laggard.sample/1) of a data-parallel job on several hosts, analysed by the real
+(docs/reference/formats.md, laggard.sample/1) of a data-parallel job on several hosts, analysed by the real
 analysis (laggard.analyze_run) in the tests. Deterministic for a seed.
 
 The model is examples/make_example_run.py's: every rank computes (dataloader, forward, backward,

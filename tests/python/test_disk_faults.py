@@ -1,4 +1,4 @@
-"""Slow and hung disks, and the signals that end a job (docs/failure-contract.md): every sample
+"""Slow and hung disks, and the signals that end a job (docs/reference/failure-contract.md): every sample
 of a rank is in its rank log or counted, the counters add up at every exit path, no line is
 written twice, and nothing but laggard's own writer thread ever waits for the disk.
 

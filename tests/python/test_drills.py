@@ -1,6 +1,6 @@
 """Failure drills: real rank processes (gloo), one fault each. Every drill checks that training
 finishes, that every sample of every rank that survives is in its rank log, and that every loss
-is counted (docs/failure-contract.md): a sample is in the log or in rank_log_lost, and it reached
+is counted (docs/reference/failure-contract.md): a sample is in the log or in rank_log_lost, and it reached
 the live analysis or is in gather_dropped.
 
 The ranks train independent models (tests/python/drill_worker.py): only laggard's side channel

@@ -1,6 +1,6 @@
 """Property-based tests of the Python API (hypothesis): arbitrary names, values and bytes get a
 result or the documented error, never a crash or another exception (docs/python.md,
-docs/failure-contract.md)."""
+docs/reference/failure-contract.md)."""
 
 import json
 import math

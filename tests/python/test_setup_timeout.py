@@ -1,5 +1,5 @@
 """The side channel's setup never holds training: real gloo ranks (setup_timeout_worker.py) where
-some ranks create their Analyzer late or never (docs/failure-contract.md, "The side channel's
+some ranks create their Analyzer late or never (docs/reference/failure-contract.md, "The side channel's
 setup").
 
 Each rank measures its Analyzer's construction, its training loop and its close; the bounds
@@ -147,7 +147,7 @@ def test_setup_timeout_default_and_validation():
     assert default == 30.0
     with open(os.path.join(testenv.ROOT, "docs", "python.md")) as f:
         assert "`setup_timeout_s=30`" in f.read()
-    with open(os.path.join(testenv.ROOT, "docs", "failure-contract.md")) as f:
+    with open(os.path.join(testenv.ROOT, "docs", "reference", "failure-contract.md")) as f:
         assert "`setup_timeout_s` (default 30 s)" in f.read()
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="setup_timeout_s"):

@@ -1,6 +1,6 @@
 """The triage chain on real runs: 4 gloo ranks train a small DDP model on the CPU
 (triage_worker.py) with one cause injected on one rank; `laggard diagnose --json` of the rank logs
-must stop at the right layer and name the cause, in every repetition (docs/triage.md). The live
+must stop at the right layer and name the cause, in every repetition (docs/howto/triage.md). The live
 side is checked too: the analysis rank's straggler/correctness/* metrics."""
 
 import json

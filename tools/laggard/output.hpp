@@ -32,7 +32,7 @@ Json number_or_null(double value);
 /// exclusively, never through a link), renamed over `path` once complete: a full disk or a crash
 /// leaves `path` as it was, never empty or cut; a file replaced keeps its mode. A symbolic link
 /// at `path` is followed only when owned by the user running laggard or by root: another user's
-/// link is refused (docs/security.md). Refuses a `path` that is one of `inputs` (the rank files
+/// link is refused (docs/reference/security.md). Refuses a `path` that is one of `inputs` (the rank files
 /// being read). Throws UsageError (exit 2) naming the file.
 void write_file_replacing(const std::string& path, const std::string& text,
                           const std::vector<std::string>& inputs = {});

@@ -108,7 +108,7 @@ void stragglers(std::string& out, const RunSummary& sum, const RunReportData& /*
 }
 
 // The triage chain, in order, each layer with its status and findings, the first failing one
-// marked as where to look (docs/triage.md).
+// marked as where to look (docs/howto/triage.md).
 void triage_chain(std::string& out, const RunSummary& /*sum*/, const RunReportData& /*data*/,
                   const RunReportInput& input) {
   if (!input.triage) return;
