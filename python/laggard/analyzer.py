@@ -27,10 +27,11 @@ import numbers
 import os
 import socket
 import sys
+import threading
 import time
 import weakref
 
-from ._log import EngineErrors, ErrorCounter, log_once
+from ._log import EngineErrors, ErrorCounter, log_once, logger
 
 _REFS = ("mean", "median", "robust")
 
@@ -125,6 +126,33 @@ def _dist_info(torch):
     except Exception:
         pass
     return None
+
+
+OFF_MESSAGE = "laggard: straggler analysis is off; pass --straggler-analysis to enable"
+
+
+def _say_off():
+    """Analyzer.from_args without --straggler-analysis: one line on the first rank, once per
+    process; on stderr when logging is not configured (Python would not print INFO), else
+    through the `laggard` logger at INFO."""
+    try:
+        if os.environ.get("RANK", "0").strip() not in ("", "0"):
+            return
+        with _off_lock:
+            if _off_said:
+                return
+            _off_said.append(True)
+        if logging.getLogger().hasHandlers() or logger.handlers:
+            logger.info(OFF_MESSAGE)
+        else:
+            sys.stderr.write(OFF_MESSAGE + "\n")
+            sys.stderr.flush()
+    except Exception:  # nothing here may stop the training script
+        pass
+
+
+_off_lock = threading.Lock()
+_off_said = []
 
 
 class Analyzer:
@@ -450,11 +478,20 @@ class Analyzer:
 
     @classmethod
     def from_args(cls, args, **overrides):
-        """An Analyzer configured by the --straggler-* flags (see laggard.add_arguments)."""
+        """An Analyzer configured by the --straggler-* flags (see laggard.add_arguments).
+
+        Without --straggler-analysis (the flag's default is off) the Analyzer is disabled: every
+        call is a no-op. The first rank (RANK unset or 0) then says so once, on stderr, or
+        through the `laggard` logger at INFO where logging is configured:
+        "laggard: straggler analysis is off; pass --straggler-analysis to enable". (Analyzer()
+        itself is enabled by default: the flag is an opt-in for scripts that take flags.)
+        """
         from .flags import analyzer_kwargs
 
         kwargs = analyzer_kwargs(args)
         kwargs.update(overrides)
+        if not kwargs.get("enabled", True):
+            _say_off()
         return cls(**kwargs)
 
     @staticmethod

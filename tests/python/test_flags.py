@@ -226,3 +226,59 @@ def test_the_analyzer_from_flags_lets_a_flag_win_over_the_preset():
         assert _options_of(an.detector_options)["method"] == "threshold"
     finally:
         an.close()
+
+
+OFF = "laggard: straggler analysis is off; pass --straggler-analysis to enable"
+
+FROM_ARGS = """
+import argparse, logging, sys, laggard
+if "--configured" in sys.argv:
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(levelname)s %(message)s")
+    sys.argv.remove("--configured")
+p = argparse.ArgumentParser()
+laggard.add_arguments(p)
+an = laggard.Analyzer.from_args(p.parse_args(), rank=0, world_size=1)
+an2 = laggard.Analyzer.from_args(p.parse_args(), rank=0, world_size=1)
+print("enabled", an.enabled)
+an.close(); an2.close()
+"""
+
+
+def _from_args(*argv, rank=None):
+    env = testenv.subprocess_env(OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    if rank is not None:
+        env["RANK"] = str(rank)
+    import sys
+    return subprocess.run([sys.executable, "-c", FROM_ARGS] + list(argv), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120)
+
+
+def test_from_args_without_the_flag_says_once_that_laggard_is_off():
+    r = _from_args()
+    assert r.returncode == 0, r.stderr
+    assert "enabled False" in r.stdout
+    assert r.stderr.count(OFF) == 1, r.stderr  # two analyzers, one line
+    r = _from_args(rank=0)
+    assert r.stderr.count(OFF) == 1, r.stderr
+
+
+def test_from_args_off_is_said_by_the_first_rank_only():
+    r = _from_args(rank=3)
+    assert r.returncode == 0, r.stderr
+    assert OFF not in r.stderr + r.stdout
+
+
+def test_from_args_off_goes_through_logging_at_info_where_configured():
+    r = _from_args("--configured")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("LOG INFO " + OFF) == 1, r.stdout + r.stderr
+    assert OFF not in r.stderr
+
+
+def test_from_args_with_the_flag_is_on_and_says_nothing_about_it(tmp_path):
+    r = _from_args("--straggler-analysis", "--straggler-resources", "off")
+    assert r.returncode == 0, r.stderr
+    assert "enabled True" in r.stdout
+    assert OFF not in r.stderr + r.stdout
