@@ -17,7 +17,8 @@
 //                        (held out), faults scored by their cost to the step, 8 to 4,096 ranks;
 //                        --family NAME (t4, t2, lognormal, pauses3x, host-hiccups, common-mode,
 //                        unpacked, warmup, held-out, all), --quick (8 and 64 ranks, fewer runs),
-//                        --ranks N, --seed S, --why. Reports only: its exit status is 0.
+//                        --ranks N, --seed S, --why; --check lists the targets missed (per
+//                        family and rank count) and exits 1 when any is; without it, 0.
 //
 // The exit status is 1 when a check fails: a laggard setting blames a waiting rank for its wait
 // (names it a straggler for its communication time), or a proposed setting (marked *) names any
@@ -825,7 +826,7 @@ constexpr int kRunOnset = 20;  // faulty runs: the fault from this window on
 constexpr int kRunRecallWindows = 5;
 
 struct Args {
-  bool quick = false, csv = false, sweep = false, runs = false, families = false;
+  bool quick = false, csv = false, sweep = false, runs = false, families = false, check = false;
   std::string family;  // --families: one family, "held-out" or "all" (default)
   int ranks = 64;
   bool ranks_given = false;
@@ -842,7 +843,7 @@ struct Args {
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "%s\nusage: detection [--runs [--rule NAME] [--noise gentle|moderate|heavy] [--fault 0-6] [--windows W] [--why]] [--quick] [--ranks N] [--trials T] [--seed S] [--csv] [--sweep]\n"
-               "       detection --families [--family NAME|held-out|all] [--quick] [--ranks N] [--seed S] [--why]\n",
+               "       detection --families [--family NAME|held-out|all] [--quick] [--ranks N] [--seed S] [--why] [--check]\n",
                msg);
   std::exit(2);
 }
@@ -863,6 +864,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--sweep") a.sweep = true;
     else if (arg == "--runs") a.runs = true;
     else if (arg == "--families") a.families = true;
+    else if (arg == "--check") a.check = true;
     else if (arg == "--family") {
       if (i + 1 >= argc) usage("missing value after --family");
       a.family = argv[++i];
@@ -903,7 +905,8 @@ Args parse_args(int argc, char** argv) {
                   !a.rule.empty() || !a.noise.empty()))
     usage("--rule, --noise, --fault, --windows and --why apply to --runs only (--why also to --families)");
   if (a.families && (a.runs || a.csv || a.sweep || a.trials_given))
-    usage("--families takes --family, --quick, --ranks, --seed and --why only");
+    usage("--families takes --family, --quick, --ranks, --seed, --why and --check only");
+  if (a.check && !a.families) usage("--check applies to --families only");
   if (a.quick && !a.trials_given) a.trials = 20;
   return a;
 }
@@ -1790,7 +1793,8 @@ std::string ratio(long num, long den) {
 }
 
 int run_family_tables(bool quick, std::uint64_t base_seed, int only_ranks, const std::string& only_family,
-                      bool why) {
+                      bool why, bool check) {
+  std::vector<std::string> misses;  // --check: the targets missed
   const std::vector<int> scales = only_ranks > 0 ? std::vector<int>{only_ranks}
                                   : quick        ? std::vector<int>{8, 64}
                                                  : std::vector<int>{8, 64, 512, 4096};
@@ -1861,6 +1865,21 @@ int run_family_tables(bool quick, std::uint64_t base_seed, int only_ranks, const
                   static_cast<double>(t.wrong_pairs) / static_cast<double>(std::max(1L, t.faulty_runs)),
                   ratio(t.found2, t.need2).c_str(), ratio(t.found1, t.need1).c_str(),
                   fmt("%g", median_of(t.latency)).c_str(), t.immaterial, t.immaterial_true);
+      // The targets (per family and rank count): >= 99 % of faults costing >= 2 % found within 10
+      // windows and of those costing >= 1 % within 20; <= 0.01 wrong pairs per faulty run; <= 1 %
+      // of healthy runs alarmed; median latency <= 3 windows at >= 1.2x; no immaterial verdict.
+      const std::string at = std::string(fam->name) + " R=" + std::to_string(ranks) + ": ";
+      auto share = [](long num, long den) { return den ? static_cast<double>(num) / static_cast<double>(den) : 1.0; };
+      if (share(t.found2, t.need2) < 0.99) misses.push_back(at + ">=2% found@10 " + ratio(t.found2, t.need2));
+      if (share(t.found1, t.need1) < 0.99) misses.push_back(at + ">=1% found@20 " + ratio(t.found1, t.need1));
+      if (share(t.wrong_pairs, t.faulty_runs) > 0.01)
+        misses.push_back(at + "wrong pairs per faulty run " + fmt("%.3f", share(t.wrong_pairs, t.faulty_runs)));
+      if (share(t.healthy_alarmed, t.healthy_runs) > 0.01)
+        misses.push_back(at + "healthy runs alarmed " + ratio(t.healthy_alarmed, t.healthy_runs));
+      if (median_of(t.latency) > 3.0) misses.push_back(at + "median latency " + fmt("%g", median_of(t.latency)));
+      if (t.immaterial + t.immaterial_true > 0)
+        misses.push_back(at + "immaterial verdicts " + std::to_string(t.immaterial) + " reported, " +
+                         std::to_string(t.immaterial_true) + " true");
       all.add(t);
     }
     std::printf("  by cost band (all rank counts): ");
@@ -1876,7 +1895,10 @@ int run_family_tables(bool quick, std::uint64_t base_seed, int only_ranks, const
                   all.kind_runs[k], fmt("%g", median_of(all.kind_latency[k])).c_str(), all.kind_wrong[k]);
     std::printf("\n");
   }
-  return 0;
+  if (!check) return 0;
+  std::printf("targets: %s\n", misses.empty() ? "all met" : "missed:");
+  for (const std::string& m : misses) std::printf("  %s\n", m.c_str());
+  return misses.empty() ? 0 : 1;
 }
 
 }  // namespace
@@ -1884,7 +1906,8 @@ int run_family_tables(bool quick, std::uint64_t base_seed, int only_ranks, const
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   if (args.families)
-    return run_family_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0, args.family, args.why);
+    return run_family_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0, args.family, args.why,
+                             args.check);
   if (args.runs)
     return run_per_run_tables(args.quick, args.seed, args.ranks_given ? args.ranks : 0, args.rule,
                               args.noise, args.fault, RunShape{args.windows, args.why});
