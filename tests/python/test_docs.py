@@ -13,7 +13,8 @@ The convention (each item is one test, named by its file and line):
   read as they would from a checkout); ```python blocks that are not files run as given, each in
   its own temporary directory. `<!-- not-run: REASON -->` before a block skips it; REASON starts
   with one of: install, GPU, multi-node, interactive. Lines starting with `$ ` are an error in a
-  ```sh block: commands are written plain, output goes into a ```text block.
+  ```sh block: commands are written plain, output goes into a ```text block. A ```sh block
+  right after `<!-- run: -->` lines shows the command they run and is not run a second time.
 - Every relative link in README.md and docs/**/*.md resolves to an existing file.
 
 docs/notes/ (engineering notes: dated runs) is link-checked, not run.
@@ -141,12 +142,9 @@ def _env(tmp):
     if cli is not None and not os.path.exists(os.path.join(bindir, "laggard")):
         os.symlink(cli, os.path.join(bindir, "laggard"))
     pybin = os.path.dirname(sys.executable)
-    python = os.path.join(bindir, "python")
-    if not os.path.exists(python):
-        os.symlink(sys.executable, python)
     env = testenv.subprocess_env(OMP_NUM_THREADS="1", TMPDIR=tmp)
     env["PATH"] = os.pathsep.join([bindir, pybin, env.get("PATH", "")])
-    env.pop("LAGGARD_DOCS_SLOW_RANK", None)
+    env.pop("LAGGARD_EXAMPLE_SLOW_RANK", None)
     return env
 
 
@@ -240,8 +238,8 @@ def test_sh_blocks(page, tmp_path):
         dollar = [s for s in b.text.split("\n") if s.startswith("$ ")]
         assert not dollar, ("%s: a ```sh block holds commands only (no '$ '; output goes into a "
                             "```text block): %r" % (b.id(), dollar[0]))
-        if _not_run(b) is not None:
-            continue
+        if _not_run(b) is not None or b.directive("run") is not None:
+            continue  # a block right after run: lines shows what they run (test_run_command)
         if testenv.cli() is None and re.search(r"\blaggard\b", b.text):
             pytest.skip("no `laggard` program (build the laggard target)")
         r = subprocess.run(["/bin/bash", "-e", "-o", "pipefail", "-c", b.text], cwd=tmp, env=env,
