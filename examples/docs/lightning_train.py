@@ -1,7 +1,7 @@
 """PyTorch Lightning with laggard: one callback. Lightning's own DDP launcher starts the ranks
 (gloo, on the CPU); rank 1's training_step is made slower, and laggard names it.
 
-    PYTHONPATH=python OMP_NUM_THREADS=1 python examples/lightning_train.py \
+    PYTHONPATH=python OMP_NUM_THREADS=1 python examples/docs/lightning_train.py \
         --devices 3 --steps 60 --slow-rank 1 --log-dir /tmp/laggard-lightning
 
 The straggler/* metrics of each report go to the Trainer's loggers (here a CSVLogger:

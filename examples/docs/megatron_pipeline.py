@@ -5,7 +5,7 @@
 one rank is made slow in forward (or --slow-stage backward / optimizer):
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 4 \
-        examples/megatron_pipeline.py --slow-rank 1
+        examples/docs/megatron_pipeline.py --slow-rank 1
 
 (torchrun of the venv with megatron-core, with PYTHONPATH=python in a source tree.) laggard's
 default settings; rank 0 prints the confirmed stragglers at the end: rank 1 in forward,
@@ -158,7 +158,7 @@ def main():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     parallel_state.initialize_model_parallel(pipeline_model_parallel_size=args.pipeline_stages)
 
-    # As docs/megatron.md: the pipeline stage is the cohort (only ranks that run the same layers
+    # As docs/howto/megatron.md: the pipeline stage is the cohort (only ranks that run the same layers
     # are compared), laggard's default settings, Megatron's own Timers inside when wanted.
     an = laggard.Analyzer(cohort=laggard.megatron.pipeline_cohort())
     inner = MegatronTimers(log_level=2, log_option="minmax") if args.megatron_log else None

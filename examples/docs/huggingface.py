@@ -2,12 +2,12 @@
 is downloaded) trains on the CPU; under torchrun every rank runs it with DDP over gloo, and the
 rank given by --slow-rank gets a slower forward.
 
-    PYTHONPATH=python OMP_NUM_THREADS=1 python examples/transformers_train.py --steps 40
+    PYTHONPATH=python OMP_NUM_THREADS=1 python examples/docs/huggingface.py --steps 40
     PYTHONPATH=python OMP_NUM_THREADS=1 torchrun --nproc-per-node 3 \
-        examples/transformers_train.py --steps 60 --slow-rank 2 --log-dir /tmp/laggard-hf
+        examples/docs/huggingface.py --steps 60 --slow-rank 2 --log-dir /tmp/laggard-hf
 
 The straggler/* metrics join the Trainer's log (printed at each logging step, and in every
-report_to tracker when the callback comes before them: see docs/integrations.md); with --log-dir,
+report_to tracker when the callback comes before them: see docs/howto/huggingface.md); with --log-dir,
 `laggard analyze DIR/laggard` reads the run again afterwards.
 """
 
