@@ -1,5 +1,5 @@
 """laggard's reports in TensorBoard, MLflow and Prometheus: sinks on the Analyzer. 2 ranks under
-torchrun (gloo, CPU); LAGGARD_EXAMPLE_SLOW_RANK=1 makes rank 1's forward slower. Afterwards
+torchrun (gloo, CPU); LAGGARD_EXAMPLE_SLOW_RANK=1 makes rank 1's data loading slower. Afterwards
 rank 0 reads the verdict back from each tracker.
 
     LAGGARD_EXAMPLE_SLOW_RANK=1 torchrun --nproc-per-node 2 examples/docs/trackers.py --out DIR
@@ -35,16 +35,22 @@ laggard.torch.instrument(an, model=model, optimizer=optimizer)
 x, y = torch.randn(16, 32), torch.randn(16, 1)
 for step in range(60):
     an.begin_step(step)
-    time.sleep(0.030 if slow else 0.010)  # a stand-in for this rank's work in the step
+    with an.section("dataloader"):
+        time.sleep(0.030 if slow else 0.010)  # a stand-in for loading this rank's batch
     optimizer.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
     optimizer.step()
     an.end_step()
-    if step == 58 and rank == 0:  # Prometheus serves the latest report while the job runs
-        url = "http://127.0.0.1:%d/metrics" % prometheus.port
-        page = urllib.request.urlopen(url, timeout=10).read().decode()
-        print("prometheus:", [s for s in page.splitlines()
-                              if s.startswith("laggard_confirmed_straggler{")])
+if rank == 0:  # Prometheus serves the latest report while the job runs
+    deadline, found = time.monotonic() + 30, []
+    while not found and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if prometheus.port:  # the server starts at the first report; port=0 took a free one
+            url = "http://127.0.0.1:%d/metrics" % prometheus.port
+            page = urllib.request.urlopen(url, timeout=10).read().decode()
+            found = [s for s in page.splitlines() if s.startswith("laggard_confirmed_straggler{")]
+    print("prometheus:", found)
+dist.barrier()
 an.close()
 
 if rank == 0:
