@@ -7,7 +7,7 @@
 // default handler prints them, one line when a straggler is confirmed and one when it clears
 // ("straggler confirmed: rank 2 (host h) in 'forward', 2.24x the reference ...", "straggler
 // cleared: ..."): neither counted as failures nor rate-limited, one per confirmation or clearing
-// (docs/cpp.md, "The console line, and what every rank reads").
+// (docs/reference/cpp.md, "The console line, and what every rank reads").
 #pragma once
 
 #include <cstdint>

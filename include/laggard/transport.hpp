@@ -9,7 +9,7 @@
 // parent and its children. Transports are chosen by name: "local" (ranks that are threads of
 // one process, or a single process), "mpi" (a duplicate of the application's communicator, the
 // laggard::mpi component: laggard/mpi.hpp), and any a program registers, such as Python's over
-// torch.distributed (docs/python.md).
+// torch.distributed (docs/reference/python.md).
 #pragma once
 
 #include <cstddef>

@@ -61,7 +61,7 @@ def _torch_if_imported():
 
 
 class SettingTypeError(TypeError, ValueError):
-    """A constructor argument of the wrong type: a TypeError, and a ValueError as docs/python.md
+    """A constructor argument of the wrong type: a TypeError, and a ValueError as docs/reference/python.md
     promises for every bad setting."""
 
 
@@ -156,7 +156,7 @@ _off_said = []
 
 
 class Analyzer:
-    """Finds straggler ranks and stages while training. See the module doc and docs/python.md.
+    """Finds straggler ranks and stages while training. See the module doc and docs/reference/python.md.
 
     enabled, interval, relative_threshold, absolute_ms_threshold, ref, log_dir, sinks: as the
     RFC flags (ref: "mean", "median" or "robust").
@@ -195,7 +195,7 @@ class Analyzer:
       docs/reference/formats.md). True (the default): a background thread reads them; False: none.
     resources_period_s: how often that thread reads; None follows the time between sampled
       steps (1 s to 5 s).
-    policy: what every rank does with the verdict (laggard.policy, docs/python.md "Acting on a
+    policy: what every rank does with the verdict (laggard.policy, docs/reference/python.md "Acting on a
       verdict"): "warn" (the default: the analysis rank's console lines), "stop" (every rank
       stops cleanly before the same step once a confirmed straggler has held for
       stop_after_windows windows: should_stop, stop_reason, check_stop()), a callable

@@ -181,7 +181,8 @@ class LaggardCallback(_Callback):
             self._failed("lightning instrument", e)
 
     def _act_on_stop(self, trainer, pl_module, an):
-        """The stop policy (Analyzer(policy="stop"), docs/integrations.md "Acting on a verdict"):
+        """The stop policy (Analyzer(policy="stop"); docs/reference/python.md, "Stopping under
+        each framework"):
         at the agreed step boundary every rank sets Lightning's own trainer.should_stop, so the fit
         ends after this batch as an early stop does (callbacks, checkpoints and loggers run their
         end-of-fit hooks), with the reason in the log and in the loggers (laggard/stopped_step)."""

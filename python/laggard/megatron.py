@@ -13,7 +13,7 @@
         timers("optimizer").stop()
         an.end_step()
 
-docs/megatron.md is the user's guide.
+docs/howto/megatron.md is the user's guide.
 
 Megatron's schedule, its finalize_model_grads and its optimizers call config.timers(name) and
 start()/stop() the timer they get. Here each name is a laggard stage (stage_for()), timed on

@@ -1,5 +1,5 @@
 """Acting on a verdict, in the job: the verdict object, the on_straggler / on_clear events every
-rank raises from the verdicts it receives, and the policies the integrations offer (docs/python.md,
+rank raises from the verdicts it receives, and the policies the integrations offer (docs/reference/python.md,
 "Acting on a verdict").
 
     an = laggard.Analyzer(policy="stop", stop_after_windows=3)   # or "warn" (default), or fn

@@ -303,7 +303,8 @@ class LaggardCallback(_Callback):
         self._act_on_stop(args, state, control, an)
 
     def _act_on_stop(self, args, state, control, an):
-        """The stop policy (Analyzer(policy="stop"), docs/integrations.md "Acting on a verdict"):
+        """The stop policy (Analyzer(policy="stop"); docs/reference/python.md, "Stopping under
+        each framework"):
         at the agreed step boundary every rank sets the Trainer's own
         control.should_training_stop, and (unless save_strategy is "no") control.should_save,
         so that the Trainer writes a checkpoint at the stop step; the reason joins the Trainer's

@@ -519,7 +519,7 @@ void bind_engine(py::module_& m) {
       "The live engine (laggard::Analyzer): the recorder, the rank log, the side channel (a "
       "transport by name, or a Python object), window assembly, the detector, the live "
       "metrics, reports.jsonl and the sinks, on two C++ threads. Keyword arguments are "
-      "AnalyzerOptions' (docs/python.md); bad ones raise ValueError. The training-thread calls "
+      "AnalyzerOptions' (docs/reference/python.md); bad ones raise ValueError. The training-thread calls "
       "are builtins (step_calls, marks, section).")
       .def(py::init<const py::kwargs&>())
       .def(

@@ -1,6 +1,6 @@
 """One rank of test_megatron: Megatron-core's own pipeline schedule (1F1B,
 get_forward_backward_func()) and finalize_model_grads on a tiny model, over gloo on the CPU,
-with config.timers = laggard.megatron.Timers, set up as docs/megatron.md shows (--inner: with
+with config.timers = laggard.megatron.Timers, set up as docs/howto/megatron.md shows (--inner: with
 Megatron's own Timers inside). One rank can be made slow in forward, backward or the optimizer
 step (--slow-rank, --slow-stage). Writes OUT/result-<rank>.json.
 
@@ -41,7 +41,7 @@ def parse(argv):
                    default="forward")
     p.add_argument("--slow-ms", type=float, default=16.0)
     p.add_argument("--inner", action="store_true",
-                   help="Megatron's own Timers inside laggard's (docs/megatron.md)")
+                   help="Megatron's own Timers inside laggard's (docs/howto/megatron.md)")
     p.add_argument("--unpatched-check", action="store_true",
                    help="first run the schedule once as it is, to see it stop at its first "
                         "CUDA allocation (without --inner)")
@@ -126,7 +126,7 @@ def main(argv):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     parallel_state.initialize_model_parallel(pipeline_model_parallel_size=args.pp)
-    # As docs/megatron.md: the pipeline stage is the cohort, Megatron's own Timers (if any) inside
+    # As docs/howto/megatron.md: the pipeline stage is the cohort, Megatron's own Timers (if any) inside
     inner = None
     if args.inner:
         from megatron.core.timers import Timers as MegatronTimers
@@ -191,7 +191,7 @@ def main(argv):
                                  barrier_with_L1_time=config.barrier_with_L1_time)
     opt = FP32Optimizer(_SleepingSGD(model.parameters(), lr=0.05, ms=optimizer_ms), opt_config,
                         lambda _: None)
-    opt.config.timers = timers  # as docs/megatron.md
+    opt.config.timers = timers  # as docs/howto/megatron.md
 
     barriers = []
     real_barrier = dist.barrier

@@ -336,3 +336,23 @@ def test_the_harness_finds_the_pages():
     assert runs == [(2, "echo hi", ["^hi$"])]
     assert [(b.line, b.lang, b.text, b.directive("not-run")) for b in blocks] == [
         (6, "sh", "pip install .\n", "install"), (12, "python", "print(1)\n", None)]
+
+
+def test_python_reference_is_current():
+    """docs/reference/python.md's API part is what tools/docs/python_reference.py makes from the
+    docstrings now (rerun the tool after changing a public signature or docstring)."""
+    tool = os.path.join(ROOT, "tools", "docs", "python_reference.py")
+    page = os.path.join(ROOT, "docs", "reference", "python.md")
+    if not os.path.isfile(tool) or not os.path.isfile(page):
+        pytest.skip("no generated Python reference in this tree")
+    for name in ("torch", "lightning", "transformers", "megatron.core"):
+        pytest.importorskip(name)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("python_reference", tool)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    with open(page, encoding="utf-8") as f:
+        text = f.read()
+    assert gen.render(text) == text, ("docs/reference/python.md is stale: run "
+                                      "PYTHONPATH=python python tools/docs/python_reference.py")

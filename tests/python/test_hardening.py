@@ -132,7 +132,7 @@ def test_a_forked_child_warns_once_and_counts_its_steps(tmp_path):
 def test_bad_constructor_arguments_raise_a_clear_error(kwargs, exc, match):
     with pytest.raises(exc, match=match) as info:
         laggard.Analyzer(enabled=True, **kwargs)
-    assert isinstance(info.value, ValueError)  # docs/python.md: bad settings are ValueErrors
+    assert isinstance(info.value, ValueError)  # docs/reference/python.md: bad settings are ValueErrors
     assert "(self:" not in str(info.value)  # no pybind11 signature dump
 
 

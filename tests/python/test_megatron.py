@@ -1,6 +1,6 @@
 """laggard.megatron.Timers: the stage map, nesting, barriers, delegation to Megatron's own
 Timers, and Megatron's own pipeline schedule and optimizer on 4 real gloo ranks (2 pipeline
-stages x 2 data-parallel ranks), set up as docs/megatron.md shows, with and without Megatron's
+stages x 2 data-parallel ranks), set up as docs/howto/megatron.md shows, with and without Megatron's
 own Timers inside: one rank slow in forward, backward or the optimizer step, or none."""
 
 import json

@@ -1,5 +1,5 @@
 """Property-based tests of the Python API (hypothesis): arbitrary names, values and bytes get a
-result or the documented error, never a crash or another exception (docs/python.md,
+result or the documented error, never a crash or another exception (docs/reference/python.md,
 docs/reference/failure-contract.md)."""
 
 import json

@@ -145,7 +145,7 @@ def test_a_rank_that_creates_it_late_within_the_timeout_joins_the_live_analysis(
 def test_setup_timeout_default_and_validation():
     default = inspect.signature(laggard.Analyzer).parameters["setup_timeout_s"].default
     assert default == 30.0
-    with open(os.path.join(testenv.ROOT, "docs", "python.md")) as f:
+    with open(os.path.join(testenv.ROOT, "docs", "reference", "python.md")) as f:
         assert "`setup_timeout_s=30`" in f.read()
     with open(os.path.join(testenv.ROOT, "docs", "reference", "failure-contract.md")) as f:
         assert "`setup_timeout_s` (default 30 s)" in f.read()

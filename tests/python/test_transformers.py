@@ -1,5 +1,5 @@
 """laggard.transformers.LaggardCallback in a real Hugging Face Trainer run, as
-docs/integrations.md has a user set it up: laggard's default settings (log_dir only, for the
+docs/howto/huggingface.md has a user set it up: laggard's default settings (log_dir only, for the
 offline check) and default TrainingArguments but for what a tiny run needs. A tiny GPT-2 built
 from a config trains on the CPU, alone and as 3 DDP ranks over gloo (real processes, with the
 environment torchrun gives).

@@ -1,6 +1,6 @@
 """One rank of test_transformers.py: a Hugging Face Trainer trains a tiny GPT-2 built from a
 config (2 layers, no download, no tokenizer: token ids are made here) on the CPU with
-laggard.transformers.LaggardCallback, as docs/integrations.md shows it: laggard's default
+laggard.transformers.LaggardCallback, as docs/howto/huggingface.md shows it: laggard's default
 settings (only log_dir, for the offline check) and default TrainingArguments but for what a
 tiny run needs (output_dir, max_steps, the per-device batch, use_cpu on this CPU-only machine;
 logging_steps when cfg gives it).
