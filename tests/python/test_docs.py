@@ -249,7 +249,8 @@ def test_sh_blocks(page, tmp_path):
             b.id(), r.returncode, b.text, _show(r))
         ran += 1
     if ran == 0:
-        pytest.skip("every ```sh block of %s is marked not-run" % _rel(page))
+        pytest.skip("no ```sh block of %s to run here: each is marked not-run or shows the "
+                    "command of its run: lines" % _rel(page))
 
 
 # ---- ```python blocks that are not files -----------------------------------------------------
@@ -356,3 +357,25 @@ def test_python_reference_is_current():
         text = f.read()
     assert gen.render(text) == text, ("docs/reference/python.md is stale: run "
                                       "PYTHONPATH=python python tools/docs/python_reference.py")
+
+
+def test_the_harness_fails_what_it_should(tmp_path):
+    """A run: command that fails, an expect: that does not match, a python block that raises
+    and a sh block that fails are failures."""
+    page = os.path.join(ROOT, "README.md")
+    with pytest.raises(AssertionError, match="exited 3"):
+        test_run_command(page, 1, "exit 3", [], tmp_path)
+    with pytest.raises(AssertionError, match="does not match"):
+        test_run_command(page, 1, "echo hi", ["^bye$"], tmp_path)
+    test_run_command(page, 1, "echo hi", ["^hi$"], tmp_path)
+    with pytest.raises(AssertionError, match="exited 1"):
+        test_python_block(Block(page, 1, "python", "raise SystemExit(1)\n", []), tmp_path)
+    fake = str(tmp_path / "fake.md")
+    with open(fake, "w") as f:
+        f.write("```sh\ntrue\nfalse\n```\n")
+    PARSED[fake] = parse(fake)
+    try:
+        with pytest.raises(AssertionError, match="fake.md:1: the block exited 1"):
+            test_sh_blocks(fake, tmp_path)
+    finally:
+        del PARSED[fake]
