@@ -10,6 +10,8 @@
 #   bash scripts/fuzz.sh [SECONDS]
 #   FUZZ_BUILD_DIR=DIR (default: build-fuzz in the repository)   FUZZ_JOBS=N (build jobs, 2)
 #   FUZZ_TARGETS="sample_line_fuzzer ..." (default: all)
+#   FUZZ_PARALLEL=N (default 1): targets run N at a time, each a single process of its own (so
+#     each still gets SECONDS of a core when N is at most the number of cores; CI: 2)
 #
 # Needs clang and its runtime libraries (Debian 12: clang libclang-rt-14-dev), and atheris in
 # .venv (python/requirements-test.txt) for the Python target.
@@ -54,11 +56,11 @@ case " $targets " in
 esac
 
 mkdir -p "$build/artifacts"
-failed=()
-for t in $targets; do
-  corpus="$build/corpus/$t"
+# One target: its run, then its stats or its failure (a status file says which).
+fuzz_one() {
+  local t=$1 corpus="$build/corpus/$1" log="$build/$1.log" run per_input
   mkdir -p "$corpus"
-  log="$build/$t.log"
+  rm -f "$build/$t.failed"
   echo "fuzz.sh: $t for ${seconds} s"
   if [ "$t" = python_api_fuzzer ]; then
     run=(env PYTHONPATH="$root/python" OMP_NUM_THREADS=1 "$py" "$root/fuzz/python/api_fuzzer.py")
@@ -76,12 +78,21 @@ for t in $targets; do
       -max_len=65536 \
       -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 \
       "$corpus" "$root/fuzz/corpus/$t" >"$log" 2>&1; then
-    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/  /" || true
+    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/  $t: /" || true
   else
-    echo "fuzz.sh: $t FAILED; the end of $log:" >&2
-    tail -n 40 "$log" >&2
-    failed+=("$t")
+    { echo "fuzz.sh: $t FAILED; the end of $log:"; tail -n 40 "$log"; } >&2
+    touch "$build/$t.failed"
   fi
+}
+parallel=${FUZZ_PARALLEL:-1}
+for t in $targets; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+failed=()
+for t in $targets; do
+  if [ -e "$build/$t.failed" ]; then failed+=("$t"); fi
 done
 if ((${#failed[@]})); then
   echo "fuzz.sh: failed: ${failed[*]} (inputs in $build/artifacts)" >&2

@@ -24,13 +24,18 @@ wheels=("$dist"/laggard-*.whl)
 wheel=${wheels[0]}
 echo "wheel-test: built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB) in $(( $(date +%s) - t0 )) s"
 
-# The fresh venv: PyTorch and the test suite's packages as install-deps.sh gives .venv.
+# The fresh venv, made from the interpreter .venv was made from. PyTorch and the test suite's
+# packages are .venv's own (a .pth file adds .venv's site-packages after the venv's, with the
+# same pins: no second copy of PyTorch to install); .venv holds no laggard, so `import laggard`
+# finds the wheel's package or nothing.
 venv=$tmp/venv
-python3 -m venv "$venv"
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c python/constraints.txt)
-"${pip[@]}" torch==2.13.0
-"${pip[@]}" -r python/requirements-test.txt
-"$venv/bin/python" -m pip uninstall -y -q --disable-pip-version-check pynvml  # as install-deps.sh
+"$(.venv/bin/python -c 'import sys; print(sys._base_executable)')" -m venv "$venv"
+if .venv/bin/python -c 'import laggard' 2>/dev/null; then
+  echo "wheel-test: .venv has a laggard package installed; the test needs one without" >&2; exit 1
+fi
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+deps=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "import site; site.addsitedir('$deps')" >"$site/zz-laggard-test-deps.pth"
 # The wheel alone, with nothing but the venv on PATH: no compiler, no cmake, no index.
 env -i HOME="$HOME" PATH="$venv/bin" "$venv/bin/python" -m pip install -q --no-index --no-deps \
   --disable-pip-version-check "$wheel"
@@ -44,11 +49,12 @@ laggard --version
 laggard analyze "$root/examples/run-slow-forward" | grep "rank 3 .* in forward" >/dev/null ||
   { echo "wheel-test: the installed laggard did not name rank 3" >&2; exit 1; }
 echo "wheel-test: $(basename "$wheel") installed; Python tests against it:"
-# What the installed layout can break: every test that runs in one process (the package's API,
-# its module and program, the sinks), and real ranks through the package's own entry points (the
-# demo via the console script, DDP over gloo, torchrun). The other multi-process tests run the
-# same Python files of the same package on scripts/test.sh's source tree; here they would only
-# run twice (LAGGARD_WHEEL_TEST_ALL=1 runs them all).
+# What the installed layout can break: the package's metadata, version, py.typed, module and
+# program and its console script (test_package.py), the module the wheel's own CMake build made
+# (test_core.py), and real ranks through the package's own entry points (test_demo.py: the demo
+# via the console script; test_ddp.py: DDP over gloo, torchrun). The other tests run the same
+# Python files of the same package on scripts/test.sh's source tree; here they would only run
+# twice. LAGGARD_WHEEL_TEST_ALL=1 runs them all (scripts/long-tests.sh does).
 run_tests() {
   LAGGARD_TEST_INSTALLED=1 OMP_NUM_THREADS=1 "$venv/bin/python" -m pytest "$@" -q \
     -p no:cacheprovider
@@ -56,6 +62,5 @@ run_tests() {
 if [ "${LAGGARD_WHEEL_TEST_ALL:-0}" = 1 ]; then
   run_tests "$root/tests/python"
 else
-  run_tests "$root/tests/python" -m "not multiproc"
-  run_tests "$root/tests/python/test_demo.py" "$root/tests/python/test_ddp.py"
+  run_tests "$root"/tests/python/test_{package,core,demo,ddp}.py -m "not long"
 fi
