@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the wheel (pip wheel ., with the project venv's scikit-build-core and pybind11: nothing is
 # downloaded), installs it into a fresh venv with no compiler, CMake or build tool on PATH, and
-# runs the Python tests against that installed package: python/ of this checkout is never on
-# sys.path or PYTHONPATH, and the `laggard` command is the package's own.
+# runs the Python tests that the installed layout can break against that installed package
+# (LAGGARD_WHEEL_TEST_ALL=1: all of them): python/ of this checkout is never on sys.path or
+# PYTHONPATH, and the `laggard` command is the package's own.
 #   LAGGARD_WHEEL_DIR: keep the wheel there (default: a temporary directory, removed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
