@@ -7,10 +7,11 @@ machine's cores. No rank has a fault, so no (rank, stage) may be confirmed: not 
 rank logs (a Detector with the default options, as `laggard analyze` does).
 
 Each framework runs LAGGARD_LOADED_REPS times (10 by default; every repetition must pass). A run
-is 6 windows at laggard's default interval (10), a few seconds. On failure the message holds what
-a detector change must be judged against: the confirmed findings with their figures (slowdown,
-cost, share of the step, evidence), the live report that carried each verdict, each rank's
-median and largest stage times, and the load average.
+is 6 windows at laggard's default interval (10), a few seconds (LAGGARD_LOADED_STEPS: another
+number of steps). On failure the message holds what a detector change must be judged against:
+the confirmed findings with their figures (slowdown, cost, share of the step, evidence), the
+live report that carried each verdict, each rank's median and largest stage times, and the load
+average.
 
 Marked `long` (and `multiproc`): `-m "not long"` leaves it out.
 """
@@ -36,7 +37,9 @@ pytestmark = [pytest.mark.multiproc, pytest.mark.long]
 REPS = int(os.environ.get("LAGGARD_LOADED_REPS", "10"))
 WORLD = 3
 INTERVAL = 10  # laggard's default
-STEPS = 60  # 6 windows
+# 6 windows by default; LAGGARD_LOADED_STEPS sets another length (longer runs give a false
+# confirmation more windows to build up in)
+STEPS = int(os.environ.get("LAGGARD_LOADED_STEPS", "60"))
 EPOCH_STEPS = 40  # the Lightning and Trainer runs cross an epoch's end
 BURNERS = 2  # busy processes: one per core of the 2-core machine the tests run on
 
