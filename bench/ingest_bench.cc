@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -85,11 +86,19 @@ struct Inputs {
   std::uint64_t run_bytes = 0;
 
   Inputs() {
+    // LAGGARD_INGEST_RUN_DIR: the run (BM_RunReader, BM_AnalyzeRun) is that directory's rank
+    // files, e.g. one of bench/make_synthetic_run.py's, instead of a generated one.
+    if (const char* given = std::getenv("LAGGARD_INGEST_RUN_DIR")) {
+      run_dir = given;
+      for (const auto& entry : fs::directory_iterator(run_dir))
+        if (entry.path().extension() == ".jsonl") run_bytes += entry.file_size();
+    }
     dir = fs::temp_directory_path() / ("laggard-ingest-bench-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     single_file = dir / "rank-0.jsonl";
     write_rank_file(single_file, 0, kSingleFileBytes);
     single_file_bytes = fs::file_size(single_file);
+    if (!run_dir.empty()) return;
     run_dir = dir / "run";
     fs::create_directories(run_dir);
     for (int r = 0; r < kRunRanks; ++r) {

@@ -803,10 +803,14 @@ struct SampleFileReader::Impl {
   }
 
   void allocate(std::size_t bytes_of_data) {
-    // Zeroed so that simdjson never reads uninitialised padding.
-    buffer.reset(new char[bytes_of_data + simdjson::SIMDJSON_PADDING]());
+    // Not zeroed as a whole (that would touch every page before read() does); zero_padding()
+    // keeps the bytes simdjson may read past the data initialised.
+    buffer.reset(new char[bytes_of_data + simdjson::SIMDJSON_PADDING]);
     capacity = bytes_of_data;
   }
+
+  // The SIMDJSON_PADDING bytes after the data [0, end): a line that ends there is parsed in place.
+  void zero_padding() { std::memset(buffer.get() + end, 0, simdjson::SIMDJSON_PADDING); }
 
   // Moves the unconsumed tail to the front and reads more behind it.
   void fill() {
@@ -820,11 +824,13 @@ struct SampleFileReader::Impl {
       std::unique_ptr<char[]> old = std::move(buffer);
       allocate(std::max(capacity, std::min(capacity * 2, kMaxLineBytes + 1)));
       std::memcpy(buffer.get(), old.get(), end);
+      zero_padding();
     }
     for (;;) {
       const ssize_t n = ::read(fd, buffer.get() + end, capacity - end);
       if (n > 0) {
         end += static_cast<std::size_t>(n);
+        zero_padding();
         return;
       }
       if (n == 0) {
@@ -847,6 +853,7 @@ struct SampleFileReader::Impl {
     if (tail != 0) std::memcpy(buffer.get(), old.get() + begin, tail);
     begin = 0;
     end = tail;
+    zero_padding();
   }
 
   void record(std::size_t line, bool truncated) {
@@ -873,6 +880,8 @@ SampleFileReader::SampleFileReader(std::string path, std::size_t chunk_bytes)
                      (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") + ", not a regular file");
   const int flags = ::fcntl(impl_->fd, F_GETFL);
   if (flags >= 0) ::fcntl(impl_->fd, F_SETFL, flags & ~O_NONBLOCK);
+  // Read front to back once: a larger read-ahead for files not in the page cache.
+  if (S_ISREG(st.st_mode)) ::posix_fadvise(impl_->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   // A small file gets a buffer its size: a run of thousands of short rank files need not hold
   // a full chunk per file. A file that grows while it is read still works, through more reads.
   constexpr std::uint64_t kMinBuffer = 4096;
@@ -881,6 +890,7 @@ SampleFileReader::SampleFileReader(std::string path, std::size_t chunk_bytes)
     capacity =
         std::min<std::uint64_t>(capacity, std::max<std::uint64_t>(st.st_size + 1, kMinBuffer));
   impl_->allocate(static_cast<std::size_t>(capacity));
+  impl_->zero_padding();
   impl_->usual_capacity = impl_->capacity;
 }
 

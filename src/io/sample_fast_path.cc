@@ -32,6 +32,10 @@ constexpr int kMaxSkipDepth = 32;
 // More digits than this in an integer go to the general parser: every value below 10^18 fits
 // in an int64, and nothing here needs to know how simdjson treats larger ones.
 constexpr int kMaxIntegerDigits = 18;
+// Significant digits below which a decimal is an exact double (10^15 < 2^53).
+constexpr int kMaxExactDigits = 15;
+// Characters below which a JSON number without exponent is within a double's range.
+constexpr std::ptrdiff_t kMaxPlainDecimal = 300;
 
 bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
 
@@ -330,6 +334,12 @@ class Scanner {
           const auto digits = p_ - begin - (*begin == '-' ? 1 : 0);
           return digits <= kMaxIntegerDigits;
         }
+        // Without an exponent, a number shorter than kMaxPlainDecimal cannot leave a double's
+        // range (over 1.8e308 takes 309 digits; under 4.9e-324, 324): no need to convert it.
+        const auto length = p_ - begin;
+        if (length < kMaxPlainDecimal && std::memchr(begin, 'e', length) == nullptr &&
+            std::memchr(begin, 'E', length) == nullptr)
+          return true;
         double value;
         const auto result = std::from_chars(begin, p_, value);
         return result.ec == std::errc() && result.ptr == p_;
@@ -347,6 +357,10 @@ class Scanner {
     const char* begin = p_;
     const char* digits = negative_ok && p_ < end_ && *p_ == '-' ? p_ + 1 : p_;
     if (digits == end_ || !is_digit(*digits)) return false;
+    if (short_decimal(digits, out)) {
+      if (digits != begin) out = -out;
+      return true;
+    }
     const auto result = std::from_chars(begin, end_, out);
     if (result.ec != std::errc()) return false;
     p_ = result.ptr;
@@ -358,6 +372,106 @@ class Scanner {
     if (!is_digit(p_[-1])) return false;  // "1." (with an exponent it would end in a digit)
     const void* dot = std::memchr(digits, '.', static_cast<std::size_t>(p_ - digits));
     return dot == nullptr || is_digit(static_cast<const char*>(dot)[1]);  // not "1.e5"
+  }
+
+  // A decimal without exponent of at most kMaxExactDigits digits (what laggard writes for times
+  // kept in nanoseconds, and most writers' fixed-point text): its digits m and fraction length f
+  // give m / 10^f, both exact doubles, so the one division rounds as from_chars does (Clinger's
+  // fast path), at a fraction of its cost. Anything else (more digits, an exponent, text that is
+  // not a JSON number) is left to number()'s general way, which gives the same double or refuses.
+  bool short_decimal(const char* digits, double& out) {
+    static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                        1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    // The lengths first (cheap), the value only for a number short enough.
+    const int whole = *digits == '0' ? 1 : digit_span(digits);  // "01": the general way's
+    const char* q = digits + whole;
+    int fraction = 0;
+    if (q < end_ && *q == '.') {
+      fraction = digit_span(q + 1);
+      if (fraction == 0) return false;
+      q += 1 + fraction;
+    }
+    // digit_span stops at 16, so a digit may follow. m has at most whole + fraction digits (a
+    // leading 0 counted): at most kMaxExactDigits gives m < 10^15 < 2^53.
+    if (whole + fraction > kMaxExactDigits) return false;
+    if (q < end_ && (is_digit(*q) || *q == 'e' || *q == 'E' || *q == '.')) return false;
+    std::uint64_t m = digits_value(digits, whole);
+    if (fraction > 0) m = m * kScale[fraction] + digits_value(digits + whole + 1, fraction);
+    out = static_cast<double>(m) / kPow10[fraction];
+    p_ = q;
+    return true;
+  }
+
+  static constexpr std::uint64_t kScale[] = {1,
+                                             10,
+                                             100,
+                                             1000,
+                                             10000,
+                                             100000,
+                                             1000000,
+                                             10000000,
+                                             100000000,
+                                             1000000000,
+                                             10000000000,
+                                             100000000000,
+                                             1000000000000,
+                                             10000000000000,
+                                             100000000000000,
+                                             1000000000000000};
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  static constexpr bool kSwar = true;
+#else
+  static constexpr bool kSwar = false;
+#endif
+
+  // How many decimal digits start at q, up to 16: eight bytes at a time where the line has
+  // them (a byte is a digit when its high nibble is 3 and adding 6 keeps it so), not a branch
+  // per digit.
+  int digit_span(const char* q) const {
+    int total = 0;
+    for (int round = 0; round < 2; ++round, q += 8) {
+      int k = 0;
+      if (kSwar && end_ - q >= 8) {
+        std::uint64_t v;
+        std::memcpy(&v, q, 8);
+        const std::uint64_t other = ((v & 0xF0F0F0F0F0F0F0F0u) |
+                                     (((v + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) ^
+                                    0x3333333333333333u;
+        k = other == 0 ? 8 : __builtin_ctzll(other) >> 3;
+      } else {
+        while (k < 8 && q + k < end_ && is_digit(q[k])) ++k;
+      }
+      total += k;
+      if (k < 8) break;
+    }
+    return total;
+  }
+
+  // The value of the n digits at q (n <= 15, all digits).
+  std::uint64_t digits_value(const char* q, int n) const {
+    std::uint64_t value = 0;
+    if (n > 8) {
+      value = eight_digits(q, 8) * kScale[n - 8];
+      q += 8;
+      n -= 8;
+    }
+    return value + eight_digits(q, n);
+  }
+
+  // The value of the n <= 8 digits at q.
+  std::uint64_t eight_digits(const char* q, int n) const {
+    if (kSwar && end_ - q >= 8) {
+      std::uint64_t v;
+      std::memcpy(&v, q, 8);
+      v <<= 8 * (8 - n);  // the n digits on top, zero bytes (zero digits) below them
+      v = ((v & 0x0F0F0F0F0F0F0F0Fu) * 2561) >> 8;
+      v = ((v & 0x00FF00FF00FF00FFu) * 6553601) >> 16;
+      return ((v & 0x0000FFFF0000FFFFu) * 42949672960001u) >> 32;
+    }
+    std::uint64_t value = 0;
+    for (int i = 0; i < n; ++i) value = value * 10 + static_cast<std::uint64_t>(q[i] - '0');
+    return value;
   }
 
   bool all_plain(const char* p, std::size_t n) const {

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -247,6 +248,40 @@ TEST(SampleFastPath, AgreesWithTheGeneralParserOnMutatedLines) {
       if (::testing::Test::HasFailure()) return;
     }
     EXPECT_GT(taken, 500) << base;  // many edits keep the line valid (a digit for a digit)
+  }
+}
+
+TEST(SampleFastPath, ReadsDecimalsOfEveryLengthAsTheGeneralParserDoes) {
+  // Short decimals take a quicker way than long ones (at most 15 digits and no exponent): each
+  // length on either side of that limit, in every field that holds a number, gives the double
+  // the general parser gives, bit for bit.
+  std::mt19937_64 rng(5);
+  const auto line_with = [](const std::string& number) {
+    return "{\"schema\":\"laggard.sample/1\",\"rank\":0,\"world_size\":1,\"step\":3,\"step_ms\":" +
+           number + ",\"stages\":[{\"name\":\"a\",\"kind\":\"data\",\"ms\":" + number +
+           ",\"calls\":1}],\"values\":{\"v\":-" + number + "}}";
+  };
+  for (int whole = 1; whole <= 18; ++whole) {
+    for (int fraction = 0; fraction <= 18; ++fraction) {
+      for (int i = 0; i < 20; ++i) {
+        std::string number;
+        for (int d = 0; d < whole; ++d)
+          number += static_cast<char>('0' + (d == 0 && whole > 1 ? 1 + rng() % 9 : rng() % 10));
+        if (fraction > 0) number += '.';
+        for (int d = 0; d < fraction; ++d) number += static_cast<char>('0' + rng() % 10);
+        // Up to 24 characters with the sign (the longest double laggard writes), the fast path
+        // takes it.
+        EXPECT_EQ(fast_path_agrees(line_with(number)), number.size() + 1 <= 24) << number;
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  for (const char* number : {"0", "0.5", "0.000000000000001", "9007199254740993", "999999999999999",
+                             "9999999999999999", "123456789012345.6", "72.859408", "1.5e3"}) {
+    StepSample fast;
+    ASSERT_TRUE(detail::parse_sample_fast(line_with(number), fast)) << number;
+    EXPECT_EQ(fast.step_ms, std::strtod(number, nullptr)) << number;
+    EXPECT_EQ(fast.values.at(0).value, -std::strtod(number, nullptr)) << number;
   }
 }
 
