@@ -496,7 +496,7 @@ void Background::triage(const Window& analysed, Report& report, Metrics& metrics
     const CorrectnessFinding& f = found[correctness_warned];
     if (!correctness_said.insert({f.rank, f.name}).second) continue;
     log_message(LogLevel::warning,
-                "laggard: correctness: '" + f.name + "' " +
+                "correctness: '" + f.name + "' " +
                     (f.kind == CorrectnessFinding::Kind::non_finite ? "is not finite"
                                                                     : "jumped out of its range") +
                     " at step " + std::to_string(f.step) + " on rank " + std::to_string(f.rank) +
