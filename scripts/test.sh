@@ -6,6 +6,7 @@
 #                 under a loaded machine); scripts/long-tests.sh runs exactly those. CI passes it.
 #   --jobs N      Python test processes (pytest-xdist, a test file per process; default 1). The
 #                 real-rank tests mostly sleep, so 2 on a 2-core machine fill the idle cores.
+#   -- ARGS...    more arguments for pytest (CI: --durations=25, the slowest tests' times)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skip_long=no
@@ -14,15 +15,16 @@ while [ $# -gt 0 ]; do
   case $1 in
     --skip-long) skip_long=yes ;;
     --jobs) jobs=$2; shift ;;
-    *) echo "usage: bash scripts/test.sh [--skip-long] [--jobs N]" >&2; exit 2 ;;
+    --) shift; break ;;
+    *) echo "usage: bash scripts/test.sh [--skip-long] [--jobs N] [-- PYTEST_ARGS...]" >&2; exit 2 ;;
   esac
   shift
 done
 ctest_args=()
-pytest_args=()
+pytest_args=("$@")
 if [ "$skip_long" = yes ]; then
   ctest_args=(-LE long)
-  pytest_args=(-m "not long")
+  pytest_args+=(-m "not long")
 fi
 if [ "$jobs" -gt 1 ]; then
   pytest_args+=(-n "$jobs" --dist loadfile)
