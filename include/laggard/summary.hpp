@@ -1,6 +1,7 @@
 // laggard — a whole run's verdicts, built window by window (what `laggard analyze` prints).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -85,6 +86,15 @@ struct RunSummary {
   std::optional<std::int64_t> step_time_onset;
   double step_time_before_ms = 0.0;  ///< baseline level (NaN when unknown)
   double step_time_since_ms = 0.0;   ///< typical since the onset (NaN without an onset)
+  /// Why there is no step_time_onset when the run shows it: sampled steps with a step time (an
+  /// onset needs at least 3), and a rise that came within the first
+  /// OnsetOptions::baseline_windows of them, which set the baseline it would be measured from:
+  /// the step of that rise and the step time's median before and after it.
+  int step_time_values = 0;
+  int step_time_baseline_values = 0;  ///< how many first values set the baseline
+  std::optional<std::int64_t> step_time_rise_in_baseline;
+  double step_time_rise_from_ms = 0.0;
+  double step_time_rise_to_ms = 0.0;
 };
 
 /// Runs a Detector over a run's windows and keeps what the summary needs (memory grows with
@@ -134,6 +144,11 @@ class LAGGARD_API RunAnalysis {
   OnsetOptions onset_options_;
   std::unordered_map<std::string, StageOnsets> rank_onsets_;
   OnsetDetector step_onset_;
+  // The step time's first values (those that set its onset baseline), and the mean log of the
+  // later ones: enough to say why a rise among the first values is no onset.
+  std::array<std::pair<std::int64_t, double>, OnsetDetector::kMaxBaseline> step_first_{};
+  int step_values_ = 0;
+  double step_later_log_sum_ = 0.0;
   std::string key_;
 };
 

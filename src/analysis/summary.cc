@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <vector>
 
 namespace laggard {
 
@@ -51,7 +52,14 @@ const Report& RunAnalysis::add(const Window& window) {
   }
   sum_step_ms_ += slowest_step;
   sum_whatif_ms_ += last_.whatif_step_saving_ms;
-  if (slowest_step > 0.0) step_onset_.add(window.step, std::log(slowest_step));
+  if (slowest_step > 0.0) {
+    step_onset_.add(window.step, std::log(slowest_step));
+    if (step_values_ < onset_options_.baseline_windows)
+      step_first_[static_cast<std::size_t>(step_values_)] = {window.step, slowest_step};
+    else
+      step_later_log_sum_ += std::log(slowest_step);
+    ++step_values_;
+  }
 
   // Onsets: every rank's own time against its cohort's reference, log(t / ref), for the stages
   // whose flags make stragglers (a wait in communication is evidence, never a verdict).
@@ -189,6 +197,29 @@ RunSummary RunAnalysis::summary() const {
   out.step_time_onset = step_onset_.onset();
   out.step_time_before_ms = step_onset_.baseline();
   out.step_time_since_ms = step_onset_.since();
+  out.step_time_values = step_values_;
+  out.step_time_baseline_values = onset_options_.baseline_windows;
+  // No onset, yet the step time may have risen among the first values, which set the baseline
+  // an onset is measured from: say so, with the step of the rise (the first split of those values
+  // with every later value, on average, min_shift over the median before it).
+  const int first = std::min(step_values_, onset_options_.baseline_windows);
+  const double rise = 1.0 + onset_options_.min_shift;
+  const int later = step_values_ - first;
+  for (int i = 1; i < first && !out.step_time_onset; ++i) {
+    std::vector<double> before, after;
+    for (int k = 0; k < first; ++k)
+      (k < i ? before : after).push_back(step_first_[static_cast<std::size_t>(k)].second);
+    if (static_cast<int>(after.size()) + later < onset_options_.persist_windows) break;
+    const double from = detail::median_of(before), to = detail::median_of(after);
+    const double later_level = later > 0 ? std::exp(step_later_log_sum_ / later) : to;
+    if (step_first_[static_cast<std::size_t>(i)].second >= rise * from && to >= rise * from &&
+        later_level >= rise * from) {
+      out.step_time_rise_in_baseline = step_first_[static_cast<std::size_t>(i)].first;
+      out.step_time_rise_from_ms = from;
+      out.step_time_rise_to_ms = later > 0 ? later_level : to;
+      break;
+    }
+  }
 
   out.bottleneck_windows = bottleneck_windows_;
   int best = 0;

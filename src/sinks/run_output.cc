@@ -97,6 +97,14 @@ void print_summary(std::ostream& o, const RunSummary& sum, const RunOutputInput&
     o << "since step " << *sum.step_time_onset << " (" << fixed(sum.step_time_before_ms, 1)
               << " ms before, " << fixed(sum.step_time_since_ms, 1)
               << " ms since; slowest rank per step)\n";
+  else if (sum.step_time_rise_in_baseline)
+    o << "none (the step time rose at step " << *sum.step_time_rise_in_baseline << ", from "
+      << fixed(sum.step_time_rise_from_ms, 1) << " to " << fixed(sum.step_time_rise_to_ms, 1)
+      << " ms, within the first " << sum.step_time_baseline_values
+      << " sampled steps: those set the baseline, so the rise is part of it)\n";
+  else if (sum.step_time_values < 3)
+    o << "none (" << sum.step_time_values
+      << " sampled steps with a step time; an onset needs at least 3)\n";
   else
     o << "none (no persistent rise of the slowest rank's step time)\n";
   o << "What-if: " << fixed(sum.mean_whatif_saving_ms, 1) << " ms per step";

@@ -116,6 +116,38 @@ TEST(RunAnalysis, AVerdictUnderTheFloorIsNotListed) {
   EXPECT_EQ(s.stragglers[0].rank, 4);
 }
 
+TEST(RunAnalysis, ARiseAmongTheBaselineStepsIsNamedAsTheReasonForNoOnset) {
+  // Step time ~6 ms, then ~26 ms from the third window: among the 8 that set the baseline.
+  RunAnalysis early;
+  for (int i = 0; i < 30; ++i) {
+    const double f = (i >= 2 ? 21.0 : 1.0) + 0.01 * (i % 3);
+    early.add(make_window(i * 10, 4, {f, f, f, f}));
+  }
+  const RunSummary s = early.summary();
+  EXPECT_FALSE(s.step_time_onset);
+  ASSERT_TRUE(s.step_time_rise_in_baseline);
+  EXPECT_EQ(*s.step_time_rise_in_baseline, 20);
+  EXPECT_NEAR(s.step_time_rise_from_ms, 6.0, 0.1);
+  EXPECT_NEAR(s.step_time_rise_to_ms, 26.0, 0.1);
+  EXPECT_EQ(s.step_time_values, 30);
+  EXPECT_EQ(s.step_time_baseline_values, 8);
+
+  // A flat, noisy step time, a rise after the baseline (an onset), and a fall: no such reason.
+  RunAnalysis flat, late, fall;
+  for (int i = 0; i < 30; ++i) {
+    const double noise = 0.5 * ((i * 7) % 5 - 2);
+    flat.add(make_window(i, 4, {60.0 + noise, 60.0, 60.0, 60.0}));
+    const double l = (i >= 15 ? 90.0 : 60.0) + noise;
+    late.add(make_window(i, 4, {l, l, l, l}));
+    const double d = (i >= 2 ? 30.0 : 60.0) + noise;
+    fall.add(make_window(i, 4, {d, d, d, d}));
+  }
+  EXPECT_FALSE(flat.summary().step_time_rise_in_baseline);
+  EXPECT_TRUE(late.summary().step_time_onset);
+  EXPECT_FALSE(late.summary().step_time_rise_in_baseline);
+  EXPECT_FALSE(fall.summary().step_time_rise_in_baseline);
+}
+
 TEST(RunAnalysis, EmptyRunHasAnEmptySummary) {
   RunAnalysis analysis(DetectorOptions::rfc());  // the figures below are the RFC rule's
   const RunSummary s = analysis.summary();
