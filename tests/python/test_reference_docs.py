@@ -1,6 +1,6 @@
 """The generated reference pages equal what the code gives now: docs/reference/cli.md (the
 programs' --help) and docs/reference/metrics.md (the metric names a live Analyzer emits). After a
-change to a program's flags or to a metric, scripts/make_reference_docs.py rewrites them."""
+change to a program's flags or to a metric, tools/docs/cli_metrics_reference.py rewrites them."""
 
 import importlib.util
 import os
@@ -13,8 +13,8 @@ ROOT = testenv.ROOT
 
 
 def _tool():
-    path = os.path.join(ROOT, "scripts", "make_reference_docs.py")
-    spec = importlib.util.spec_from_file_location("make_reference_docs", path)
+    path = os.path.join(ROOT, "tools", "docs", "cli_metrics_reference.py")
+    spec = importlib.util.spec_from_file_location("cli_metrics_reference", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -25,7 +25,7 @@ def _read(path):
         return f.read()
 
 
-FIX = "run: PYTHONPATH=python .venv/bin/python scripts/make_reference_docs.py"
+FIX = "run: PYTHONPATH=python .venv/bin/python tools/docs/cli_metrics_reference.py"
 
 
 def test_cli_page_is_the_programs_help():

@@ -3,7 +3,7 @@
 --help) and docs/reference/metrics.md (the metric names a live Analyzer emits, with their
 meanings from the table below).
 
-    PYTHONPATH=python .venv/bin/python scripts/make_reference_docs.py [--laggard PROGRAM]
+    PYTHONPATH=python .venv/bin/python tools/docs/cli_metrics_reference.py [--laggard PROGRAM]
     ... --check     exit 1 when a committed page differs from what the code gives now
 
 tests/python/test_reference_docs.py runs the same functions and compares with the pages.
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI_PAGE = os.path.join(ROOT, "docs", "reference", "cli.md")
 METRICS_PAGE = os.path.join(ROOT, "docs", "reference", "metrics.md")
 
@@ -50,7 +50,8 @@ def help_text(laggard, args):
 
 def cli_markdown(laggard):
     out = ["# Command line", "",
-           "<!-- made by scripts/make_reference_docs.py from the programs' --help; do not edit -->",
+           "<!-- made by tools/docs/cli_metrics_reference.py from the programs' --help; "
+           "do not edit -->",
            "",
            "Every subcommand of `laggard`, as its `--help` prints it. The words they use:",
            "[concepts.md](../concepts.md); the detector flags they share:",
@@ -145,7 +146,7 @@ def metrics_markdown():
         "resources": "the analysis rank, with resource readings",
     }
     out = ["# Metrics", "",
-           "<!-- made by scripts/make_reference_docs.py; do not edit -->", "",
+           "<!-- made by tools/docs/cli_metrics_reference.py; do not edit -->", "",
            "The `straggler/*` metrics: what `Analyzer.latest_metrics()` returns and what sinks "
            "and trackers receive.",
            "`{stage}` is a stage's name (`untimed` included), `{rank}` a rank's number. The "
@@ -181,7 +182,7 @@ def main(argv=None):
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
     for path in stale:
-        print("%s differs from what the code gives; run scripts/make_reference_docs.py"
+        print("%s differs from what the code gives; run tools/docs/cli_metrics_reference.py"
               % os.path.relpath(path, ROOT), file=sys.stderr)
     return 1 if stale else 0
 
