@@ -62,13 +62,15 @@ StageKind default_stage_kind(std::string_view name) noexcept {
       "nccl",          "gloo",       "p2p",       "collective", "barrier"};
   // Whole words only: as a substring they would catch "distill", "a2aux" and the like.
   static constexpr std::array<std::string_view, 3> kCommunicationWords = {"dist", "a2a", "mpi"};
-  static constexpr std::array<std::string_view, 3> kData = {"dataloader", "data_loader", "data"};
+  // Input loading: a data loader, or "data" as a whole word ("load_data", not "metadata").
+  static constexpr std::array<std::string_view, 2> kData = {"dataloader", "data_loader"};
   for (auto word : kCommunication)
     if (contains_ci(name, word)) return StageKind::communication;
   for (auto word : kCommunicationWords)
     if (has_word_ci(name, word)) return StageKind::communication;
   for (auto word : kData)
     if (contains_ci(name, word)) return StageKind::data;
+  if (has_word_ci(name, "data")) return StageKind::data;
   return StageKind::compute;
 }
 

@@ -24,7 +24,8 @@ LAGGARD_API std::optional<StageKind> parse_stage_kind(std::string_view text) noe
 
 /// The kind laggard assumes for a well-known stage name ("communication", "allreduce",
 /// "all_to_all", ... and the whole words "dist", "a2a", "mpi" → communication, checked first so
-/// that "sparse_data_dist" is communication; "dataloader", "data" → data; everything else →
+/// that "sparse_data_dist" is communication; "dataloader", "data_loader" and the whole word
+/// "data" → data ("load_data", not "metadata"); everything else →
 /// compute).
 LAGGARD_API StageKind default_stage_kind(std::string_view name) noexcept;
 

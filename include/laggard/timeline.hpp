@@ -1,6 +1,6 @@
 // laggard — timeline bubbles: per rank and step, the time the device was idle, split into
-// waiting for data, launch-bound gaps and other idle time, and the time spent inside NCCL kernels
-// waiting for ranks that reached the collective later.
+// waiting for data, waiting on communication, launch-bound gaps and other idle time, and the time
+// spent inside NCCL kernels waiting for ranks that reached the collective later.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +22,7 @@ struct RankTimelineSummary {
   double busy_ms = 0.0;
   double copy_ms = 0.0;
   double data_wait_ms = 0.0;
+  double comm_idle_ms = 0.0;
   double launch_wait_ms = 0.0;
   double other_idle_ms = 0.0;
   double comm_ms = 0.0;
@@ -33,7 +34,13 @@ struct RankTimelineSummary {
 
 /// A bubble worth a look: one kind of lost device time on some ranks (or all of them).
 struct TimelineFinding {
-  enum class Kind { data_wait = 0, launch_bound = 1, other_idle = 2, late_arrival = 3 };
+  enum class Kind {
+    data_wait = 0,
+    launch_bound = 1,
+    other_idle = 2,
+    late_arrival = 3,
+    comm_idle = 4,  ///< idle while the host was in a collective: communication or a late rank
+  };
   Kind kind = Kind::data_wait;
   std::vector<int> ranks;   ///< ascending
   bool every_rank = false;  ///< the whole job, not a few ranks
@@ -45,7 +52,7 @@ struct TimelineFinding {
   double others_wait_ms = 0.0;
 };
 
-/// "data_wait", "launch_bound", "other_idle", "late_arrival". Thread-safe.
+/// "data_wait", "launch_bound", "other_idle", "late_arrival", "comm_idle". Thread-safe.
 LAGGARD_API const char* to_string(TimelineFinding::Kind kind) noexcept;
 
 struct TimelineSummary {

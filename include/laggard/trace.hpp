@@ -35,15 +35,20 @@ struct TraceOptions {
 };
 
 /// What the device did during one step of one rank. Every figure is in ms; busy + copy +
-/// data_wait + launch_wait + other_idle = window (docs/howto/traces.md defines each).
+/// data_wait + comm_idle + launch_wait + other_idle = window (docs/howto/traces.md defines each).
+/// Idle time goes to the first of data_wait, comm_idle, launch_wait, other_idle that the trace
+/// explains it by.
 struct StepTimeline {
   std::int64_t step = 0;
   double step_ms = 0.0;         ///< the ProfilerStep annotation's duration on the host
   double window_ms = 0.0;       ///< the device time this step covers
   double busy_ms = 0.0;         ///< some kernel (or memset) running
   double copy_ms = 0.0;         ///< only copies running, none of them host-to-device
-  double data_wait_ms = 0.0;    ///< idle while the host was in the dataloader, or only
+  double data_wait_ms = 0.0;    ///< idle while the host was loading data (a DataLoader's
+                                ///< __next__, an annotation of kind data), or only
                                 ///< host-to-device copies running
+  double comm_idle_ms = 0.0;    ///< idle while the host was in a collective (an annotation of
+                                ///< kind communication: nccl:*, c10d::*, ## sparse_data_dist ##)
   double launch_wait_ms = 0.0;  ///< idle before the next kernel's launch call had returned:
                                 ///< the host too slow to feed the device
   double other_idle_ms = 0.0;   ///< idle for any other reason

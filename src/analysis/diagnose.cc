@@ -622,6 +622,18 @@ DiagnosisLayer timeline_from_traces(const TimelineSummary& sum) {
         f.text = who + ": device waiting for data " + num(tf.ms_per_step, 1) + " ms per step (" +
                  pct(tf.share) + " of the device's time)";
         break;
+      case TimelineFinding::Kind::comm_idle:
+        // The device idle while the host was in a collective. Ranks that wait there while
+        // others do not wait for those others (the stragglers layer names them); when every
+        // rank waits, the communication itself is slow or exposed. Never input loading.
+        f.explained_by_stragglers = tf.ranks.size() < sum.ranks.size();
+        f.text = who + ": device idle " + num(tf.ms_per_step, 1) + " ms per step (" +
+                 pct(tf.share) + ") while the host was in a collective: " +
+                 (f.explained_by_stragglers
+                      ? std::string("waiting for ranks that reach it later")
+                      : std::string("slow or exposed communication")) +
+                 ", not input loading";
+        break;
       case TimelineFinding::Kind::launch_bound:
         f.text = who + ": launch-bound " + num(tf.ms_per_step, 1) + " ms per step (" +
                  pct(tf.share) + "): the host too slow to feed the device";
@@ -764,7 +776,10 @@ Diagnosis RunDiagnosis::finish(const TimelineSummary* traces, const Comparison* 
   Diagnosis d;
   d.layers.push_back(correctness_layer(gate_));
   d.layers.push_back(resources_layer(resources_));
-  d.layers.push_back(traces ? timeline_from_traces(*traces) : timeline_from_samples(timeline_));
+  // Traces without device activity (CPU-only profiles) have no device timeline: their host-side
+  // stages, as for sample logs.
+  d.layers.push_back(traces && !traces->ranks.empty() ? timeline_from_traces(*traces)
+                                                      : timeline_from_samples(timeline_));
   d.layers.push_back(stragglers_layer(analysis_.summary(), resources_));
   d.layers.push_back(regression_layer(comparison));
   for (std::size_t i = 0; i < d.layers.size(); ++i)

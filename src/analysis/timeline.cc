@@ -23,6 +23,8 @@ const char* to_string(TimelineFinding::Kind kind) noexcept {
       return "other_idle";
     case TimelineFinding::Kind::late_arrival:
       return "late_arrival";
+    case TimelineFinding::Kind::comm_idle:
+      return "comm_idle";
   }
   return "other_idle";
 }
@@ -99,6 +101,7 @@ TimelineSummary analyze_timeline(std::vector<RankTrace>& ranks, const TimelineOp
       s.busy_ms += x.busy_ms;
       s.copy_ms += x.copy_ms;
       s.data_wait_ms += x.data_wait_ms;
+      s.comm_idle_ms += x.comm_idle_ms;
       s.launch_wait_ms += x.launch_wait_ms;
       s.other_idle_ms += x.other_idle_ms;
       s.comm_ms += x.comm_ms;
@@ -106,7 +109,8 @@ TimelineSummary analyze_timeline(std::vector<RankTrace>& ranks, const TimelineOp
     }
     const double n = static_cast<double>(s.steps);
     for (double* v : {&s.step_ms, &s.window_ms, &s.busy_ms, &s.copy_ms, &s.data_wait_ms,
-                      &s.launch_wait_ms, &s.other_idle_ms, &s.comm_ms, &s.comm_wait_ms})
+                      &s.comm_idle_ms, &s.launch_wait_ms, &s.other_idle_ms, &s.comm_ms,
+                      &s.comm_wait_ms})
       *v /= n;
     s.collectives = matched[r];
     s.arrived_last = last[r];
@@ -145,6 +149,7 @@ TimelineSummary analyze_timeline(std::vector<RankTrace>& ranks, const TimelineOp
     double RankTimelineSummary::*field;
   };
   const Figure figures[] = {{TimelineFinding::Kind::data_wait, &RankTimelineSummary::data_wait_ms},
+                            {TimelineFinding::Kind::comm_idle, &RankTimelineSummary::comm_idle_ms},
                             {TimelineFinding::Kind::launch_bound,
                              &RankTimelineSummary::launch_wait_ms},
                             {TimelineFinding::Kind::other_idle,

@@ -684,10 +684,19 @@ class TraceResolver {
   std::unordered_map<std::uint64_t, SpanList> gpu_streams_;
   std::vector<std::int64_t> last_end_;  // per step: the last device activity's end
   std::vector<int> activity_step_;       // per activity
+  // Every annotation of kind data or communication, nested ones too, of every host thread: what
+  // explains the device's idle time (timelines()).
+  std::vector<std::pair<std::int64_t, std::int64_t>> data_spans_, comm_spans_;
 };
 
 void TraceResolver::index_spans() {
   auto& spans = b_.spans_;
+  for (const HostSpan& s : spans) {
+    if (s.cls != SpanClass::annotation) continue;
+    const StageKind kind = b_.stages_[s.name].kind;
+    if (kind == StageKind::data) data_spans_.emplace_back(s.start, s.end);
+    if (kind == StageKind::communication) comm_spans_.emplace_back(s.start, s.end);
+  }
   std::sort(spans.begin(), spans.end(), [](const HostSpan& x, const HostSpan& y) {
     if (x.thread != y.thread) return x.thread < y.thread;
     if (x.cls != y.cls) return x.cls < y.cls;
@@ -927,7 +936,8 @@ void TraceResolver::host_samples(RankTrace& out) {
 }
 
 // The device timeline of each step (docs/howto/traces.md, "Timeline bubbles"): a sweep over the
-// activities' start and end points, with the steps' windows and the host's dataloader spans.
+// activities' start and end points, with the steps' windows and the host's data and
+// communication spans.
 void TraceResolver::timelines(RankTrace& out, const std::vector<std::int64_t>& launch_end) {
   const auto& acts = b_.activities_;
   const std::size_t steps = steps_.size();
@@ -938,22 +948,26 @@ void TraceResolver::timelines(RankTrace& out, const std::vector<std::int64_t>& l
     wa[s] = s == 0 ? steps_[s].start : std::max(steps_[s].start, wb[s - 1]);
     wb[s] = std::max({steps_[s].end, last_end_[s], wa[s]});
   }
-  // Dataloader spans of every host thread, merged.
-  std::vector<std::pair<std::int64_t, std::int64_t>> data;
-  for (const auto& [thread, ts] : threads_) {
-    (void)thread;
-    for (const HostSpan& s : ts.by_class[0].spans)
-      if (b_.stages_[s.name].kind == StageKind::data) data.emplace_back(s.start, s.end);
-  }
-  std::sort(data.begin(), data.end());
-  std::vector<std::pair<std::int64_t, std::int64_t>> merged;
-  for (const auto& d : data) {
-    if (!merged.empty() && d.first <= merged.back().second)
-      merged.back().second = std::max(merged.back().second, d.second);
-    else
-      merged.push_back(d);
-  }
-  const auto data_overlap = [&](std::int64_t x, std::int64_t y) {
+  // Idle time is explained first by data loading, then by communication: the union of the data
+  // spans, and the union of data and communication spans (communication = the difference).
+  using Spans = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  const auto merge = [](Spans v) {
+    std::sort(v.begin(), v.end());
+    Spans merged;
+    for (const auto& d : v) {
+      if (!merged.empty() && d.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, d.second);
+      else
+        merged.push_back(d);
+    }
+    return merged;
+  };
+  const Spans data = merge(data_spans_);
+  Spans either = data_spans_;
+  either.insert(either.end(), comm_spans_.begin(), comm_spans_.end());
+  either = merge(std::move(either));
+  // The part of [x, y) that `merged` covers.
+  const auto overlap = [](const Spans& merged, std::int64_t x, std::int64_t y) {
     if (y <= x || merged.empty()) return std::int64_t{0};
     auto it = std::upper_bound(merged.begin(), merged.end(), std::make_pair(x, std::int64_t{0}),
                                [](const auto& v, const auto& m) { return v.first < m.first; });
@@ -1027,20 +1041,24 @@ void TraceResolver::timelines(RankTrace& out, const std::vector<std::int64_t>& l
         } else if (copies > 0) {
           t.copy_ms += len;
         } else {
-          // Idle: the dataloader's part, then the wait for the next launch, then the rest.
+          // Idle: the part the host spent loading data, then the part it spent in a
+          // collective, then the wait for the next launch, then the rest.
           while (next < by_start.size() && acts[by_start[next]].start < hi) ++next;
-          const std::int64_t data_ns = data_overlap(cursor, hi);
+          const std::int64_t data_ns = overlap(data, cursor, hi);
+          const std::int64_t comm_ns = overlap(either, cursor, hi) - data_ns;
           std::int64_t launch_ns = 0;
           if (next < by_start.size()) {
             const std::int64_t le = launch_end[by_start[next]];
             if (le > cursor) {
               const std::int64_t lhi = std::min(hi, le);
-              launch_ns = (lhi - cursor) - data_overlap(cursor, lhi);
+              launch_ns = (lhi - cursor) - overlap(either, cursor, lhi);
             }
           }
           t.data_wait_ms += static_cast<double>(data_ns) / kNsPerMs;
+          t.comm_idle_ms += static_cast<double>(comm_ns) / kNsPerMs;
           t.launch_wait_ms += static_cast<double>(launch_ns) / kNsPerMs;
-          t.other_idle_ms += static_cast<double>(hi - cursor - data_ns - launch_ns) / kNsPerMs;
+          t.other_idle_ms +=
+              static_cast<double>(hi - cursor - data_ns - comm_ns - launch_ns) / kNsPerMs;
         }
         cursor = hi;
       }

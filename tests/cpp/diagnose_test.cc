@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include "laggard/timeline.hpp"
+#include "laggard/trace.hpp"
+
 namespace laggard {
 namespace {
 
@@ -318,6 +321,105 @@ TEST(Diagnosis, AnAllToAllNamedDataIsNotADataWait) {
   for (const auto& f : t.findings) EXPECT_NE(f.kind, "data_wait") << f.text;
   EXPECT_EQ(t.findings[0].kind, "comm_wait");
   EXPECT_EQ(t.findings[0].ranks, (std::vector<int>{0, 1, 3}));
+}
+
+const std::string kData = LAGGARD_TEST_DATA;
+
+// The chain over a directory of profiler traces, as laggard diagnose runs it.
+Diagnosis diagnose_traces(const std::string& dir) {
+  TraceRunReader reader(dir);
+  RunDiagnosis run;
+  Window w;
+  while (reader.next(w)) run.add(w);
+  std::vector<RankTrace> ranks = reader.ranks();
+  const TimelineSummary timeline = analyze_timeline(ranks);
+  return run.finish(&timeline);
+}
+
+bool has_kind(const DiagnosisLayer& layer, const std::string& kind) {
+  for (const auto& f : layer.findings)
+    if (f.kind == kind) return true;
+  return false;
+}
+
+// Real CPU traces of two gloo ranks (tests/data/record_wait_traces.py): rank 0's DataLoader takes
+// 25 ms more per batch. Without device activity the chain's timeline is the host-side stages':
+// rank 0 waits for data in its DataLoader's __next__; rank 1 waits for rank 0 in the all-reduce.
+TEST(Diagnosis, ARealSlowDataLoaderIsADataWait) {
+  const Diagnosis d = diagnose_traces(kData + "/trace-cpu-slow-loader");
+  const DiagnosisLayer& t = d.layers[2];
+  EXPECT_EQ(t.status, DiagnosisLayer::Status::fail);
+  const DiagnosisFinding* data = nullptr;
+  for (const auto& f : t.findings)
+    if (f.kind == "data_wait") data = &f;
+  ASSERT_NE(data, nullptr);
+  EXPECT_EQ(data->ranks, std::vector<int>{0});
+  EXPECT_NE(data->text.find("waiting for data"), std::string::npos) << data->text;
+}
+
+// Real CPU traces of the same job whose rank 0 is slow before an all-to-all recorded as
+// "## sparse_data_dist ##" (TorchRec's name for its input all-to-all): rank 1 waits there for
+// rank 0. A wait for another rank, not for data.
+TEST(Diagnosis, ARealCollectiveNamedDataIsACommunicationWait) {
+  const Diagnosis d = diagnose_traces(kData + "/trace-cpu-comm-named-data");
+  const DiagnosisLayer& t = d.layers[2];
+  EXPECT_FALSE(has_kind(t, "data_wait"));
+  const DiagnosisFinding* wait = nullptr;
+  for (const auto& f : t.findings)
+    if (f.kind == "comm_wait") wait = &f;
+  ASSERT_NE(wait, nullptr);
+  EXPECT_EQ(wait->ranks, std::vector<int>{1});
+  EXPECT_TRUE(wait->explained_by_stragglers);
+}
+
+// Rank 0 of a 16-rank TorchRec job on a GPU (tests/data/trace-torchrec, real, trimmed): the
+// device idles while the host is in "## sparse_data_dist ##"; no DataLoader event. The chain
+// points to communication, not to input loading.
+TEST(Diagnosis, TorchRecsInputAllToAllIsCommunicationIdle) {
+  const Diagnosis d = diagnose_traces(kData + "/trace-torchrec");
+  const DiagnosisLayer& t = d.layers[2];
+  EXPECT_EQ(t.status, DiagnosisLayer::Status::fail);
+  EXPECT_FALSE(has_kind(t, "data_wait"));
+  ASSERT_FALSE(t.findings.empty());
+  const DiagnosisFinding& f = t.findings[0];
+  EXPECT_EQ(f.kind, "comm_idle");
+  EXPECT_FALSE(f.explained_by_stragglers);  // its only rank: the communication itself
+  EXPECT_NE(f.text.find("while the host was in a collective"), std::string::npos) << f.text;
+  EXPECT_NE(f.text.find("not input loading"), std::string::npos) << f.text;
+}
+
+// Communication idle on some ranks only: they wait for the others (the stragglers layer names
+// who is late); it does not fail the timeline.
+TEST(Diagnosis, CommunicationIdleOnSomeRanksIsExplainedByStragglers) {
+  TimelineSummary sum;
+  for (int r = 0; r < 4; ++r) {
+    RankTimelineSummary s;
+    s.rank = r;
+    s.steps = 10;
+    s.window_ms = 100.0;
+    sum.ranks.push_back(s);
+  }
+  TimelineFinding f;
+  f.kind = TimelineFinding::Kind::comm_idle;
+  f.ranks = {0, 1, 3};
+  f.every_rank = true;
+  f.ms_per_step = 20.0;
+  f.share = 0.2;
+  sum.findings.push_back(f);
+  RunDiagnosis run;
+  for (int step = 0; step < 5; ++step) run.add(window(step, 4, [](StepSample&) {}));
+  Diagnosis d = run.finish(&sum);
+  ASSERT_EQ(d.layers[2].findings.size(), 1u);
+  EXPECT_TRUE(d.layers[2].findings[0].explained_by_stragglers);
+  EXPECT_EQ(d.layers[2].status, DiagnosisLayer::Status::pass);
+  EXPECT_NE(d.layers[2].findings[0].text.find("waiting for ranks that reach it later"),
+            std::string::npos)
+      << d.layers[2].findings[0].text;
+  // On every rank: the communication itself, a failure of the layer.
+  sum.findings[0].ranks = {0, 1, 2, 3};
+  d = run.finish(&sum);
+  EXPECT_FALSE(d.layers[2].findings[0].explained_by_stragglers);
+  EXPECT_EQ(d.layers[2].status, DiagnosisLayer::Status::fail);
 }
 
 TEST(Diagnosis, TheRegressionLayerNamesTheFirstRegressedStage) {

@@ -26,6 +26,12 @@ TEST(StageKind, DefaultsForWellKnownNames) {
   EXPECT_EQ(default_stage_kind("attention"), StageKind::compute);
   EXPECT_EQ(default_stage_kind("data"), StageKind::data);
   EXPECT_EQ(default_stage_kind("load_data"), StageKind::data);
+  EXPECT_EQ(default_stage_kind("DataLoader"), StageKind::data);
+  EXPECT_EQ(default_stage_kind("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"),
+            StageKind::data);
+  // "data" inside another word is not input loading.
+  EXPECT_EQ(default_stage_kind("metadata_sync"), StageKind::compute);
+  EXPECT_EQ(default_stage_kind("update_metadata"), StageKind::compute);
 }
 
 // A collective whose name holds "data" is communication: TorchRec's input all-to-all is time

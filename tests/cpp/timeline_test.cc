@@ -113,7 +113,8 @@ TEST(Timeline, FromTracesWithADataStallAndALaunchBoundRank) {
   EXPECT_EQ(s.findings[2].ranks, std::vector<int>{3});
   for (const RankTrace& r : ranks)
     for (const StepTimeline& x : r.timeline)
-      EXPECT_NEAR(x.busy_ms + x.copy_ms + x.data_wait_ms + x.launch_wait_ms + x.other_idle_ms,
+      EXPECT_NEAR(x.busy_ms + x.copy_ms + x.data_wait_ms + x.comm_idle_ms + x.launch_wait_ms +
+                      x.other_idle_ms,
                   x.window_ms, 1e-6);
 }
 
@@ -150,23 +151,61 @@ struct TraceDir : laggard::testing::TempDir {
 };
 
 // TorchRec's input all-to-all: the GPU idles while the host is in "## sparse_data_dist ##".
-// Its name holds "data" but no data loading explains the idle time: first the host has not
-// launched the next kernel (launch), then the kernel is launched but waits (other).
-TEST(Timeline, AnAllToAllNamedDataIsNotADataWait) {
+// Its name holds "data" but no data loading explains the idle time: the host was in a
+// collective, launched or not the next kernel: communication idle, all of it.
+TEST(Timeline, AnAllToAllNamedDataIsCommunicationIdle) {
   TraceDir dir;
   std::vector<RankTrace> ranks = {
       read_trace(dir.file("rank-0.json", one_rank_trace("## sparse_data_dist ##", 20, 60)))};
   ASSERT_EQ(ranks[0].timeline.size(), 4u);
   for (const StepTimeline& x : ranks[0].timeline) {
     EXPECT_NEAR(x.data_wait_ms, 0.0, 1e-9) << "step " << x.step;
-    EXPECT_NEAR(x.launch_wait_ms, 20.005, 1e-6) << "step " << x.step;
-    EXPECT_NEAR(x.other_idle_ms, 60.0 - 20.005, 1e-6) << "step " << x.step;
+    EXPECT_NEAR(x.comm_idle_ms, 60.0, 1e-6) << "step " << x.step;
+    EXPECT_NEAR(x.launch_wait_ms, 0.0, 1e-6) << "step " << x.step;
+    EXPECT_NEAR(x.other_idle_ms, 0.0, 1e-6) << "step " << x.step;
   }
   const TimelineSummary s = analyze_timeline(ranks);
   for (const TimelineFinding& f : s.findings)
     EXPECT_NE(f.kind, TimelineFinding::Kind::data_wait) << to_string(f.kind);
+  ASSERT_EQ(s.findings.size(), 1u);
+  EXPECT_EQ(s.findings[0].kind, TimelineFinding::Kind::comm_idle);
+  EXPECT_NEAR(s.findings[0].ms_per_step, 60.0, 1e-6);
+  EXPECT_STREQ(to_string(s.findings[0].kind), "comm_idle");
+}
+
+// A region whose name holds neither a data nor a communication word explains nothing: the
+// same gap is launch-bound until the kernel's launch returned, then other idle.
+TEST(Timeline, AnUnnamedRegionExplainsNoIdleTime) {
+  TraceDir dir;
+  std::vector<RankTrace> ranks = {
+      read_trace(dir.file("rank-0.json", one_rank_trace("## embedding_lookup ##", 20, 60)))};
+  for (const StepTimeline& x : ranks[0].timeline) {
+    EXPECT_NEAR(x.data_wait_ms + x.comm_idle_ms, 0.0, 1e-9) << "step " << x.step;
+    EXPECT_NEAR(x.launch_wait_ms, 20.005, 1e-6) << "step " << x.step;
+    EXPECT_NEAR(x.other_idle_ms, 60.0 - 20.005, 1e-6) << "step " << x.step;
+  }
+}
+
+// Rank 0 of a 16-rank TorchRec job on a GPU (tests/data/trace-torchrec: real, trimmed to three
+// steps). The device idles while the host is in "## sparse_data_dist ##", the input all-to-all;
+// the trace has no DataLoader event: the only data wait is host-to-device copies running alone.
+TEST(Timeline, TorchRecsInputAllToAllIsCommunicationIdleNotADataWait) {
+  TraceRunReader reader(kData + "/trace-torchrec");
+  reader.load();
+  std::vector<RankTrace> ranks = reader.ranks();
+  ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_EQ(ranks[0].timeline.size(), 3u);
+  const StepTimeline& mid = ranks[0].timeline[1];  // step 552: whole on both sides
+  EXPECT_EQ(mid.step, 552);
+  EXPECT_NEAR(mid.comm_idle_ms, 96.9, 0.05);
+  EXPECT_NEAR(mid.data_wait_ms, 3.48, 0.05);
+  const TimelineSummary s = analyze_timeline(ranks);
+  ASSERT_EQ(s.ranks.size(), 1u);
+  EXPECT_GT(s.ranks[0].comm_idle_ms, 25.0 * s.ranks[0].data_wait_ms);
+  for (const TimelineFinding& f : s.findings)
+    EXPECT_NE(f.kind, TimelineFinding::Kind::data_wait) << to_string(f.kind);
   ASSERT_FALSE(s.findings.empty());
-  EXPECT_EQ(s.findings[0].kind, TimelineFinding::Kind::other_idle);
+  EXPECT_EQ(s.findings[0].kind, TimelineFinding::Kind::comm_idle);
 }
 
 // The same idle time under a slow DataLoader's __next__: data loading explains it.

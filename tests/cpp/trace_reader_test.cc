@@ -110,7 +110,8 @@ TEST(TraceReader, TimelineAddsUpToTheWindow) {
   const RankTrace t = read_trace(dir.file("t.json", trace(small_job())));
   ASSERT_EQ(t.timeline.size(), 2u);
   for (const StepTimeline& x : t.timeline) {
-    const double sum = x.busy_ms + x.copy_ms + x.data_wait_ms + x.launch_wait_ms + x.other_idle_ms;
+    const double sum = x.busy_ms + x.copy_ms + x.data_wait_ms + x.comm_idle_ms + x.launch_wait_ms +
+                       x.other_idle_ms;
     EXPECT_NEAR(sum, x.window_ms, 1e-9) << "step " << x.step;
   }
   const StepTimeline& a = t.timeline[0];
@@ -122,6 +123,7 @@ TEST(TraceReader, TimelineAddsUpToTheWindow) {
   // and 1750-2000 (step 6's first launch returns at 2125); the rest of the idle time is other.
   EXPECT_NEAR(a.launch_wait_ms, 0.005 + 0.009 + 0.195 + 0.25, 1e-9);
   EXPECT_NEAR(a.other_idle_ms, 0.001 + 0.005 + 0.005, 1e-9);
+  EXPECT_NEAR(a.comm_idle_ms, 0.0, 1e-9);  // no host annotation of kind communication
   EXPECT_NEAR(a.comm_ms, 0.3, 1e-9);
   EXPECT_EQ(a.activities, 4u);
   EXPECT_EQ(a.collectives, 1u);

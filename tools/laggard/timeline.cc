@@ -1,6 +1,6 @@
 // `laggard timeline TRACE_DIR`: per rank and step, where the device's time went between kernels
-// (waiting for data, launch-bound, other idle) and the time spent inside NCCL kernels waiting
-// for ranks that came later, read from the ranks' profiler traces.
+// (waiting for data, waiting on communication, launch-bound, other idle) and the time spent
+// inside NCCL kernels waiting for ranks that came later, read from the ranks' profiler traces.
 #include <iostream>
 
 #include "commands.hpp"
@@ -15,7 +15,8 @@ void add_timeline(CLI::App& app, TimelineArgs& args) {
   auto* cmd = app.add_subcommand(
       "timeline",
       "Timeline bubbles from per-rank profiler traces: per rank and step the device's idle "
-      "time (waiting for data, launch-bound, other) and the wait inside collectives");
+      "time (waiting for data, waiting on communication, launch-bound, other) and the wait "
+      "inside collectives");
   cmd->add_option("TRACE_DIR", args.run_dir,
                   "Directory of PyTorch profiler traces, one per rank (*.json, *.json.gz)")
       ->required();
@@ -49,8 +50,19 @@ std::string finding_text(const TimelineFinding& f, const TimelineSummary& sum) {
     case TimelineFinding::Kind::data_wait:
       return who + ": waiting for data " + fixed(f.ms_per_step, 1) + " ms per step (" + share +
              median +
-             ") — measured: the device idle while the host was in the DataLoader, or only "
-             "host-to-device copies running; inferred: input loading is too slow";
+             ") — measured: the device idle while the host was loading data (a DataLoader, a "
+             "stage of kind data), or only host-to-device copies running; inferred: input "
+             "loading is too slow";
+    case TimelineFinding::Kind::comm_idle:
+      return who + ": waiting on communication " + fixed(f.ms_per_step, 1) + " ms per step (" +
+             share + median +
+             ") — measured: the device idle while the host was in a collective (nccl:*, "
+             "c10d::*, an annotation of kind communication); inferred: " +
+             (f.every_rank ? std::string("the collectives are slow or not overlapped with "
+                                         "compute, or a rank reaches them late")
+                           : std::string("these ranks wait for ranks that reach the "
+                                         "collectives later, or their links are slower")) +
+             " — not input loading";
     case TimelineFinding::Kind::launch_bound:
       return who + ": launch-bound " + fixed(f.ms_per_step, 1) + " ms per step (" + share +
              median +
@@ -87,13 +99,13 @@ void print_text(const TimelineArgs& args, const TimelineSummary& sum,
             << sum.collectives_matched << " collectives matched across ranks";
   if (sum.collectives_mismatched > 0)
     std::cout << " (" << sum.collectives_mismatched << " differ in name or size across ranks)";
-  std::cout << "\n  per step, mean ms: window = busy + copy + data wait + launch-bound + other "
-               "idle; comm = NCCL kernel time (part of busy), comm wait = the part of it spent "
-               "waiting for later ranks\n\n";
+  std::cout << "\n  per step, mean ms: window = busy + copy + data wait + comm idle + "
+               "launch-bound + other idle; comm = NCCL kernel time (part of busy), comm wait = "
+               "the part of it spent waiting for later ranks\n\n";
   std::cout << "  rank  host" << std::string(6, ' ') << pad("step ms", 9) << pad("window", 9)
             << pad("busy", 9) << pad("copy", 7) << pad("data wait", 11)
-            << pad("launch-bound", 14) << pad("other idle", 12) << pad("comm", 9)
-            << pad("comm wait", 11) << pad("last at", 9) << "\n";
+            << pad("comm idle", 11) << pad("launch-bound", 14) << pad("other idle", 12)
+            << pad("comm", 9) << pad("comm wait", 11) << pad("last at", 9) << "\n";
   std::size_t host_width = 10;
   for (const auto& r : sum.ranks) host_width = std::max(host_width, printable(r.host).size() + 2);
   for (const auto& r : sum.ranks) {
@@ -102,7 +114,8 @@ void print_text(const TimelineArgs& args, const TimelineSummary& sum,
     std::cout << "  " << pad(std::to_string(r.rank), 4) << "  " << host.substr(0, 10)
               << pad(fixed(r.step_ms, 2), 9) << pad(fixed(r.window_ms, 2), 9)
               << pad(fixed(r.busy_ms, 2), 9) << pad(fixed(r.copy_ms, 2), 7)
-              << pad(fixed(r.data_wait_ms, 2), 11) << pad(fixed(r.launch_wait_ms, 2), 14)
+              << pad(fixed(r.data_wait_ms, 2), 11) << pad(fixed(r.comm_idle_ms, 2), 11)
+              << pad(fixed(r.launch_wait_ms, 2), 14)
               << pad(fixed(r.other_idle_ms, 2), 12) << pad(fixed(r.comm_ms, 2), 9)
               << pad(fixed(r.comm_wait_ms, 2), 11)
               << pad(std::to_string(r.arrived_last) + "/" + std::to_string(r.collectives), 9)
@@ -111,14 +124,15 @@ void print_text(const TimelineArgs& args, const TimelineSummary& sum,
   if (args.per_step) {
     std::cout << "\nPer step\n  rank   step" << pad("step ms", 9) << pad("window", 9)
               << pad("busy", 9) << pad("copy", 7) << pad("data wait", 11)
-              << pad("launch-bound", 14) << pad("other idle", 12) << pad("comm", 9)
-              << pad("comm wait", 11) << "\n";
+              << pad("comm idle", 11) << pad("launch-bound", 14) << pad("other idle", 12)
+              << pad("comm", 9) << pad("comm wait", 11) << "\n";
     for (const RankTrace& r : ranks)
       for (const StepTimeline& t : r.timeline)
         std::cout << "  " << pad(std::to_string(r.info.rank), 4) << pad(std::to_string(t.step), 7)
                   << pad(fixed(t.step_ms, 2), 9) << pad(fixed(t.window_ms, 2), 9)
                   << pad(fixed(t.busy_ms, 2), 9) << pad(fixed(t.copy_ms, 2), 7)
-                  << pad(fixed(t.data_wait_ms, 2), 11) << pad(fixed(t.launch_wait_ms, 2), 14)
+                  << pad(fixed(t.data_wait_ms, 2), 11) << pad(fixed(t.comm_idle_ms, 2), 11)
+                  << pad(fixed(t.launch_wait_ms, 2), 14)
                   << pad(fixed(t.other_idle_ms, 2), 12) << pad(fixed(t.comm_ms, 2), 9)
                   << pad(fixed(t.comm_wait_ms, 2), 11) << "\n";
   }
@@ -142,6 +156,7 @@ Json figures_json(const StepTimeline& t) {
           {"busy_ms", t.busy_ms},
           {"copy_ms", t.copy_ms},
           {"data_wait_ms", t.data_wait_ms},
+          {"comm_idle_ms", t.comm_idle_ms},
           {"launch_wait_ms", t.launch_wait_ms},
           {"other_idle_ms", t.other_idle_ms},
           {"comm_ms", t.comm_ms},
@@ -166,7 +181,8 @@ Json to_json(const TimelineArgs& args, const TimelineSummary& sum,
     if (s)
       rj["mean"] = {{"step_ms", s->step_ms},         {"window_ms", s->window_ms},
                     {"busy_ms", s->busy_ms},         {"copy_ms", s->copy_ms},
-                    {"data_wait_ms", s->data_wait_ms}, {"launch_wait_ms", s->launch_wait_ms},
+                    {"data_wait_ms", s->data_wait_ms}, {"comm_idle_ms", s->comm_idle_ms},
+                    {"launch_wait_ms", s->launch_wait_ms},
                     {"other_idle_ms", s->other_idle_ms}, {"comm_ms", s->comm_ms},
                     {"comm_wait_ms", s->comm_wait_ms}, {"collectives", s->collectives},
                     {"arrived_last", s->arrived_last}};
