@@ -33,9 +33,11 @@ LAGGARD_API Reference parse_reference(std::string_view text);
 ///  - sequential: the default (docs/detection.md). Per (cohort, stage, rank), one-sided CUSUMs of
 ///    the log-likelihood ratio "slow by s" against "within healthy_spread of the cohort's median",
 ///    on the log of the rank's time over the median, for s = relative_threshold and those of
-///    1.25, 1.5, 2 and 4 above it; each window's evidence is capped at ln(1 / pause_rate), so a
-///    transient pause counts as one unusual window at most; and one CUSUM against the rank's own
-///    baseline. Test i confirms when it reaches
+///    1.25, 1.5 and 2 above it; each window's evidence is capped at ln(1 / pause_rate), so a
+///    transient pause counts as one unusual window at most; one CUSUM against the rank's own
+///    baseline; and one of what the rank costs the step: "its excess is 2 x min_cost_share of
+///    the step" against "within healthy_spread, or under min_cost_share of the step", so that a
+///    costly fault is found whatever its stage's size. Test i confirms when it reaches
 ///    ln(pairs watched x budget_windows / false_alarm_budget) - ln(w_i), w_i its share of the
 ///    budget (the shares sum to 1; docs/detection.md, step 4), and the rank stays named until
 ///    every CUSUM falls back to zero.
@@ -296,12 +298,11 @@ class LAGGARD_API Detector {
   /// slots, one slot per rank, in the order of the window's ranks (about 40 bytes a slot): a
   /// window with the same ranks as the one before is one pass over contiguous arrays, which the
   /// compiler vectorizes. A rank that leaves keeps its slot, parked after the window's ranks.
-  static constexpr int kShifts = 5;
+  static constexpr int kShifts = 4;
   struct SeqTrack {
-    /// One CUSUM per slowdown the test looks for (relative_threshold, and 1.25x, 1.5x, 2x, 4x
+    /// One CUSUM per slowdown the test looks for (relative_threshold, and 1.25x, 1.5x, 2x
     /// above it), each >= 0: cusum[k][slot].
     std::vector<float> cusum[kShifts];
-    std::vector<float> evidence;  ///< the largest of a slot's CUSUMs
     std::vector<float> level;     ///< EWMA of the rank's log-ratio (for the noise estimate only)
     std::vector<float> last;      ///< the rank's log-ratio in its previous window
     /// The rank's own baseline: its usual log-ratio (persistent offset to the median), learnt
@@ -309,9 +310,21 @@ class LAGGARD_API Detector {
     /// against "no change".
     std::vector<float> base;
     std::vector<float> own;
+    /// The CUSUM of the cost test: "slower by what costs the step 2 x min_cost_share" against
+    /// "within healthy_spread, or costing under min_cost_share of the step" (detector.cc).
+    std::vector<float> cost;
+    /// The cohort's step time (StageFigures::step_ms) in its latest windows, a ring: the cost
+    /// test measures against their median, which one window's pause somewhere in the job does
+    /// not move.
+    std::vector<double> steps;
+    std::size_t step_next = 0;
     std::vector<int> seen;          ///< windows the rank took part in
     std::vector<std::uint8_t> named_bit;  ///< 1 while the rank is named
     std::vector<SeqState> cold;
+    /// What the latest window added to the CUSUMs of the tests with larger shares of the budget
+    /// (the relative_threshold test, the own-baseline one, the cost test) for one threshold to
+    /// hold: a slot's evidence is the largest CUSUM with its bonus (detector.cc).
+    float bonus_first = 0.0f, bonus_own = 0.0f, bonus_cost = 0.0f;
     std::vector<int> slot_rank;     ///< the rank of each slot
     std::vector<int> slot_of_rank;  ///< indexed by rank: its slot, or -1
     double log_scale = 0.0;  ///< EWMA of ln(noise sigma of the log-ratio)

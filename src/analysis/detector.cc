@@ -1239,7 +1239,11 @@ constexpr double kMinSigma = 0.005;
 constexpr double kLevelAlpha = 0.1;
 constexpr double kScaleAlpha = 0.1;
 constexpr double kSqrt2 = 1.4142135623730951;
-constexpr double kPausePrior = 1000.0;  // rank-windows pause_rate counts for
+// Rank-windows pause_rate counts for in the pause rate a stage has shown. 100, not 1,000: on a
+// loaded machine with 3 ranks a 2 ms region stalled in ~13 % of rank-windows, and a prior of
+// 1,000 held the cap near ln 100 for the whole run (45 rank-windows), so 3-4 stalls of one rank
+// came within one window of a verdict (docs/notes/detection-absolute.md).
+constexpr double kPausePrior = 100.0;
 constexpr double kBaseAlpha = 0.05;  // EWMA of a rank's own baseline (after its first windows)
 constexpr int kOwnWarmup = 10;       // windows a rank's baseline takes before it is tested
 // The own-baseline test runs where one window separates its shift from no change by this many
@@ -1268,10 +1272,32 @@ constexpr double kOwnScoreGain = (kOwnNu + 3.0) / kOwnNu;
 // 2 % jitter, 9-10 under 1 %) and redescends: a pause or a heavy-tailed window far over the
 // shift adds little, so no data-driven cap is needed for it; this one only bounds quiet stages.
 constexpr double kOwnCeiling = 8.0;
-// Shares of the false-alarm budget where the own-baseline test runs: it, and the cohort test for
-// relative_threshold; the larger shifts' tests share what is left (docs/detection.md, step 4).
-constexpr double kShareOwn = 0.7;
+// Shares of the false-alarm budget where the own-baseline test runs: it, the cohort test for
+// relative_threshold and the cost test; the larger shifts' tests share what is left
+// (docs/detection.md, step 4; docs/notes/detection-absolute.md).
+constexpr double kShareOwn = 0.5;
 constexpr double kShareFirst = 0.2;
+constexpr double kShareCost = 0.2;
+// The cost test (docs/notes/detection-absolute.md): per (rank, stage), "its excess costs the step
+// kCostTarget x min_cost_share" against "its excess is within healthy_spread or under
+// min_cost_share of the step", each mapped onto the log-ratio x, so that a fault's size in the
+// step, not its stage's size, decides how fast it is found. Where the stage is most of the step
+// the alternative is at least kCostLeastRatio x healthy_spread (a 1.05x slowdown).
+constexpr double kCostTarget = 2.0;
+// The step time the cost test measures against: the median of the cohort's step time over this
+// many of its latest windows (a pause anywhere in a synchronous job lengthens every rank's step
+// in its window; a change of the job's pace is followed within half of them).
+constexpr std::size_t kCostStepWindows = 15;
+// The cost test's x is clipped at its alternative + this many sigma (a Huber-type CUSUM): where
+// its null and alternative are close (under 2 sigma apart) each healthy window takes little
+// away, and without the clip frequent windows 1.1-1.4x over (GC, preemption: under what counts
+// as a pause) added up to a verdict on healthy ranks (Sequential.
+// HealthyRunsWithFrequentPausesConfirmNobody); with it a window adds at most
+// delta^2 / (2 sigma^2) + kCostClip delta / sigma. A fault at or under the alternative + 3 sigma
+// loses nothing. 2 and 4 pass that test too; 2 took small stages' 1.2x faults past 10 windows
+// (docs/notes/detection-absolute.md).
+constexpr double kCostClip = 3.0;
+constexpr double kCostLeastRatio = 1.015;
 // A rank confirmed in a timed stage with this many times its untimed excess (ms over the median)
 // is not named for `untimed` as well (observe_sequential).
 constexpr double kUntimedExplained = 4.0;
@@ -1354,7 +1380,7 @@ inline float clamp_f(float v, float lo, float hi) { return std::min(std::max(v, 
 
 // The parameters of one (cohort, stage)'s pass in a window.
 struct SeqPass {
-  float weight[5], mid[5];       // per shift: LLR = weight (x - mid)
+  float weight[4], mid[4];       // per shift: LLR = weight (x - mid)
   float ceiling_open, ceiling_held;  // most evidence a window may add; held: waiting or tiny
   float hold_below, absolute;    // excess (ms) at or under which the window is held
   float step_limit;              // 3 sigma: the most a window moves the level
@@ -1369,9 +1395,18 @@ struct SeqPass {
   float own_jump;  // over the baseline by this (log): no evidence for the own-baseline test
   float own_ceiling_open, own_ceiling_held;
   float base_inv_nu_s2;  // 1 / (nu s^2) of the baseline's score (kOwnScoreGain)
-  // Added to the evidence of the relative_threshold test and the own-baseline one where it is
-  // over 0: their larger shares of the budget (the threshold is that of the smallest share).
-  float bonus0, bonus_own;
+  // The cost test: LLR = cost_weight (x - cost_mid); held where the excess is at or under
+  // hold_below or under cost_absolute (the user's absolute rule; no 0.5 ms floor).
+  float cost_weight, cost_mid, cost_absolute;
+  float cost_clip;  // x is taken at most this (Huber): alternative + kCostClip sigma
+  // The most the cost test's CUSUM holds: one window's cap over its threshold. Its healthy
+  // windows take little away where null and alternative are close, so a CUSUM that had grown
+  // over a long slowdown would keep the rank named for many windows after it recovered.
+  float cost_top;
+  // Added to the evidence of the relative_threshold test, the own-baseline one and the cost
+  // test where it is over 0: their larger shares of the budget (the threshold is that of the
+  // smallest share).
+  float bonus0, bonus_own, bonus_cost;
 };
 
 // The own-baseline test's evidence of one window before its cap: none until the rank has a
@@ -1399,9 +1434,9 @@ template <bool kEarly>
 inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
     int* __restrict seen, float* __restrict level, float* __restrict last,
-    float* __restrict evidence, float* __restrict c0, float* __restrict c1, float* __restrict c2,
-    float* __restrict c3, float* __restrict c4, float* __restrict base, float* __restrict own,
-    std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
+    float* __restrict c0, float* __restrict c1, float* __restrict c2,
+    float* __restrict c3, float* __restrict base, float* __restrict own,
+    float* __restrict cost, std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
@@ -1431,12 +1466,22 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const float v1 = std::max(0.0f, c1[j] + std::min(ceiling, q.weight[1] * (xj - q.mid[1])));
     const float v2 = std::max(0.0f, c2[j] + std::min(ceiling, q.weight[2] * (xj - q.mid[2])));
     const float v3 = std::max(0.0f, c3[j] + std::min(ceiling, q.weight[3] * (xj - q.mid[3])));
-    const float v4 = std::max(0.0f, c4[j] + std::min(ceiling, q.weight[4] * (xj - q.mid[4])));
+    // The evidence (the largest CUSUM) rises from 0 where every CUSUM was at 0 before this
+    // window: no array of it is kept (Handle::evidence computes it for the few findings).
+    const bool was_zero = (c0[j] == 0.0f) & (c1[j] == 0.0f) & (c2[j] == 0.0f) &
+                          (c3[j] == 0.0f) & (own[j] == 0.0f) & (cost[j] == 0.0f);
     c0[j] = v0;
     c1[j] = v1;
     c2[j] = v2;
     c3[j] = v3;
-    c4[j] = v4;
+    // The cost test: no 0.5 ms floor (its null holds what costs the step too little).
+    const bool cost_held = (exj <= q.hold_below) | (exj < q.cost_absolute);
+    const float cost_ceiling = cost_held ? q.ceiling_held : q.ceiling_open;
+    const float vc = std::min(
+        q.cost_top,
+        std::max(0.0f, cost[j] + std::min(cost_ceiling, q.cost_weight * (std::min(xj, q.cost_clip) -
+                                                                          q.cost_mid))));
+    cost[j] = vc;
     // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
     // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
     // only the prior), as a running mean and then an EWMA, from 0 (the median). Over the first
@@ -1461,11 +1506,11 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
                        (!early | (std::fabs(xj) <= q.early_limit));
     base[j] = learn ? b + base_alpha * base_step : b;
     own[j] = v5;
-    const float most =
+    const float most = std::max(
         std::max(std::max(std::max(v0 > 0.0f ? v0 + q.bonus0 : 0.0f, v1), std::max(v2, v3)),
-                 std::max(v4, v5 > 0.0f ? v5 + q.bonus_own : 0.0f));
-    const bool rose = (evidence[j] == 0.0f) & (most > 0.0f);
-    evidence[j] = most;
+                 v5 > 0.0f ? v5 + q.bonus_own : 0.0f),
+        vc > 0.0f ? vc + q.bonus_cost : 0.0f);
+    const bool rose = was_zero & (most > 0.0f);
     const std::uint8_t held_name =
         static_cast<std::uint8_t>((named[j] | (most >= threshold)) & (most != 0.0f));
     named[j] = held_name;
@@ -1479,14 +1524,15 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
 LAGGARD_WIDE_CLONES
 SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms,
                    double median, int* __restrict seen, float* __restrict level,
-                   float* __restrict last, float* __restrict evidence, float* __restrict c0,
+                   float* __restrict last, float* __restrict c0,
                    float* __restrict c1, float* __restrict c2, float* __restrict c3,
-                   float* __restrict c4, float* __restrict base, float* __restrict own,
-                   std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
-  return p.early ? seq_pass_body<true>(n, p, threshold, ms, median, seen, level, last, evidence,
-                                       c0, c1, c2, c3, c4, base, own, named, attention)
-                 : seq_pass_body<false>(n, p, threshold, ms, median, seen, level, last, evidence,
-                                        c0, c1, c2, c3, c4, base, own, named, attention);
+                   float* __restrict base, float* __restrict own,
+                   float* __restrict cost, std::uint8_t* __restrict named,
+                   std::uint8_t* __restrict attention) {
+  return p.early ? seq_pass_body<true>(n, p, threshold, ms, median, seen, level, last,
+                                       c0, c1, c2, c3, base, own, cost, named, attention)
+                 : seq_pass_body<false>(n, p, threshold, ms, median, seen, level, last,
+                                        c0, c1, c2, c3, base, own, cost, named, attention);
 }
 
 }  // namespace
@@ -1522,11 +1568,11 @@ void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
     values.swap(out);
   };
   for (auto& c : cusum) permute(c, 0.0f);
-  permute(evidence, 0.0f);
   permute(level, 0.0f);
   permute(last, 0.0f);
   permute(base, 0.0f);
   permute(own, 0.0f);
+  permute(cost, 0.0f);
   permute(seen, 0);
   permute(named_bit, std::uint8_t{0});
   permute(cold, SeqState{});
@@ -1567,13 +1613,13 @@ std::optional<Detector::SequentialState> Detector::sequential_state(const std::s
 void Detector::observe_sequential(const Window& window, Report& report) {
   const double log_slow = std::log(options_.relative_threshold);
   const double log_healthy = std::log(options_.healthy_spread);
-  // The slowdowns the test looks for: relative_threshold and those of 1.25, 1.5, 2 and 4 above
+  // The slowdowns the test looks for: relative_threshold and those of 1.25, 1.5 and 2 above
   // it. One shift's test is weak against a much larger one when the noise is large (its
   // evidence per window grows with the gap it was built for); the others are not.
   double shifts[5];
   int num_shifts = 0;
   shifts[num_shifts++] = log_slow;
-  for (double factor : {1.25, 1.5, 2.0, 4.0})
+  for (double factor : {1.25, 1.5, 2.0})
     if (factor > options_.relative_threshold * 1.05) shifts[num_shifts++] = std::log(factor);
   const double cap = std::log(1.0 / options_.pause_rate);
   const bool use_absolute = std::isfinite(options_.absolute_ms_threshold);
@@ -1591,14 +1637,18 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   // them a fraction of a window. Where it does not run, the cohort's tests share the budget
   // equally, as before (the own test's share is not given to them: under heavy noise that is what
   // keeps a healthy run quiet).
+  // The cost test takes kShareCost where the own test runs, and an equal share where it does not.
   const double base_threshold = evidence_threshold(options_, pairs_);
-  const double uniform_threshold = base_threshold + std::log(num_shifts + 1);
-  const double share_first = num_shifts > 1 ? kShareFirst : 1.0 - kShareOwn;
+  const double uniform_threshold = base_threshold + std::log(num_shifts + 2);
+  const double share_first = num_shifts > 1 ? kShareFirst : 1.0 - kShareOwn - kShareCost;
   const double share_rest =
-      num_shifts > 1 ? (1.0 - kShareOwn - kShareFirst) / (num_shifts - 1) : share_first;
+      num_shifts > 1 ? (1.0 - kShareOwn - kShareFirst - kShareCost) / (num_shifts - 1)
+                     : share_first;
   const double split_threshold = base_threshold - std::log(share_rest);
   const float bonus_first = static_cast<float>(std::log(share_first / share_rest));
   const float bonus_own = static_cast<float>(std::log(kShareOwn / share_rest));
+  const float bonus_cost = static_cast<float>(std::log(kShareCost / share_rest));
+  const double healthy_ratio = options_.healthy_spread;
 
   std::string key;
   auto track_key = [&](const std::string& cohort, const std::string& stage) -> const std::string& {
@@ -1732,7 +1782,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     }
     // The cap follows the pauses this stage has actually seen, when they are more frequent than
     // pause_rate: the budget holds on a noisier machine, at the price of more windows to confirm.
-    // The rate seen, with pause_rate as a prior worth 1,000 rank-windows.
+    // The rate seen, with pause_rate as a prior worth kPausePrior rank-windows.
     const double pause_share =
         std::max(options_.pause_rate, (track.pauses + kPausePrior * options_.pause_rate) /
                                           (track.pause_chances + kPausePrior));
@@ -1748,7 +1798,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     int* seen = track.seen.data();
     float* level = track.level.data();
     float* last = track.last.data();
-    float* evidence = track.evidence.data();
 
     // Noise: the median over ranks of each rank's deviation from its own level (its persistent
     // offset taken out), so one slow or paused rank does not move it; over 1,024 ranks at most
@@ -1812,15 +1861,56 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     pass.log_slow = flog_slow;
     pass.bonus0 = own_on ? bonus_first : 0.0f;
     pass.bonus_own = own_on ? bonus_own : 0.0f;
+    pass.bonus_cost = own_on ? bonus_cost : 0.0f;
+    track.bonus_first = pass.bonus0;
+    track.bonus_own = pass.bonus_own;
+    track.bonus_cost = pass.bonus_cost;
+    pass.cost_weight = 0.0f;
+    // The cost test's null and alternative as excesses in ms, then as log-ratios (with the same
+    // kEpsilonMs as x): null, within healthy_spread or under min_cost_share of the step;
+    // alternative, kCostTarget times that share, and at least kCostLeastRatio over the null's
+    // ratio. Off (its evidence falls to 0) without a step time.
+    double step_ms = f.step_ms;
+    if (std::isfinite(step_ms) && step_ms > 0.0) {
+      if (track.steps.size() < kCostStepWindows) {
+        track.steps.push_back(step_ms);
+      } else {
+        track.steps[track.step_next] = step_ms;
+        track.step_next = (track.step_next + 1) % kCostStepWindows;
+      }
+      double recent[kCostStepWindows];
+      std::copy(track.steps.begin(), track.steps.end(), recent);
+      step_ms = detail::median_inplace(recent, track.steps.size());
+    }
+    const double m = std::max(f.median_ms, 0.0);
+    if (comparable && std::isfinite(step_ms) && step_ms > 0.0 && std::isfinite(m)) {
+      const double e0 = std::max((healthy_ratio - 1.0) * m, options_.min_cost_share * step_ms);
+      const double e1 = std::max((healthy_ratio * kCostLeastRatio - 1.0) * m,
+                                 kCostTarget * options_.min_cost_share * step_ms);
+      const double x0 = std::log1p(e0 / (m + kEpsilonMs));
+      const double x1 = std::log1p(e1 / (m + kEpsilonMs));
+      pass.cost_weight = static_cast<float>((x1 - x0) / (sigma * sigma));
+      pass.cost_mid = static_cast<float>(0.5 * (x0 + x1));
+      pass.cost_clip = static_cast<float>(x1 + kCostClip * sigma);
+    }
+    if (!(comparable && std::isfinite(step_ms) && step_ms > 0.0 && std::isfinite(m)) ||
+        !(pass.cost_weight > 0.0f)) {
+      pass.cost_weight = 1.0f;
+      pass.cost_mid = 1e30f;
+      pass.cost_clip = 0.0f;
+    }
+    pass.cost_absolute = use_absolute ? static_cast<float>(options_.absolute_ms_threshold)
+                                      : -std::numeric_limits<float>::infinity();
     const float fthreshold = static_cast<float>(own_on ? split_threshold : uniform_threshold);
+    pass.cost_top = fthreshold - pass.bonus_cost + fcap;
     std::vector<std::uint8_t>& attention = seq_attention_;
     attention.resize(n);
-    static_assert(kShifts == 5, "seq_pass updates five shifts' CUSUMs");
+    static_assert(kShifts == 4, "seq_pass updates four shifts' CUSUMs");
     const SeqCounts counts =
-        seq_pass(n, pass, fthreshold, ms, f.median_ms, seen, level, last, evidence,
+        seq_pass(n, pass, fthreshold, ms, f.median_ms, seen, level, last,
                  track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
-                 track.cusum[3].data(), track.cusum[4].data(), track.base.data(),
-                 track.own.data(), track.named_bit.data(), attention.data());
+                 track.cusum[3].data(), track.base.data(),
+                 track.own.data(), track.cost.data(), track.named_bit.data(), attention.data());
     if (comparable) {
       track.pauses += counts.jumps;
       track.pause_chances += counts.jump_base;
@@ -1874,7 +1964,16 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     explicit operator bool() const { return track != nullptr; }
     SeqState* operator->() const { return &track->cold[slot]; }
     bool named() const { return track->named_bit[slot] != 0; }
-    double evidence() const { return static_cast<double>(track->evidence[slot]); }
+    // The largest CUSUM with its test's bonus, as the pass computed it (seq_pass_body).
+    double evidence() const {
+      const SeqTrack& t = *track;
+      auto with = [](float v, float bonus) { return v > 0.0f ? v + bonus : 0.0f; };
+      float most = with(t.cusum[0][slot], t.bonus_first);
+      for (int k = 1; k < kShifts; ++k) most = std::max(most, t.cusum[k][slot]);
+      most = std::max(most, with(t.own[slot], t.bonus_own));
+      most = std::max(most, with(t.cost[slot], t.bonus_cost));
+      return static_cast<double>(most);
+    }
   };
   auto state_of = [&](const std::string& cohort, const std::string& stage, int rank) -> Handle {
     if (!last_cohort || *last_cohort != cohort || *last_stage != stage) {
