@@ -8,7 +8,8 @@
     an.close()
 
 Costs on the training thread: disabled, every call is one attribute check. On a step that is
-not sampled, section() returns one shared no-op context manager without calling into C++.
+not sampled, section() returns one shared no-op context manager without reaching the recorder
+(section() and the context manager's __enter__/__exit__ are C callables: no Python frame).
 On a sampled step a section is two calls into the C++ recorder (host clock or CUDA event), and
 end_step copies the sample into the live engine's ring (laggard._core.Engine, the C++
 laggard::Analyzer): the rank log, the side channel, window assembly, the detector and the sinks
@@ -41,15 +42,17 @@ MAX_ADD_MS = 1e12
 
 
 class _NoopSection:
-    """The one context manager every unsampled section() returns."""
+    """The one context manager every unsampled section() returns.
+
+    Its __enter__ and __exit__ are C callables, so that `with` makes no Python frame (right
+    after a training step a cold frame costs a microsecond; bench/step_cost_ab.py). Neither binds
+    to the instance: `with` calls __enter__() (NoneType(): None) and __exit__(type, value, tb)
+    ("".format ignores them: "", false, so an exception of the body passes through)."""
 
     __slots__ = ()
 
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+    __enter__ = type(None)
+    __exit__ = "".format
 
 
 NOOP_SECTION = _NoopSection()
@@ -230,6 +233,7 @@ class Analyzer:
         self.module_stages = bool(module_stages)
         self.module_stage_patterns = module_stage_patterns
         self._sections = {}
+        self._section_off = self._section_on = None  # the section() builtins, once enabled
         self._on_sampled_step = []  # instrument(): attach hooks (a true result is a failure)
         self._on_step_end = []  # instrument(): detach the sampled step's hooks
         self._on_close = []  # instrument(): take its hooks and wrappers out (Instrumentation.remove)
@@ -436,6 +440,21 @@ class Analyzer:
         # (after a training step has evicted the caches, a pybind11 call costs ~8 µs more;
         # bench/cold_calls.py).
         self._rec_begin_step, self._rec_end_step, self._rec_set_stream = engine.step_calls()
+        # section() as builtins in the instance, swapped at each sampled step's begin and end:
+        # not sampled, one returning NOOP_SECTION; sampled, one returning the name's
+        # SectionScope. A new name (or other arguments) goes to the class's section(), reached
+        # through a weak reference (the builtins are in this object's __dict__).
+        section_calls = getattr(_core, "section_calls", None)
+        if section_calls is not None:
+            ref = weakref.ref(self)
+
+            def fallback(name, kind=None):
+                an = ref()
+                return NOOP_SECTION if an is None else Analyzer.section(an, name, kind)
+
+            self._section_off, self._section_on = section_calls(NOOP_SECTION, self._sections,
+                                                                fallback)
+            self.section = self._section_off
         if backend == "cuda" and self.backend_name == "host-clock":
             level = logging.WARNING if timing == "cuda" else logging.INFO
             log_once("timing", level, "laggard: CUDA event timing unavailable; using the host "
@@ -540,10 +559,14 @@ class Analyzer:
             if deferred is not None and deferred.pending:
                 deferred.resolve_ready()  # values whose copy has arrived, before the recorder polls
             self._sampled = sampled = self._rec_begin_step(step)
+            if self._section_on is not None:
+                self.section = self._section_on if sampled else self._section_off
             if sampled and self._stream is not None:
                 self._rec_set_stream(self._stream())
         except Exception as e:
             self._sampled = False
+            if self._section_off is not None:
+                self.section = self._section_off
             if isinstance(step, numbers.Integral):
                 self._errors.report("begin_step", e)
             else:  # "seven" % 10 would say "not all arguments converted during formatting"
@@ -672,6 +695,8 @@ class Analyzer:
                 self._errors.report("resources", e)
         try:
             self._sampled = False
+            if self._section_off is not None:
+                self.section = self._section_off
             deferred = self._deferred
             if deferred is not None and deferred.pending:
                 deferred.resolve_ready()
@@ -956,6 +981,8 @@ class Analyzer:
         finally:
             self._enabled = False
             self._sampled = False
+            if self._section_off is not None:
+                self.section = self._section_off
         self._add_to_fleet()
 
     def __enter__(self):
@@ -980,6 +1007,8 @@ def _after_fork_in_child(ref):
         return
     an._enabled = False
     an._sampled = False
+    if an._section_off is not None:
+        an.section = an._section_off
     an._deferred = None  # the parent's CUDA events and buffers: not the child's
     an._forked_steps = 0
     an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child

@@ -144,6 +144,41 @@ PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
   Py_RETURN_FALSE;  // exceptions of the with-body pass through
 }
 
+// The Analyzer's per-instance `section(name, kind=None)`: two builtins whose `self` is a tuple
+// (what to return or where to look, the Python fallback). On a step that is not sampled, one
+// that returns the shared no-op section; on a sampled one, one that returns the name's
+// SectionScope from the Analyzer's dict. Anything else (a new name, an unhashable one, other
+// arguments) goes to the fallback, the Analyzer's Python section(). Neither makes a Python frame:
+// right after a training step, each Python call saved is a cold frame saved.
+bool section_args_ok(Py_ssize_t nargs, PyObject* kwnames) {
+  if (kwnames == nullptr) return nargs == 1 || nargs == 2;
+  return nargs == 1 && PyTuple_GET_SIZE(kwnames) == 1 &&
+         PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "kind") == 0;
+}
+
+PyObject* noop_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames) {
+  if (section_args_ok(nargs, kwnames)) {
+    PyObject* noop = PyTuple_GET_ITEM(self, 0);
+    Py_INCREF(noop);
+    return noop;
+  }
+  return PyObject_Vectorcall(PyTuple_GET_ITEM(self, 1), args, nargs, kwnames);
+}
+
+PyObject* sampled_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                          PyObject* kwnames) {
+  if (section_args_ok(nargs, kwnames)) {
+    PyObject* hit = PyDict_GetItemWithError(PyTuple_GET_ITEM(self, 0), args[0]);
+    if (hit != nullptr) {
+      Py_INCREF(hit);
+      return hit;
+    }
+    PyErr_Clear();  // an unhashable name: the fallback counts it
+  }
+  return PyObject_Vectorcall(PyTuple_GET_ITEM(self, 1), args, nargs, kwnames);
+}
+
 PyObject* hot_scope_id(PyObject* self, void*) {
   return PyLong_FromLong(reinterpret_cast<HotHandle*>(self)->id);
 }
@@ -170,6 +205,15 @@ PyMethodDef kHotResolve = {
     METH_FASTCALL, "Gives a deferred value: resolve(token, value) -> whether it was attached."};
 PyMethodDef kHotSetStream = {"set_stream", hot_set_stream, METH_O,
                              "Device backends: later marks go on this stream (an int handle)."};
+
+PyMethodDef kNoopSection = {
+    "section", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(noop_section)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "section(name, kind=None): the shared no-op section (a step that is not sampled)."};
+PyMethodDef kSampledSection = {
+    "section", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(sampled_section)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "section(name, kind=None): the name's section scope (a sampled step)."};
 
 PyMethodDef kScopeMethods[] = {
     {"__enter__", hot_enter, METH_NOARGS, nullptr},
@@ -225,6 +269,21 @@ void init_hot_types(py::module_& m) {
       py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(g_handle_type));
   m.attr("SectionScope") =
       py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(g_scope_type));
+  m.def(
+      "section_calls",
+      [](py::object noop, py::dict sections, py::object fallback) {
+        py::tuple unsampled = py::make_tuple(noop, fallback);
+        py::tuple sampled = py::make_tuple(sections, fallback);
+        PyObject* a = PyCFunction_NewEx(&kNoopSection, unsampled.ptr(), nullptr);
+        if (!a) throw py::error_already_set();
+        py::object first = py::reinterpret_steal<py::object>(a);
+        PyObject* b = PyCFunction_NewEx(&kSampledSection, sampled.ptr(), nullptr);
+        if (!b) throw py::error_already_set();
+        return py::make_tuple(first, py::reinterpret_steal<py::object>(b));
+      },
+      py::arg("noop"), py::arg("sections"), py::arg("fallback"),
+      "The Analyzer's two section() builtins: (not sampled: returns `noop`; sampled: returns "
+      "sections[name]); other calls go to fallback(name, kind=None).");
 }
 
 py::object section_scope(const py::object& owner, HotTarget& target, int id) {

@@ -297,8 +297,19 @@ void Recorder::flush() noexcept {
 }
 
 int Recorder::slot_of(NamedSlots& slots, std::string_view name) noexcept {
+  // Names come in the same order every sampled step (laggard.resources hands over ~30): the
+  // slot after the last one found in the same slots, on this thread, is tried first, one
+  // comparison instead of a scan. (A hint only: any slot it names is checked.)
+  thread_local const NamedSlots* hint_slots = nullptr;
+  thread_local int hint_next = 0;
+  if (hint_slots == &slots && hint_next < slots.count && slots.names[hint_next] == name)
+    return hint_next++;
+  hint_slots = &slots;
   for (int i = 0; i < slots.count; ++i)
-    if (slots.names[i] == name) return i;
+    if (slots.names[i] == name) {
+      hint_next = i + 1;
+      return i;
+    }
   if (slots.count == kMaxValues) {
     ++counters_.dropped_values;
     return -1;
@@ -311,6 +322,7 @@ int Recorder::slot_of(NamedSlots& slots, std::string_view name) noexcept {
   }
   slots.set[slots.count] = false;
   slots.waiting[slots.count] = 0;
+  hint_next = slots.count + 1;
   return slots.count++;
 }
 
