@@ -38,6 +38,7 @@
 #include "live/signal_flush.hpp"
 #include "live/report_json.hpp"
 #include "live/sample_ring.hpp"
+#include "live/wake_word.hpp"
 #include "live/window_assembler.hpp"
 
 namespace laggard {
@@ -125,6 +126,23 @@ struct Background {
   bool analysis_rank = false;
   SampleRing ring;     // training thread -> log writer
   SampleRing handoff;  // log writer -> background thread (full: analysis_dropped)
+  // Wake-on-data. The log writer looks at `ring` every poll_interval_s while samples come, and
+  // once it has found it empty for kDeepAfterPolls polls in a row it sleeps on `*log_wake`
+  // until the training thread's next push wakes it (WakeWord: a fence and a load per push, a
+  // system call only for the push that ends a deep sleep). The background thread sleeps on
+  // `run_wake` until the writer hands samples on, or for the period while it keeps timers (the
+  // side channel's, windows waiting for other ranks). log_wake is the signal flush slot's word
+  // where there is one (the handler wakes the writer).
+  static constexpr int kDeepAfterPolls = 20;
+  WakeWord own_log_wake;
+  WakeWord* log_wake = &own_log_wake;
+  WakeWord run_wake;
+  std::atomic<bool> stopping{false};  // `stop`, readable without `mu`
+  /// Wakes both threads (after `stop`).
+  void wake_all() noexcept {
+    log_wake->wake_any();
+    run_wake.wake_any();
+  }
   ErrorCounter errors;
   std::unique_ptr<Transport> transport;
   std::string transport_name;
@@ -246,6 +264,7 @@ struct Background {
     return log_abandoned;
   }
   StepSample log_sample;
+  std::uint64_t handed_on = 0;  // samples the writer pushed into `handoff` (its thread only)
   std::string log_line;
   std::string log_error;
   LineFile rank_log;
@@ -255,16 +274,25 @@ struct Background {
 
 void Background::run() noexcept {
   SampleRing::reserve(sample);
-  const auto period = seconds(options.poll_interval_s);
+  const auto period =
+      std::chrono::duration_cast<WakeWord::Duration>(seconds(options.poll_interval_s));
   for (;;) {
-    bool stopping = false;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      // The training thread never notifies (that could be a system call); it is polled.
-      cv.wait_for(lock, period, [this] { return stop; });
-      stopping = stop;
+    // Woken by the log writer when it hands samples on, and by close(). Timers keep the period:
+    // the side channel's (gather batches, peers' samples, acknowledgements) and windows that
+    // wait for other ranks (their timeout). Without either it sleeps until there is data.
+    const bool timers = gather.has_value() || (transport != nullptr && world_size > 1) ||
+                        (assembler.has_value() && assembler->pending() > 0);
+    const WakeWord::Sleep how = timers ? WakeWord::kLight : WakeWord::kDeep;
+    run_wake.arm(how);
+    if (stopping.load(std::memory_order_relaxed)) {
+      run_wake.disarm();
+      break;
     }
-    if (stopping) break;
+    if (handoff.empty())
+      run_wake.sleep(how, period);
+    else
+      run_wake.disarm();
+    if (stopping.load(std::memory_order_relaxed)) break;
     tick(false);
     background_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
   }
@@ -279,19 +307,32 @@ void Background::run() noexcept {
 
 void Background::write_loop() noexcept {
   SampleRing::reserve(log_sample);
-  const auto period = seconds(options.poll_interval_s);
+  const auto period =
+      std::chrono::duration_cast<WakeWord::Duration>(seconds(options.poll_interval_s));
+  int empty_polls = 0;
   for (;;) {
-    bool stopping = false;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, period, [this] { return stop; });
-      stopping = stop;
-    }
+    // A light sleep (the period; close() and the signal flush handler wake it) while samples
+    // come; a deep one (until the training thread's next push) after kDeepAfterPolls empty
+    // polls.
+    const WakeWord::Sleep how = empty_polls >= kDeepAfterPolls ? WakeWord::kDeep
+                                                               : WakeWord::kLight;
+    log_wake->arm(how);
+    const bool stop_now = stopping.load(std::memory_order_relaxed);
+    const bool flush = flush_slot != nullptr &&
+                       flush_slot->requested.load(std::memory_order_acquire) &&
+                       !flush_slot->drained.load(std::memory_order_acquire);
+    if (!stop_now && !flush && ring.empty())
+      log_wake->sleep(how, period);
+    else
+      log_wake->disarm();
+    empty_polls = ring.empty() ? empty_polls + 1 : 0;
+    const std::uint64_t handed_before = handed_on;
     write_ring();  // after stop the training thread pushes no more: this is the last of it
+    if (handed_on != handed_before) run_wake.wake_any();
     if (flush_slot != nullptr && flush_slot->requested.load(std::memory_order_acquire))
       flush_slot->drained.store(true, std::memory_order_release);  // a signal waits for this
     log_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
-    if (stopping) break;
+    if (stop_now) break;
   }
   rank_log.close();
   {
@@ -328,6 +369,7 @@ void Background::write_ring() noexcept {
         if (!ok) errors.report("rank log", log_error);
       }
       handoff.push(log_sample);  // full (the background thread is behind): counted there
+      ++handed_on;
     }
   } catch (...) {
     errors.report("rank log", what(std::current_exception()));
@@ -1192,11 +1234,16 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     ro.max_pending_steps = options.max_pending_steps;
     impl->recorder = std::make_unique<Recorder>(ro, std::move(backend));
     impl->backend_name = impl->recorder->backend_name();
-    SampleRing* ring = &bg->ring;
-    impl->recorder->on_sample([ring](const StepSample& s) { ring->push(s); });
-
     if (options.flush_on_signal && bg->log_dir_set())
       bg->flush_slot = signal_flush::attach(bg->rank);
+    if (bg->flush_slot != nullptr) bg->log_wake = &bg->flush_slot->wake;
+    SampleRing* ring = &bg->ring;
+    WakeWord* log_wake = bg->log_wake;
+    // The push, then the writer woken if it sleeps deeply (else a fence and a load).
+    impl->recorder->on_sample([ring, log_wake](const StepSample& s) {
+      ring->push(s);
+      log_wake->wake_on_data();
+    });
     // laggard's threads never take a signal that the flush handler waits on them for.
     signal_flush::BlockInScope block_signals;
     impl->log_thread = std::thread([bg] { bg->write_loop(); });
@@ -1207,7 +1254,9 @@ Analyzer::Analyzer(AnalyzerOptions options) {
         std::lock_guard<std::mutex> lock(bg->mu);
         bg->stop = true;
       }
+      bg->stopping.store(true);
       bg->cv.notify_all();
+      bg->wake_all();
       impl->log_thread.join();
       throw;
     }
@@ -1538,7 +1587,9 @@ void Analyzer::close(double timeout_s) noexcept {
       // The background thread keeps a margin to shut the side channel down before we give up.
       b.deadline = start + seconds(timeout_s * 0.8);
     }
+    b.stopping.store(true);
     b.cv.notify_all();
+    b.wake_all();
     bool finished = false, logged = false;
     {
       std::unique_lock<std::mutex> lock(b.mu);

@@ -65,6 +65,11 @@ class SampleRing {
     return true;
   }
 
+  /// Consumer only: nothing to pop (a push that is under way may not be seen).
+  bool empty() const noexcept {
+    return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_acquire);
+  }
+
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   std::size_t capacity() const noexcept { return capacity_; }
 

@@ -35,6 +35,7 @@ void handler(int sig) noexcept {
     if (!mine(s)) continue;
     s.drained.store(false, std::memory_order_relaxed);
     s.requested.store(true, std::memory_order_release);
+    s.wake.wake_any();  // the log writer, asleep while there was nothing to write
     any = true;
   }
   if (any) {

@@ -12,14 +12,18 @@
 #include <atomic>
 #include <cstdint>
 
+#include "live/wake_word.hpp"
+
 namespace laggard::signal_flush {
 
 /// How long the handler waits for the rank logs to be written out.
 inline constexpr double kSignalFlushSeconds = 2.0;
 
-/// One live Analyzer's part: its log writer polls `requested` and says `drained` once the
-/// ring it writes is empty after the request.
+/// One live Analyzer's part: its log writer looks at `requested` whenever it wakes and says
+/// `drained` once the ring it writes is empty after the request; the handler wakes it through
+/// `wake` (it sleeps on this word while there is nothing to write).
 struct Slot {
+  WakeWord wake;
   std::atomic<bool> used{false};
   std::atomic<bool> requested{false};
   std::atomic<bool> drained{false};
