@@ -13,6 +13,10 @@
 // src/io/trace_run_reader.cc; the file's bytes (plain or gzip) come from src/io/byte_source.cc.
 #include <simdjson.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -1248,6 +1252,301 @@ simdjson::error_code decode_event(od::object& obj, RawEvent& e) {
   return simdjson::SUCCESS;
 }
 
+// A forward pass over one event in the read buffer, for the common case: the fields the reader
+// keeps, as the same raw tokens decode_event takes from simdjson, without copying the event
+// into a batch or indexing it. It accepts only strict JSON (every value checked: strings of
+// printable ASCII without escapes, numbers by the JSON grammar, nesting up to 64 deep) and
+// answers `unsure` for anything else (escapes, other bytes, a kept field whose value is an
+// object or array), which then goes the simdjson way: what it accepts is valid JSON, for which
+// both give the same tokens. `incomplete` when the buffer ends inside the event.
+class FastEvent {
+ public:
+  enum Result { ok, unsure, incomplete };
+
+  FastEvent(const char* p, const char* end) : p_(p), end_(end) {}
+
+  // The event object at p ('{'), into `e`; on success `next` is just past its '}'.
+  Result decode(RawEvent& e, const char*& next) {
+    ++p_;  // '{'
+    if (!ws()) return incomplete;
+    if (*p_ == '}') {
+      next = p_ + 1;
+      return ok;
+    }
+    for (;;) {
+      std::string_view k;
+      if (Result r = key(k); r != ok) return r;
+      // By length first, as in decode_event.
+      std::string_view* slot = nullptr;
+      bool args_read = false;
+      switch (k.size()) {
+        case 2:
+          slot = k == "ph" ? &e.ph : k == "ts" ? &e.ts : nullptr;
+          break;
+        case 3:
+          slot = k == "cat" ? &e.cat : k == "pid" ? &e.pid : k == "tid" ? &e.tid
+               : k == "dur" ? &e.dur : nullptr;
+          break;
+        case 4:
+          if (k == "name") {
+            slot = &e.name;
+          } else if (k == "args" && *p_ == '{' && wants_args(e.cat)) {
+            if (Result r = args(e); r != ok) return r;
+            args_read = true;
+          }
+          break;
+        default:
+          break;
+      }
+      if (slot) {
+        if (Result r = token(*slot); r != ok) return r;
+      } else if (!args_read) {
+        if (Result r = value(0); r != ok) return r;
+      }
+      if (!ws()) return incomplete;
+      if (*p_ == ',') {
+        ++p_;
+        if (!ws()) return incomplete;
+        continue;
+      }
+      if (*p_ == '}') {
+        next = p_ + 1;
+        return ok;
+      }
+      return unsure;
+    }
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+
+  // Skips white space; false at the end of the buffer.
+  bool ws() {
+    while (p_ < end_ && is_space(*p_)) ++p_;
+    return p_ < end_;
+  }
+
+  // A key and its ':', leaving p_ on the value's first character.
+  Result key(std::string_view& k) {
+    if (*p_ != '"') return unsure;
+    const char* s = p_;
+    if (Result r = string(); r != ok) return r;
+    // key_view's reading: up to the first quote within 64 bytes, else no key.
+    k = p_ - s - 2 < 64 ? std::string_view(s + 1, static_cast<std::size_t>(p_ - s - 2))
+                         : std::string_view();
+    if (!ws()) return incomplete;
+    if (*p_ != ':') return unsure;
+    ++p_;
+    if (!ws()) return incomplete;
+    return ok;
+  }
+
+  // A kept field's value: a string, number or literal, as its raw token.
+  Result token(std::string_view& v) {
+    const char* s = p_;
+    const char c = *p_;
+    if (c == '{' || c == '[') return unsure;
+    if (Result r = value(0); r != ok) return r;
+    v = {s, static_cast<std::size_t>(p_ - s)};
+    return ok;
+  }
+
+  // The args object of a launch, copy or kernel: the collective's fields and the correlation.
+  Result args(RawEvent& e) {
+    ++p_;  // '{'
+    e.args_seen = true;
+    if (!ws()) return incomplete;
+    if (*p_ == '}') {
+      ++p_;
+      return ok;
+    }
+    for (;;) {
+      std::string_view n;
+      if (Result r = key(n); r != ok) return r;
+      std::string_view* slot = nullptr;
+      if (n == "correlation") slot = &e.correlation;
+      else if (n == "Collective name") slot = &e.collective;
+      else if (n == "Process Group Name") slot = &e.group;
+      else if (n == "In msg nelems") slot = &e.in_nelems;
+      else if (n == "Out msg nelems") slot = &e.out_nelems;
+      if (slot) {
+        if (Result r = token(*slot); r != ok) return r;
+      } else if (Result r = value(1); r != ok) {
+        return r;
+      }
+      if (!ws()) return incomplete;
+      if (*p_ == ',') {
+        ++p_;
+        if (!ws()) return incomplete;
+        continue;
+      }
+      if (*p_ == '}') {
+        ++p_;
+        return ok;
+      }
+      return unsure;
+    }
+  }
+
+  // A string from its opening quote; p_ ends just past the closing one.
+  Result string() {
+    ++p_;
+    constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    for (;;) {
+#ifdef __SSE2__
+      // 16 bytes at a time: a quote, a backslash, or a byte below 0x20 or above 0x7f (negative
+      // as a signed char) stops the run at its first such byte.
+      while (end_ - p_ >= 16) {
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
+        const __m128i quote = _mm_cmpeq_epi8(x, _mm_set1_epi8('"'));
+        const __m128i backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'));
+        const __m128i other = _mm_cmplt_epi8(x, _mm_set1_epi8(0x20));
+        const __m128i hit = _mm_or_si128(_mm_or_si128(quote, backslash), other);
+        const int mask = _mm_movemask_epi8(hit);
+        if (mask != 0) {
+          p_ += __builtin_ctz(static_cast<unsigned>(mask));
+          break;
+        }
+        p_ += 16;
+      }
+#endif
+      while (end_ - p_ >= 8) {
+        std::uint64_t x;
+        std::memcpy(&x, p_, 8);
+        const std::uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+        const std::uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) |
+                                  ((x - ones * 0x20) & ~x) | x;
+        if (hit & highs) break;
+        p_ += 8;
+      }
+      if (p_ >= end_) return incomplete;
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        return ok;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x80) return unsure;
+      ++p_;
+    }
+  }
+
+  static bool digit(char c) { return c >= '0' && c <= '9'; }
+
+  // A number by the JSON grammar; it must end before the buffer does.
+  Result number() {
+    if (*p_ == '-' && ++p_ == end_) return incomplete;
+    if (*p_ == '0') {
+      ++p_;
+    } else if (digit(*p_)) {
+      while (p_ < end_ && digit(*p_)) ++p_;
+    } else {
+      return unsure;
+    }
+    if (p_ == end_) return incomplete;
+    if (*p_ == '.') {
+      if (++p_ == end_) return incomplete;
+      if (!digit(*p_)) return unsure;
+      while (p_ < end_ && digit(*p_)) ++p_;
+      if (p_ == end_) return incomplete;
+    }
+    if (*p_ == 'e' || *p_ == 'E') {
+      if (++p_ == end_) return incomplete;
+      if (*p_ == '+' || *p_ == '-')
+        if (++p_ == end_) return incomplete;
+      if (!digit(*p_)) return unsure;
+      while (p_ < end_ && digit(*p_)) ++p_;
+      if (p_ == end_) return incomplete;
+    }
+    const char c = *p_;
+    return is_space(c) || c == ',' || c == '}' || c == ']' ? ok : unsure;
+  }
+
+  Result literal(std::string_view word) {
+    const auto left = static_cast<std::size_t>(end_ - p_);
+    if (left <= word.size()) {
+      return std::string_view(p_, left) == word.substr(0, left) ? incomplete : unsure;
+    }
+    if (std::string_view(p_, word.size()) != word) return unsure;
+    p_ += word.size();
+    const char c = *p_;
+    return is_space(c) || c == ',' || c == '}' || c == ']' ? ok : unsure;
+  }
+
+  // Any value, checked and skipped; p_ on its first character.
+  Result value(int depth) {
+    switch (*p_) {
+      case '"':
+        return string();
+      case '{':
+      case '[': {
+        if (depth >= kMaxDepth) return unsure;
+        const char close = *p_ == '{' ? '}' : ']';
+        const bool object = close == '}';
+        ++p_;
+        if (!ws()) return incomplete;
+        if (*p_ == close) {
+          ++p_;
+          return ok;
+        }
+        for (;;) {
+          if (object) {
+            std::string_view k;
+            if (Result r = key(k); r != ok) return r;
+          }
+          if (Result r = value(depth + 1); r != ok) return r;
+          if (!ws()) return incomplete;
+          if (*p_ == ',') {
+            ++p_;
+            if (!ws()) return incomplete;
+            continue;
+          }
+          if (*p_ == close) {
+            ++p_;
+            return ok;
+          }
+          return unsure;
+        }
+      }
+      case 't':
+        return literal("true");
+      case 'f':
+        return literal("false");
+      case 'n':
+        return literal("null");
+      default:
+        return number();
+    }
+  }
+
+  const char* p_;
+  const char* end_;
+};
+
+// A std::allocator whose value-initialisation leaves a char as it is: the scanner's buffer is
+// not zero-filled, so only the pages that reads reach are ever touched.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+// Bytes asked of the source at a time: the text is scanned while it is still in the cache, and
+// a chunk's pages beyond what the reads reach are never touched.
+constexpr std::size_t kReadBytes = std::size_t{256} << 10;
+
 class TraceScanner {
  public:
   TraceScanner(const std::string& path, ByteSource& source, TraceBuilder& builder,
@@ -1317,7 +1616,7 @@ class TraceScanner {
       cap_ *= 2;
       buf_.resize(cap_ + simdjson::SIMDJSON_PADDING);
     }
-    const std::size_t n = src_.read(buf_.data() + len_, cap_ - len_);
+    const std::size_t n = src_.read(buf_.data() + len_, std::min(cap_ - len_, kReadBytes));
     json_bytes_ += n;
     len_ += n;
     if (progress_) progress_(src_.consumed());
@@ -1478,6 +1777,15 @@ class TraceScanner {
         return true;
       }
       if (c == '{') {
+        RawEvent e;
+        const char* next = nullptr;
+        FastEvent fast(buf_.data() + pos_, buf_.data() + len_);
+        if (fast.decode(e, next) == FastEvent::ok) {
+          flush();  // the events before it that took the simdjson way
+          b_.add(e, line_ref(pos_));
+          pos_ = static_cast<std::size_t>(next - buf_.data());
+          continue;
+        }
         const char* end = scan_object(buf_.data() + pos_, buf_.data() + len_);
         if (!end) {
           flush();
@@ -1567,7 +1875,7 @@ class TraceScanner {
   ByteSource& src_;
   TraceBuilder& b_;
   const std::function<void(std::uint64_t)>& progress_;
-  std::vector<char> buf_;
+  std::vector<char, UninitAllocator<char>> buf_;
   std::size_t cap_ = 0, len_ = 0, pos_ = 0;
   std::size_t line_base_ = 0, counted_ = 0, newlines_ = 0;
   std::uint64_t json_bytes_ = 0;
