@@ -12,8 +12,8 @@ see the cohort's median, whose noise this leaves out).
 Per scale (ranks x the 5 stages that are not communication = pairs) and noise level it prints
 the recall within 5 windows of the onset at
   (a) the detector's threshold, ln(pairs x 500 / 0.01) + ln 6 (evidence_threshold plus the six
-      tests' share), and that of its own-baseline test, whose share of the budget is 0.7 where
-      it runs (ln(pairs x 500 / 0.01) + ln(1 / 0.7), `h_own`), and
+      tests' share), and that of its own-baseline test, whose share of the budget is 0.5 where
+      it runs (ln(pairs x 500 / 0.01) + ln(1 / 0.5), `h_own`), and
   (b) the least threshold at which the oracle keeps healthy runs (100 windows, every pair) with
       any alarm at 1 %: the chance that one healthy pair's CUSUM reaches h within 100 windows is
       measured at low h, where it is frequent, as A e^-h (Wald: A <= 100), and h is solved from
@@ -43,7 +43,7 @@ SHIFT = math.log(1.1)     # the fault: one rank 1.1x slower
 NON_COMM_STAGES = 5       # bench/detection.cc kStageDefs: 6 stages, one of them communication
 RUN_WINDOWS, ONSET, RECALL_WINDOWS = 100, 20, 5
 BUDGET, BUDGET_WINDOWS, TESTS = 0.01, 500, 6
-OWN_SHARE = 0.7           # the own-baseline test's share of the budget (src/analysis/detector.cc)
+OWN_SHARE = 0.5           # the own-baseline test's share of the budget (src/analysis/detector_sequential.cc)
 SCALES = (8, 64, 512, 4096)
 # name, jitter (sigma of the log), share of rank-windows with a pause (spread over 5 stages)
 LEVELS = (("gentle", 0.01, 0.01), ("moderate", 0.02, 0.03), ("heavy", 0.05, 0.10))

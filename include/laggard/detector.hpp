@@ -311,7 +311,7 @@ class LAGGARD_API Detector {
     std::vector<float> base;
     std::vector<float> own;
     /// The CUSUM of the cost test: "slower by what costs the step 2 x min_cost_share" against
-    /// "within healthy_spread, or costing under min_cost_share of the step" (detector.cc).
+    /// "within healthy_spread, or costing under min_cost_share of the step" (detector_sequential.cc).
     std::vector<float> cost;
     /// The cohort's step time (StageFigures::step_ms) in its latest windows, a ring: the cost
     /// test measures against their median, which one window's pause somewhere in the job does
@@ -323,7 +323,7 @@ class LAGGARD_API Detector {
     std::vector<SeqState> cold;
     /// What the latest window added to the CUSUMs of the tests with larger shares of the budget
     /// (the relative_threshold test, the own-baseline one, the cost test) for one threshold to
-    /// hold: a slot's evidence is the largest CUSUM with its bonus (detector.cc).
+    /// hold: a slot's evidence is the largest CUSUM with its bonus (detector_sequential.cc).
     float bonus_first = 0.0f, bonus_own = 0.0f, bonus_cost = 0.0f;
     std::vector<int> slot_rank;     ///< the rank of each slot
     std::vector<int> slot_of_rank;  ///< indexed by rank: its slot, or -1
