@@ -27,13 +27,13 @@ slow = os.environ.get("LAGGARD_EXAMPLE_SLOW_RANK") == str(rank)
 tensorboard = TensorBoardSink(os.path.join(args.out, "tb"))
 mlflow = MLflowSink(tracking_uri="sqlite:///" + os.path.join(args.out, "mlflow.db"))
 prometheus = PrometheusSink(port=0)  # a free port on 127.0.0.1; port=9400 in a real job
-an = laggard.Analyzer(interval=2, sinks=[tensorboard, mlflow, prometheus])
+an = laggard.Analyzer(sinks=[tensorboard, mlflow, prometheus])
 
 model = nn.parallel.DistributedDataParallel(nn.Linear(32, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 laggard.torch.instrument(an, model=model, optimizer=optimizer)
 x, y = torch.randn(16, 32), torch.randn(16, 1)
-for step in range(60):
+for step in range(120):
     an.begin_step(step)
     with an.section("dataloader"):
         time.sleep(0.030 if slow else 0.010)  # a stand-in for loading this rank's batch

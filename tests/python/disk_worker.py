@@ -8,6 +8,7 @@
 """
 
 import json
+import signal
 import sys
 import time
 
@@ -17,6 +18,11 @@ import laggard
 def main():
     log_dir, steps = sys.argv[1], sys.argv[2]
     close_timeout_s = float(sys.argv[3]) if len(sys.argv) > 3 else 30.0
+    if steps == "forever":
+        # A job's process starts with SIGHUP and SIGTERM at their default action; one started
+        # under nohup (or by a parent that ignores them) would not end by them at all.
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     an = laggard.Analyzer(interval=1, log_dir=log_dir, close_timeout_s=close_timeout_s,
                           resources=False, timing="host")
     step = 0

@@ -553,6 +553,8 @@ def _wandb_records(path, wandb_internal_pb2):
             continue
         _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
         chunk = data[pos + 7:pos + 7 + length]
+        if len(chunk) < length:  # the writer is still writing this chunk: read again later
+            break
         pos += 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk
         if kind not in (1, 4):

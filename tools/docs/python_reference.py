@@ -48,7 +48,9 @@ def _signature(name, obj):
     try:
         sig = inspect.signature(obj)
         params = [p for n, p in sig.parameters.items() if n != "self" and not n.startswith("_")]
-        return "%s%s" % (name, sig.replace(parameters=params))
+        text = "%s%s" % (name, sig.replace(parameters=params))
+        # A default of the running interpreter (launch's python=) is named, not its path.
+        return text.replace(repr(sys.executable), "sys.executable")
     except (TypeError, ValueError):
         return name
 
