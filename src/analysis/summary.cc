@@ -207,8 +207,8 @@ RunSummary RunAnalysis::summary() const {
   const int later = step_values_ - first;
   for (int i = 1; i < first && !out.step_time_onset; ++i) {
     std::vector<double> before, after;
-    for (int k = 0; k < first; ++k)
-      (k < i ? before : after).push_back(step_first_[static_cast<std::size_t>(k)].second);
+    for (int j = 0; j < first; ++j)
+      (j < i ? before : after).push_back(step_first_[static_cast<std::size_t>(j)].second);
     if (static_cast<int>(after.size()) + later < onset_options_.persist_windows) break;
     const double from = detail::median_of(before), to = detail::median_of(after);
     const double later_level = later > 0 ? std::exp(step_later_log_sum_ / later) : to;
