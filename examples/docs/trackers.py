@@ -36,7 +36,7 @@ x, y = torch.randn(16, 32), torch.randn(16, 1)
 for step in range(120):
     an.begin_step(step)
     with an.section("dataloader"):
-        time.sleep(0.030 if slow else 0.010)  # a stand-in for loading this rank's batch
+        time.sleep(0.060 if slow else 0.010)  # a stand-in for loading this rank's batch
     optimizer.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
     optimizer.step()
