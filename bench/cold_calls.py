@@ -6,10 +6,11 @@ A call that takes 0.1-0.5 µs in a loop (bench/python_overhead.py) takes microse
 comes right after a training step: the step's tensors have pushed the interpreter's and the
 extension's code and data out of the CPU caches. The sampled step of laggard makes about ten such
 calls, so this is the cost that decides its overhead (bench/overhead.py). For each kind of call
-below, every round runs one small training step (the MLP of bench/overhead.py) and then times
-one call; kinds take turns round by round, so that drift of a shared machine hits all of them
-alike. Printed: the median over rounds, and that median minus the empty Python call's (the
-timer and a call of a Python function, cold).
+below, every round runs one small training step (bench/cold_timing.py) and then times one call;
+kinds take turns round by round, in an order shuffled every round, so that drift of a shared
+machine and what the previous call left warm hit all of them alike. Printed: the median over
+rounds, and that median minus the empty Python call's (the timer and a call of a Python
+function, cold).
 
 The tensor-hook kinds are timed between the forward and the backward (on the step's output,
 as laggard.torch's forward hook does), all others after the optimizer step.
@@ -23,11 +24,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 
+import cold_timing  # noqa: E402
 from laggard import _core  # noqa: E402
 import laggard.torch as ltorch  # noqa: E402
 
@@ -35,17 +37,12 @@ import laggard.torch as ltorch  # noqa: E402
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=300, help="timed calls per kind (300)")
-    p.add_argument("--dims", default="128,256,256,16", help="MLP layer sizes (128,256,256,16)")
+    p.add_argument("--dims", default=cold_timing.DIMS, help="MLP layer sizes (%s)" %
+                   cold_timing.DIMS)
     a = p.parse_args(argv)
-    torch.set_num_threads(1)
-    dims = [int(d) for d in a.dims.split(",")]
-    torch.manual_seed(0)
-    layers = []
-    for i, (d0, d1) in enumerate(zip(dims[:-1], dims[1:])):
-        layers += [nn.Linear(d0, d1)] + ([nn.ReLU()] if i < len(dims) - 2 else [])
-    model = nn.Sequential(*layers)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(32, dims[0]), torch.randn(32, dims[-1])
+    train = cold_timing.training_step(a.dims)
+    model, opt, x, y, mse = train.model, train.opt, train.x, train.y, train.loss
+    nn = torch.nn
 
     # The Analyzer's engine (no side channel): its recorder, whose samples go into its ring.
     rec = _core.Engine(interval=1, transport="", queue_capacity=64)
@@ -133,27 +130,25 @@ def main(argv=None):
     ]
     times = {name: [] for name, _, _ in kinds}
     pc = time.perf_counter_ns
-    mse = nn.functional.mse_loss
-    for r in range(a.rounds + 10):
-        for name, call, on_output in kinds:
-            step_no[0] += 1
-            opt.zero_grad(set_to_none=True)
-            out = model(x)
-            if on_output:
-                t0 = pc()
-                call(out)
-                t = pc() - t0
-            mse(out, y).backward()
-            opt.step()
-            if not on_output:
-                t0 = pc()
-                call()
-                t = pc() - t0
-            if r >= 10:  # warm-up rounds not counted
-                times[name].append(t)
+    for counted, (name, call, on_output) in cold_timing.shuffled_rounds(kinds, a.rounds, 10):
+        step_no[0] += 1
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        if on_output:
+            t0 = pc()
+            call(out)
+            t = pc() - t0
+        mse(out, y).backward()
+        opt.step()
+        if not on_output:
+            t0 = pc()
+            call()
+            t = pc() - t0
+        if counted:  # warm-up rounds not counted
+            times[name].append(t)
     base = statistics.median(times[kinds[0][0]])
     print("cold calls after a training step (bench/cold_calls.py): %d rounds, MLP %s, "
-          "torch %s" % (a.rounds, "-".join(map(str, dims)), torch.__version__))
+          "torch %s, load %s" % (a.rounds, a.dims, torch.__version__, cold_timing.load()))
     print("%-44s %12s %14s" % ("call", "median ns", "minus empty"))
     for name, _, _ in kinds:
         m = statistics.median(times[name])

@@ -3,10 +3,11 @@
     PYTHONPATH=python OMP_NUM_THREADS=1 /usr/bin/python3 bench/resources_overhead.py [--rounds 2000]
 
 Two Analyzers (host clock, no side channel, no log): one with resources=True, one with
-resources=False. Each round runs one small training step (the MLP of bench/overhead.py), which
-evicts the caches as a real step does, and then times `begin_step(k); end_step()` of one
-analyzer (they take turns round by round, so that drift of a shared machine hits both alike),
-for a sampled step and for an unsampled one. The analyzer with resources has its usual sources
+resources=False. Each round runs one small training step (bench/cold_timing.py), which evicts
+the caches as a real step does, and then times `begin_step(k); end_step()` of one analyzer (they
+take turns round by round, in an order shuffled every round, so that drift of a shared machine
+and what the previous measurement left warm hit both alike), for a sampled step and for an
+unsampled one. The analyzer with resources has its usual sources
 (host: CPU, threads, context switches, GC; its sampler thread runs as in training, every
 --period-s) and, with --gpu-readings (the default), also a source that publishes the 21 readings
 of a GPU (NVML and the CUDA allocator: recorded values, since the cost on the training thread
@@ -20,20 +21,18 @@ resources runs exactly the code of the one without: no reading, no callback).
 """
 
 import argparse
-import math
 import os
-import random
-import statistics
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 
+import cold_timing  # noqa: E402
 import laggard  # noqa: E402
 from laggard import resources  # noqa: E402
 
@@ -56,47 +55,17 @@ class RecordedGpu(resources._Source):
         return dict(GPU_READINGS)
 
 
-def median_ci(xs, z=1.96):
-    """The median and a ~95 % interval from order statistics (binomial)."""
-    s = sorted(xs)
-    n = len(s)
-    lo = max(0, int(math.floor(n / 2 - z * math.sqrt(n) / 2)))
-    hi = min(n - 1, int(math.ceil(n / 2 + z * math.sqrt(n) / 2)))
-    return statistics.median(s), s[lo], s[hi]
-
-
-def diff_ci(on, off, reps=2000, seed=0):
-    """median(on) - median(off) and a 95 % bootstrap interval."""
-    rnd = random.Random(seed)
-    d = []
-    for _ in range(reps):
-        a = [on[rnd.randrange(len(on))] for _ in on]
-        b = [off[rnd.randrange(len(off))] for _ in off]
-        d.append(statistics.median(a) - statistics.median(b))
-    d.sort()
-    return (statistics.median(on) - statistics.median(off), d[int(0.025 * reps)],
-            d[int(0.975 * reps)])
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2000, help="timed steps per case (2000)")
-    p.add_argument("--dims", default="128,256,256,16", help="MLP layer sizes (128,256,256,16)")
+    p.add_argument("--dims", default=cold_timing.DIMS, help="MLP layer sizes (%s)" %
+                   cold_timing.DIMS)
     p.add_argument("--period-s", type=float, default=1.0,
                    help="the sampler thread's refresh period (1 s, the shortest automatic)")
     p.add_argument("--no-gpu-readings", dest="gpu", action="store_false",
                    help="the host readings only (what a CPU machine records)")
     a = p.parse_args(argv)
-    torch.set_num_threads(1)
-    dims = [int(d) for d in a.dims.split(",")]
-    torch.manual_seed(0)
-    layers = []
-    for i, (d0, d1) in enumerate(zip(dims[:-1], dims[1:])):
-        layers += [nn.Linear(d0, d1)] + ([nn.ReLU()] if i < len(dims) - 2 else [])
-    model = nn.Sequential(*layers)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(32, dims[0]), torch.randn(32, dims[-1])
-    mse = nn.functional.mse_loss
+    train = cold_timing.training_step(a.dims)
 
     interval = 2  # even steps sampled, odd ones not
     on = laggard.Analyzer(enabled=True, interval=interval, timing="host", resources=True,
@@ -113,21 +82,18 @@ def main(argv=None):
     times = {(kind, an is on): [] for kind, an in cases}
     steps = {id(on): 0, id(off): 0}
     pc = time.perf_counter_ns
-    for r in range(a.rounds + 20):
-        for kind, an in cases:
-            opt.zero_grad(set_to_none=True)
-            mse(model(x), y).backward()
-            opt.step()
-            k = steps[id(an)]
-            if (k % interval == 0) != (kind == "sampled"):
-                k += 1
-            steps[id(an)] = k + 1
-            t0 = pc()
-            an.begin_step(k)
-            an.end_step()
-            t = pc() - t0
-            if r >= 20:  # warm-up rounds not counted
-                times[(kind, an is on)].append(t)
+    for counted, (kind, an) in cold_timing.shuffled_rounds(cases, a.rounds, 20):
+        train()
+        k = steps[id(an)]
+        if (k % interval == 0) != (kind == "sampled"):
+            k += 1
+        steps[id(an)] = k + 1
+        t0 = pc()
+        an.begin_step(k)
+        an.end_step()
+        t = pc() - t0
+        if counted:  # warm-up rounds not counted
+            times[(kind, an is on)].append(t)
     res = on.resources
     refreshes, refresh_cpu_s = res.refreshes, res.refresh_cpu_s
     on.close()
@@ -135,18 +101,19 @@ def main(argv=None):
     bad = on.counters()["report_errors"] + off.counters()["report_errors"]
 
     print("resources on vs off, training thread (bench/resources_overhead.py): %d rounds, MLP %s, "
-          "torch %s, %d resource names per sampled step%s" % (
-              a.rounds, "-".join(map(str, dims)), torch.__version__, len(names),
-              " (21 of them recorded GPU and allocator readings)" if a.gpu else ""))
+          "torch %s, %d resource names per sampled step%s, load %s" % (
+              a.rounds, a.dims, torch.__version__, len(names),
+              " (21 of them recorded GPU and allocator readings)" if a.gpu else "",
+              cold_timing.load()))
     print("%-44s %10s %22s" % ("begin_step + end_step, after a training step", "median ns",
                                "95% CI of the median"))
     for kind in ("sampled", "unsampled"):
         for with_res in (True, False):
-            m, lo, hi = median_ci(times[(kind, with_res)])
+            m, lo, hi = cold_timing.median_ci(times[(kind, with_res)])
             print("%-44s %10.0f %10.0f .. %-10.0f" % (
                 "%s, resources %s" % (kind, "on" if with_res else "off"), m, lo, hi))
     for kind in ("sampled", "unsampled"):
-        d, lo, hi = diff_ci(times[(kind, True)], times[(kind, False)])
+        d, lo, hi = cold_timing.bootstrap_diff(times[(kind, True)], times[(kind, False)])
         print("added by resources, %-24s %+10.0f ns   95%% CI %+.0f .. %+.0f ns" % (
             kind + " step:", d, lo, hi))
     print("sampler thread: %d refreshes, %.0f us CPU each (off the training thread; it holds the "

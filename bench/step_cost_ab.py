@@ -5,108 +5,113 @@
 
 The step timed is the training loop's whole use of laggard: begin_step, 8 `with
 a.section(name):` blocks with empty bodies, end_step. Each is timed right after one real
-training step (the MLP of bench/cold_calls.py: forward, backward, AdamW), which has pushed the
+training step (bench/cold_timing.py: an MLP's forward, backward, AdamW), which has pushed the
 interpreter's and laggard's code and data out of the CPU caches. The Analyzer runs with interval
 2 (even steps sampled, odd ones not), the host clock, no side channel, and the default resource
 readings (resources=True) or none (--no-resources). A round also times an empty measurement
 (the two clock reads alone, after the same training step); the figures printed are medians minus
-that empty median.
+that empty median. And a round times the floor: the same lines of the training loop against an
+object whose begin_step, section and end_step are C builtins that do nothing, the section a
+context manager whose __enter__/__exit__ are C builtins that do nothing: what the interpreter
+itself costs for those lines, cold, whatever laggard does (the same code in both trees, so its
+ratio shows the spread between processes). The kinds run in an order shuffled every round
+(cold_timing.shuffled_rounds; the same orders in both trees): the training step does not evict
+everything, and a fixed order favoured the kind that followed its like.
 
 The two trees (this one, "new", and --base, "base": another checkout's python/ directory with its
 own _core built) run in separate processes that take turns (--turns each, alternating), so that
 a shared machine's drift hits both alike. Printed per kind (unsampled step, sampled step): each
-tree's median ns with a 95 % bootstrap interval, and the ratio new/base with its interval.
+tree's median ns with a 95 % bootstrap interval, the ratio new/base with its interval, and each
+kind's median above the floor (laggard's own share).
 """
 
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cold_timing  # noqa: E402
+
 STAGES = ["dataloader", "forward", "backward", "communication", "optimizer", "attention", "moe",
           "other"]
+KINDS = ("empty", "floor", "unsampled", "sampled")
 
 
-def worker(rounds, resources, dims):
+class _Nothing:
+    """A context manager whose __enter__ and __exit__ are C builtins that do nothing."""
+
+    __slots__ = ()
+    __enter__ = type(None)
+    __exit__ = "".format
+
+
+class _Floor:
+    """The training loop's laggard calls, each a C builtin that does nothing."""
+
+    def __init__(self):
+        self.begin_step = "".format
+        self.section = dict.fromkeys(STAGES, _Nothing()).get
+        self.end_step = type(None)
+
+
+def worker(rounds, resources, dims, seed):
     """Runs in the process whose PYTHONPATH holds the tree under test; prints JSON times."""
     import tempfile
 
-    import torch
-    import torch.nn as nn
-
     import laggard
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    layers = []
-    for i, (d0, d1) in enumerate(zip(dims[:-1], dims[1:])):
-        layers += [nn.Linear(d0, d1)] + ([nn.ReLU()] if i < len(dims) - 2 else [])
-    model = nn.Sequential(*layers)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(32, dims[0]), torch.randn(32, dims[-1])
-    mse = nn.functional.mse_loss
+    train = cold_timing.training_step(dims)
     log_dir = tempfile.mkdtemp(prefix="laggard-stepab-")
     a = laggard.Analyzer(interval=2, timing="host", resources=resources, log_dir=log_dir,
                          world_size=1, rank=0)
+    floor = _Floor()
     s0, s1, s2, s3, s4, s5, s6, s7 = STAGES
     pc = time.perf_counter_ns
-    times = {"empty": [], "unsampled": [], "sampled": []}
+    times = {kind: [] for kind in KINDS}
     step = 0
-    for r in range(rounds + 20):
-        for kind in ("empty", "unsampled", "sampled"):
-            opt.zero_grad(set_to_none=True)
-            mse(model(x), y).backward()
-            opt.step()
-            if kind == "empty":
-                t0 = pc()
-                t = pc() - t0
-            else:
-                if (step % 2 == 0) != (kind == "sampled"):
-                    step += 1
-                t0 = pc()
-                a.begin_step(step)
-                with a.section(s0):
-                    pass
-                with a.section(s1):
-                    pass
-                with a.section(s2):
-                    pass
-                with a.section(s3):
-                    pass
-                with a.section(s4):
-                    pass
-                with a.section(s5):
-                    pass
-                with a.section(s6):
-                    pass
-                with a.section(s7):
-                    pass
-                a.end_step()
-                t = pc() - t0
+    for counted, kind in cold_timing.shuffled_rounds(KINDS, rounds, 20, seed):
+        an = a
+        if kind == "floor":
+            an = floor
+        elif kind != "empty" and (step % 2 == 0) != (kind == "sampled"):
+            step += 1
+        train()
+        if kind == "empty":
+            t0 = pc()
+            t = pc() - t0
+        else:  # the training loop's use of laggard, as a user writes it
+            t0 = pc()
+            an.begin_step(step)
+            with an.section(s0):
+                pass
+            with an.section(s1):
+                pass
+            with an.section(s2):
+                pass
+            with an.section(s3):
+                pass
+            with an.section(s4):
+                pass
+            with an.section(s5):
+                pass
+            with an.section(s6):
+                pass
+            with an.section(s7):
+                pass
+            an.end_step()
+            t = pc() - t0
+            if an is a:
                 step += 1
-            if r >= 20:
-                times[kind].append(t)
+        if counted:
+            times[kind].append(t)
     counters = a.counters()
     a.close()
     json.dump({"times": times, "samples_emitted": counters.get("samples_emitted")}, sys.stdout)
-
-
-def bootstrap_median(xs, n=2000, rng=None):
-    rng = rng or random.Random(1)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
-    return statistics.median(xs), meds[int(0.025 * n)], meds[int(0.975 * n)]
-
-
-def bootstrap_ratio(a, b, n=2000, rng=None):
-    rng = rng or random.Random(2)
-    rs = sorted(statistics.median(rng.choices(a, k=len(a))) /
-                statistics.median(rng.choices(b, k=len(b))) for _ in range(n))
-    return statistics.median(a) / statistics.median(b), rs[int(0.025 * n)], rs[int(0.975 * n)]
 
 
 def main(argv=None):
@@ -117,20 +122,21 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=400, help="timed rounds per turn (400)")
     p.add_argument("--turns", type=int, default=6, help="turns per tree, alternating (6)")
     p.add_argument("--no-resources", action="store_true", help="resources=False")
-    p.add_argument("--dims", default="128,256,256,16")
+    p.add_argument("--dims", default=cold_timing.DIMS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    dims = [int(d) for d in a.dims.split(",")]
     if a.worker:
-        worker(a.rounds, not a.no_resources, dims)
+        worker(a.rounds, not a.no_resources, a.dims, a.seed)
         return 0
     trees = {"new": a.new, "base": a.base}
-    raw = {t: {"empty": [], "unsampled": [], "sampled": []} for t in trees}
+    raw = {t: {kind: [] for kind in KINDS} for t in trees}
+    loads = [cold_timing.load()]
     for turn in range(a.turns):
         for t in (("new", "base") if turn % 2 == 0 else ("base", "new")):
             env = dict(os.environ, PYTHONPATH=trees[t], OMP_NUM_THREADS="1")
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--base", a.base,
-                   "--rounds", str(a.rounds), "--dims", a.dims]
+                   "--rounds", str(a.rounds), "--dims", a.dims, "--seed", str(turn)]
             if a.no_resources:
                 cmd.append("--no-resources")
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True,
@@ -141,21 +147,30 @@ def main(argv=None):
             # Each turn's times minus that turn's empty median (the timer, cold).
             empty = statistics.median(got["times"]["empty"])
             raw[t]["empty"] += got["times"]["empty"]
-            for kind in ("unsampled", "sampled"):
+            for kind in KINDS[1:]:
                 raw[t][kind] += [v - empty for v in got["times"][kind]]
+        loads.append(cold_timing.load())
     print("step cost after a training step (bench/step_cost_ab.py): begin_step + 8 sections + "
           "end_step, resources=%s, %d turns x %d rounds per tree, MLP %s" %
           (not a.no_resources, a.turns, a.rounds, a.dims))
-    print("load: %s" % (open("/proc/loadavg").read().split()[:3],))
+    print("load (1, 5, 15 min) at the start and after each turn: %s" % "; ".join(loads))
     print("empty measurement (timer, cold), median ns: new %.0f, base %.0f" %
           (statistics.median(raw["new"]["empty"]), statistics.median(raw["base"]["empty"])))
     print("%-10s %-26s %-26s %s" % ("kind", "new ns [95%]", "base ns [95%]", "new/base [95%]"))
-    for kind in ("unsampled", "sampled"):
-        n = bootstrap_median(raw["new"][kind])
-        b = bootstrap_median(raw["base"][kind])
-        r = bootstrap_ratio(raw["new"][kind], raw["base"][kind])
+    for kind in KINDS[1:]:
+        n = cold_timing.bootstrap_median(raw["new"][kind])
+        b = cold_timing.bootstrap_median(raw["base"][kind])
+        r = cold_timing.bootstrap_ratio(raw["new"][kind], raw["base"][kind])
         print("%-10s %6.0f [%6.0f, %6.0f]     %6.0f [%6.0f, %6.0f]     %.2f [%.2f, %.2f]" %
               ((kind,) + n + b + r))
+    # The floor is the same code in both trees: a ratio away from 1 there is the spread between
+    # processes, which the other ratios carry as well.
+    print("above the floor (laggard's own share), median ns: " + ", ".join(
+        "%s new %.0f base %.0f" % (kind, statistics.median(raw["new"][kind]) -
+                                   statistics.median(raw["new"]["floor"]),
+                                   statistics.median(raw["base"][kind]) -
+                                   statistics.median(raw["base"]["floor"]))
+        for kind in KINDS[2:]))
     return 0
 
 
