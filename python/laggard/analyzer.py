@@ -244,6 +244,7 @@ class Analyzer:
         self._stream = None
         self._deferred = None  # laggard._deferred.DeferredValues, made on first use
         self._gloo = None  # laggard.transport.GlooTransport, the default side channel
+        self._delivery = None  # laggard.sinks.SinkDelivery: the sinks' thread
         self.backend_name = None
         self.analysis_rank = int(analysis_rank)
         self.is_analysis_rank = False
@@ -463,8 +464,18 @@ class Analyzer:
             log_once("timing", logging.INFO, "laggard: stage timing with %s", self.backend_name)
         if self.backend_name != "host-clock":
             self._stream = lambda: torch.cuda.current_stream().cuda_stream
-        for sink in sink_list:
-            engine.add_sink(sink, _sink_name(sink))
+        if sink_list:
+            # The engine only queues each report; the sinks run on a thread of their own
+            # (laggard.sinks.SinkDelivery). On the analysis rank it starts now with the sinks'
+            # setup (an MLflow store, a W&B run), waited for here, before the first step, so that
+            # it does not compete with the training thread's first windows.
+            from .sinks import SinkDelivery
+
+            self._delivery = SinkDelivery(sink_list, report_error=self._errors.report,
+                                          close_timeout_s=float(close_timeout_s) / 2)
+            engine.add_sink(self._delivery, "delivery")
+            if self.is_analysis_rank:
+                self._delivery.start(wait_s=SinkDelivery.PREPARE_WAIT_S)
         self._close_timeout_s = float(close_timeout_s)
         if self.backend_name == "host-clock":  # device backends poll in every begin_step
             self._skip_every = interval
@@ -923,6 +934,8 @@ class Analyzer:
             self._errors.report("counters", e)
         if self._gloo is not None:
             out.update(self._side_channel_setup_counters())
+        if self._delivery is not None:
+            out.update(self._delivery.counters())
         out["report_errors"] = self._errors.total
         return out
 
@@ -991,11 +1004,6 @@ class Analyzer:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-def _sink_name(sink):
-    fn = getattr(sink, "fn", sink)
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def _after_fork_in_child(ref):

@@ -1,10 +1,12 @@
 """Where reports go. A sink is any callable taking (step, metrics); it may have close().
 
-Sinks run on the analysis rank, on laggard's background thread, never on the training thread.
-A sink that raises is counted in straggler/report_errors and logged (rate-limited); later
-reports still reach it.
+Sinks run on the analysis rank, on a thread of their own (SinkDelivery), never on the training
+thread nor on the engine's (side channel, analysis). A sink that raises is counted in
+straggler/report_errors and logged (rate-limited); later reports still reach it. A sink's
+`min_period_s` attribute bounds how often it is written, its `prepare()` is its setup.
 """
 
+import collections
 import json
 import math
 import os
@@ -91,10 +93,12 @@ class TensorBoardSink:
     torch.utils.tensorboard.SummaryWriter. metrics: "compact" (the default: the summary, and the
     per-stage metrics of stages with a confirmed straggler; see tracker_metrics) or "full". Raises
     ImportError (with what to install) when TensorBoard is not importable; see
-    tensorboard_available()."""
+    tensorboard_available(). min_period_s: an Analyzer writes it at most this often (see
+    SinkDelivery)."""
 
-    def __init__(self, log_dir, metrics="compact", **writer_kwargs):
+    def __init__(self, log_dir, metrics="compact", min_period_s=1.0, **writer_kwargs):
         self.metrics = check_metric_set(metrics, "TensorBoardSink")
+        self.min_period_s = _period(min_period_s, "TensorBoardSink")
         try:
             from torch.utils.tensorboard import SummaryWriter
         except Exception as e:
@@ -115,13 +119,14 @@ class TensorBoardSink:
         self.writer.close()
 
 
-def tensorboard_sink(log_dir, metrics="compact", **writer_kwargs):
+def tensorboard_sink(log_dir, metrics="compact", min_period_s=1.0, **writer_kwargs):
     """A TensorBoardSink, or None (logged once) when TensorBoard is not importable."""
     if not tensorboard_available():
         logger.info("laggard: TensorBoard sink not available (torch.utils.tensorboard cannot be "
                     "imported); reports go to the other sinks")
         return None
-    return TensorBoardSink(log_dir, metrics=metrics, **writer_kwargs)
+    return TensorBoardSink(log_dir, metrics=metrics, min_period_s=min_period_s,
+                           **writer_kwargs)
 
 
 def as_sink(obj):
@@ -129,6 +134,209 @@ def as_sink(obj):
     if hasattr(obj, "close") and callable(obj):
         return obj
     return CallableSink(obj)
+
+
+# -- delivery: the sinks' own thread -----------------------------------------------------------
+#
+# The engine's background thread (the side channel, the analysis) used to call each sink in
+# turn, and a sink's Python holds the interpreter's lock that the training thread needs: MLflow
+# on SQLite held it ~7 ms per report and ~3 s at its first (creating the store), enough to make
+# the analysis rank the slowest of its peers at interval 2 with ms steps (docs/notes/sink-cost.md).
+# Now the engine only queues the report; one thread of laggard's hands it on, no more often than
+# each sink's min_period_s, and the first-report setup runs on that thread as the Analyzer starts.
+
+class SinkDelivery:
+    """Hands an Analyzer's reports to its sinks on a thread of its own (`laggard-sinks`), so
+    that neither the training thread nor the engine's background thread waits on a tracker.
+
+    Called as a sink itself (by the engine, on the analysis rank): the report joins a queue of
+    `capacity` reports and the call returns; a full queue drops its oldest report (counted in
+    `dropped`), so a stuck sink costs reports, never a wait. Each sink is written at most every
+    `min_period_s` seconds (its attribute; 0, every report, when it has none): a report that
+    comes sooner is kept as that sink's latest and written when the period has passed, the one
+    it replaces counted in `skipped`; so a sink always gets the latest report, a little later.
+    `start(wait_s)` (the analysis rank) starts the thread, which first calls each sink's
+    `prepare()` if it has one (the store, the run: what the first report would otherwise set
+    up); an Analyzer waits for that as it starts, at most PREPARE_WAIT_S, so that it is done
+    before the training steps (a slow tracker server: the rest goes on behind them).
+    close() delivers what is queued and each sink's latest, then closes the sinks, waiting for
+    that at most `close_timeout_s`. A sink's failure goes to `report_error(kind, exception)`
+    (the Analyzer's counted, rate-limited warnings). Thread-safe."""
+
+    PREPARE_WAIT_S = 30.0  # how long an Analyzer waits for the sinks' setup as it starts
+
+    def __init__(self, sinks, capacity=128, report_error=None, close_timeout_s=15.0):
+        self.sinks = list(sinks)
+        self.capacity = max(1, int(capacity))
+        self.close_timeout_s = float(close_timeout_s)
+        self._report_error = report_error
+        self._cond = threading.Condition()
+        self._queue = collections.deque()  # (step, metrics), oldest first
+        self._periods = [max(0.0, float(getattr(s, "min_period_s", 0.0) or 0.0))
+                         for s in self.sinks]
+        self._last = [None] * len(self.sinks)  # monotonic time of each sink's last write
+        self._held = [None] * len(self.sinks)  # each sink's latest report not yet written
+        self._thread = None
+        self._closing = False
+        self._done = threading.Event()
+        self._prepared = threading.Event()
+        self._warned = None  # when the last warning of dropped reports was logged
+        self.writes = 0
+        self.dropped = 0
+        self.skipped = 0
+
+    def counters(self):
+        with self._cond:
+            return {"sink_reports_queued": len(self._queue), "sink_writes": self.writes,
+                    "sink_reports_dropped": self.dropped, "sink_writes_skipped": self.skipped}
+
+    def start(self, wait_s=0.0):
+        """Starts the thread, which first calls the sinks' prepare(); waits for that at most
+        `wait_s` seconds (True when it is done)."""
+        with self._cond:
+            if self._thread is None and not self._closing:
+                self._thread = threading.Thread(target=self._run, name="laggard-sinks",
+                                                daemon=True)
+                self._thread.start()
+        return self._prepared.wait(wait_s) if wait_s > 0 else self._prepared.is_set()
+
+    def __call__(self, step, metrics):
+        with self._cond:
+            if self._closing:
+                return
+            if len(self._queue) >= self.capacity:
+                self._queue.popleft()
+                self.dropped += 1
+                dropped = self.dropped
+            else:
+                dropped = 0
+            self._queue.append((int(step), metrics))
+            self._cond.notify()
+        if self._thread is None:
+            self.start()
+        if dropped:
+            now = time.monotonic()
+            if self._warned is None or now - self._warned >= 60.0:  # a warning, not a flood
+                self._warned = now
+                logger.warning("laggard: sink delivery: %d reports dropped so far: the sinks "
+                               "fell %d reports behind (a sink is slow or stuck); training "
+                               "continues", dropped, self.capacity)
+
+    def _error(self, kind, e):
+        if self._report_error is not None:
+            try:
+                self._report_error(kind, e)
+                return
+            except Exception:
+                pass
+        logger.warning("laggard: %s failed: %s: %s; training continues", kind,
+                       type(e).__name__, e)
+
+    def _write(self, i, step, metrics):
+        sink = self.sinks[i]
+        self._last[i] = time.monotonic()
+        try:
+            sink(step, metrics)
+        except Exception as e:
+            self._error("sink " + _sink_label(sink), e)
+        with self._cond:
+            self.writes += 1
+        # Hands the interpreter's lock to a training thread waiting for it now, rather than
+        # after the switch interval (5 ms) into the next sink's write.
+        time.sleep(0)
+
+    def _prepare(self):
+        for sink in self.sinks:
+            prepare = getattr(sink, "prepare", None)
+            if callable(prepare):
+                try:
+                    prepare()
+                except Exception as e:
+                    self._error("sink " + _sink_label(sink), e)
+
+    def _run(self):
+        try:
+            try:
+                self._prepare()
+            finally:
+                self._prepared.set()
+            while True:
+                with self._cond:
+                    while True:
+                        closing = self._closing
+                        held = any(h is not None for h in self._held)
+                        if self._queue or (closing and held):
+                            break  # closing: the held reports are written, periods or not
+                        if closing:
+                            break
+                        now = time.monotonic()
+                        due = [self._last[i] + p for i, p in enumerate(self._periods)
+                               if self._held[i] is not None]
+                        if due and min(due) <= now:
+                            break
+                        self._cond.wait(min(due) - now if due else None)
+                    # One report at a time: what is still queued when a sink is stuck can be
+                    # dropped (and counted) by __call__ and close().
+                    report = self._queue.popleft() if self._queue else None
+                    if report is None and closing and not held:
+                        break
+                    flush = report is None and closing  # the queue done: the held ones now
+                # In order: a sink whose period has passed is written the report, one that is
+                # within it holds the report (the one held before, never written, is skipped).
+                for i in range(len(self.sinks)):
+                    if report is not None:
+                        if self._held[i] is not None:
+                            self.skipped += 1
+                        self._held[i] = report
+                    held_i, last = self._held[i], self._last[i]
+                    if held_i is not None and (flush or last is None or
+                                               time.monotonic() - last >= self._periods[i]):
+                        self._held[i] = None
+                        self._write(i, *held_i)
+            for sink in self.sinks:
+                close = getattr(sink, "close", None)
+                if callable(close):
+                    try:
+                        close()
+                    except Exception as e:
+                        self._error("sink %s close" % _sink_label(sink), e)
+        finally:
+            self._done.set()
+
+    def close(self):
+        """Delivers what is queued and each sink's latest report, closes the sinks; waits for
+        that at most close_timeout_s (a stuck sink is left behind, counted)."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            started = self._thread is not None
+            self._cond.notify()
+        if not started:
+            if not self._queue:  # never got a report (not the analysis rank): just close
+                for sink in self.sinks:
+                    close = getattr(sink, "close", None)
+                    if callable(close):
+                        try:
+                            close()
+                        except Exception as e:
+                            self._error("sink %s close" % _sink_label(sink), e)
+                return
+            self._thread = threading.Thread(target=self._run, name="laggard-sinks", daemon=True)
+            self._thread.start()
+        if not self._done.wait(self.close_timeout_s):
+            with self._cond:
+                left = len(self._queue)
+                self.dropped += left  # never delivered: counted as dropped
+                self._queue.clear()
+            self._error("sink close", RuntimeError(
+                "the sinks did not finish within %.3g s (a sink is stuck); left behind, %d "
+                "reports dropped" % (self.close_timeout_s, left)))
+
+
+def _sink_label(sink):
+    fn = getattr(sink, "fn", sink)
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 # -- what a tracker gets of a report ----------------------------------------------------------
@@ -184,10 +392,22 @@ def tracker_metrics(metrics, which="compact"):
 
 # -- trackers and monitoring ------------------------------------------------------------------
 #
-# Each of these is created on every rank (as `sinks=` is) but touches its tracker only when it is
-# first called, which happens only on the analysis rank: no run, experiment or port on the
-# others. Like every sink, a failure is raised from __call__ and counted by the live analysis
-# (straggler/report_errors, a rate-limited warning); training never sees it.
+# Each of these is created on every rank (as `sinks=` is) but touches its tracker only at its
+# setup (prepare()) or first call, which happen only on the analysis rank: no run, experiment or
+# port on the others. Like every sink, a failure is raised from __call__ and counted by the
+# live analysis (straggler/report_errors, a rate-limited warning); training never sees it.
+
+def _period(value, sink):
+    """min_period_s as a float >= 0, else ValueError naming the sink."""
+    try:
+        period = float(value)
+    except (TypeError, ValueError):
+        period = float("nan")
+    if not period >= 0.0 or not math.isfinite(period):
+        raise ValueError("%s: min_period_s must be a number of seconds >= 0, got %r"
+                         % (sink, value))
+    return period
+
 
 def _require(module, sink):
     """Setup: ImportError (what to install) when `module` is missing, found without importing
@@ -215,12 +435,16 @@ class WandbSink:
     laggard's steps never clash with the steps the trainer logs to the same run).
 
     run: a wandb Run to log to (the trainer's own); else wandb.init(**init_kwargs) is called at
-    the first report (project="laggard" unless given) and the run finished at close().
+    its setup (prepare(), or the first report; project="laggard" unless given) and the run
+    finished at close().
     WANDB_MODE=offline (or mode="offline") writes the run locally, for `wandb sync` later.
-    metrics: "compact" (the default; see tracker_metrics) or "full"."""
+    metrics: "compact" (the default; see tracker_metrics) or "full". min_period_s: an Analyzer
+    logs at most this often (see SinkDelivery); its prepare() starts the run before the first
+    report."""
 
-    def __init__(self, run=None, metrics="compact", **init_kwargs):
+    def __init__(self, run=None, metrics="compact", min_period_s=1.0, **init_kwargs):
         self.metrics = check_metric_set(metrics, "WandbSink")
+        self.min_period_s = _period(min_period_s, "WandbSink")
         if run is None:
             _require("wandb", "WandbSink")
         self._run = run
@@ -234,16 +458,24 @@ class WandbSink:
     def run(self):
         return self._run
 
+    def _start(self):
+        if self._run is None:
+            import wandb
+
+            self._run = wandb.init(**self._init_kwargs)
+        if not self._defined:
+            self._run.define_metric("straggler/step")
+            self._run.define_metric("straggler/*", step_metric="straggler/step")
+            self._defined = True
+
+    def prepare(self):
+        """The run (wandb.init) and its x-axis, before the first report."""
+        with self._lock:
+            self._start()
+
     def __call__(self, step, metrics):
         with self._lock:
-            if self._run is None:
-                import wandb
-
-                self._run = wandb.init(**self._init_kwargs)
-            if not self._defined:
-                self._run.define_metric("straggler/step")
-                self._run.define_metric("straggler/*", step_metric="straggler/step")
-                self._defined = True
+            self._start()
             record = {name: value
                       for name, value in tracker_metrics(metrics, self.metrics).items()
                       if isinstance(value, str) or
@@ -320,20 +552,23 @@ class MLflowSink:
     "http://host:5000", "databricks". MLflow >= 3.13 refuses its file store ("file:..." or a
     plain path) unless MLFLOW_ALLOW_FILE_STORE=true: such a URI, given here or in
     MLFLOW_TRACKING_URI, is a ValueError at setup saying what to set instead (MLflow's default
-    falling on an old ./mlruns directory is found at the first report: the same message, as the
-    sink's counted, warned error).
+    falling on an old ./mlruns directory is found at its setup: the same message, as the sink's
+    counted, warned error).
 
     run_id: log into that run (the trainer's); else a run named run_name is created in
-    `experiment` at the first report and ended at close(). metrics: "compact" (the default; see
-    tracker_metrics) or "full"."""
+    `experiment` at its setup (prepare(), or the first report) and ended at close().
+    metrics: "compact" (the default; see tracker_metrics) or "full". min_period_s: an Analyzer
+    logs at most this often (see SinkDelivery); its prepare() opens the store and the run
+    before the first report."""
 
     TAG_LIMIT = 5000  # MLflow's longest tag value
     REFUSES_FILE_STORE = (3, 13)  # the first MLflow that refuses its file store by default
 
     def __init__(self, tracking_uri=None, experiment="laggard", run_id=None, run_name=None,
-                 metrics="compact"):
+                 metrics="compact", min_period_s=1.0):
         _require("mlflow", "MLflowSink")
         self.metrics = check_metric_set(metrics, "MLflowSink")
+        self.min_period_s = _period(min_period_s, "MLflowSink")
         if tracking_uri is not None:
             tracking_uri = os.fspath(tracking_uri)
         uri, source = tracking_uri, "tracking_uri"
@@ -375,6 +610,13 @@ class MLflowSink:
         if experiment_id is not None:
             self.run_id = client.create_run(experiment_id, run_name=self.run_name).info.run_id
         self._client = client
+
+    def prepare(self):
+        """Opens the store (creating it: seconds for a new SQLite file) and the run, before the
+        first report."""
+        with self._lock:
+            if self._client is None:
+                self._start()
 
     def __call__(self, step, metrics):
         from mlflow.entities import Metric, RunTag
@@ -447,14 +689,16 @@ class PrometheusSink:
     The server listens on the loopback interface only (addr="127.0.0.1"): the endpoint has no
     authentication, so other hosts reach it only when asked for, with addr="0.0.0.0" (every
     interface) or one interface's address, e.g. for a Prometheus on another node
-    (docs/reference/security.md)."""
+    (docs/reference/security.md). min_period_s: an Analyzer updates it at most this often (see
+    SinkDelivery)."""
 
-    def __init__(self, port=None, addr="127.0.0.1", registry=None, host=None):
+    def __init__(self, port=None, addr="127.0.0.1", registry=None, host=None, min_period_s=1.0):
         import socket
 
         import prometheus_client
 
         self._prom = prometheus_client
+        self.min_period_s = _period(min_period_s, "PrometheusSink")
         self.addr = addr
         self.port = port
         self.host = host if host is not None else socket.gethostname()

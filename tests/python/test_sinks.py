@@ -92,9 +92,12 @@ class _Analysis:
                 an.add("communication", 52.0 - forward, kind="communication")
                 an.end_step()
         deadline = time.monotonic() + 30
-        while self.ranks[0].counters()["reports"] < windows and time.monotonic() < deadline:
+        # The engine's reports, then the sinks' thread (laggard.sinks.SinkDelivery) handing
+        # them on: the last sink, which has no min_period_s, gets every one.
+        while len(self.reports) < windows and time.monotonic() < deadline:
             time.sleep(0.01)
         assert self.ranks[0].counters()["reports"] == windows
+        assert len(self.reports) == windows
         self.confirmed_steps = [step for step, m in self.reports
                                 if "%d:forward" % SLOW_RANK in m["straggler/confirmed"]]
         assert self.confirmed_steps, "rank 2's forward is never confirmed"
@@ -172,8 +175,9 @@ def test_tracker_sinks_reject_an_unknown_metric_set(tmp_path):
 def test_tensorboard_sink_is_read_back_by_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    compact, full = sinks.TensorBoardSink(tmp_path / "compact"), \
-        sinks.TensorBoardSink(tmp_path / "full", metrics="full")
+    # min_period_s=0: every report (by default at most one a second)
+    compact, full = sinks.TensorBoardSink(tmp_path / "compact", min_period_s=0), \
+        sinks.TensorBoardSink(tmp_path / "full", metrics="full", min_period_s=0)
     analysis = _Analysis([compact, full])
     analysis.close()
     acc = EventAccumulator(str(tmp_path / "compact"),
@@ -212,7 +216,8 @@ def test_mlflow_sink_with_mlflows_default_store_is_read_back_by_mlflow_client(tm
 
     _no_mlflow_settings(monkeypatch)
     monkeypatch.chdir(tmp_path)  # MLflow's default local store is in the working directory
-    s = sinks.MLflowSink(experiment="laggard-test", run_name="slow-rank")
+    # min_period_s=0: every report (the default writes at most one a second; tested below)
+    s = sinks.MLflowSink(experiment="laggard-test", run_name="slow-rank", min_period_s=0)
     assert s.run_id is None  # nothing touched before the first report
     analysis = _Analysis([s])
     run_id = s.run_id
@@ -250,7 +255,15 @@ def test_mlflow_sink_logs_into_the_trainers_run_at_a_tracking_uri(tmp_path, monk
     assert back.info.status == "RUNNING"  # the trainer's run: not ended by laggard
     assert back.data.metrics["straggler/forward/top_rank"] == float(SLOW_RANK)
     assert _per_stage(back.data.metrics) == {"forward", "backward", "communication"}  # full
-    assert len(client.get_metric_history(run.info.run_id, "straggler/backward/mean_ms")) == 8
+    # At most one write a second (min_period_s=1.0, the default): of the 8 reports, which come
+    # within about a second, the first and the last at least; the rest skipped, counted.
+    steps = [m.step for m in client.get_metric_history(run.info.run_id,
+                                                       "straggler/backward/mean_ms")]
+    reports = [step for step, _ in analysis.reports]
+    assert steps == sorted(steps) and set(steps) <= set(reports), (steps, reports)
+    assert steps[0] == reports[0] and steps[-1] == reports[-1], (steps, reports)
+    c = analysis.ranks[0].counters()
+    assert c["sink_writes_skipped"] == 8 - len(steps) and c["sink_reports_dropped"] == 0, c
 
 
 def test_mlflow_sink_says_what_to_set_when_mlflow_refuses_its_file_store(tmp_path, monkeypatch):
@@ -397,7 +410,7 @@ def test_wandb_sink_offline_run_is_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    s = sinks.WandbSink(project="laggard-test", dir=str(tmp_path))
+    s = sinks.WandbSink(project="laggard-test", dir=str(tmp_path), min_period_s=0)
     analysis = _Analysis([s])
     run_dir = s.run.dir
     analysis.close()
@@ -418,7 +431,8 @@ def test_prometheus_sink_is_scraped_over_http():
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    s = sinks.PrometheusSink(port=0, addr="127.0.0.1", host="analysis-host")
+    # min_period_s=0: the latest report at once (by default at most a second later)
+    s = sinks.PrometheusSink(port=0, addr="127.0.0.1", host="analysis-host", min_period_s=0)
     analysis = _Analysis([s])
     try:
         assert s.port > 0  # started at the first report, on a free port
