@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "io/gzip_check.hpp"
 #include "laggard/jsonl.hpp"
 
 namespace laggard::detail {
@@ -33,6 +34,8 @@ class ByteSource {
         throw InputError("cannot read " + path + ": it is a directory, not a regular file");
       }
       size_ = static_cast<std::uint64_t>(st.st_size);
+      // Read front to back once: a larger read-ahead for a file not in the page cache.
+      if (S_ISREG(st.st_mode)) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
     }
     in_.resize(std::size_t{1} << 18);
     // The first bytes tell gzip (1f 8b) from plain text.
@@ -45,6 +48,10 @@ class ByteSource {
         ::close(fd_);
         throw InputError("cannot read " + path + ": zlib could not start");
       }
+      // The member's check is computed here (gzip_crc32) and compared with its trailer:
+      // zlib's own CRC-32 cost as much as inflating.
+      inflateValidate(&z_, 0);
+      inflateGetHeader(&z_, &header_);
       z_.next_in = reinterpret_cast<Bytef*>(in_.data());
       z_.avail_in = static_cast<uInt>(in_len_);
     }
@@ -73,6 +80,7 @@ class ByteSource {
     z_.avail_out = static_cast<uInt>(std::min<std::size_t>(cap, 1u << 30));
     while (z_.avail_out > 0) {
       if (z_.avail_in == 0) {
+        keep_tail(in_.data(), in_len_);
         in_len_ = read_raw(in_.data(), in_.size());
         if (in_len_ == 0) {
           if (!stream_end_) error_ = "the gzip stream ends early";
@@ -83,14 +91,24 @@ class ByteSource {
         z_.avail_in = static_cast<uInt>(in_len_);
       }
       stream_end_ = false;
+      Bytef* const out = z_.next_out;
       const int rc = inflate(&z_, Z_NO_FLUSH);
+      check_output(out, static_cast<std::size_t>(z_.next_out - out));
       if (rc == Z_STREAM_END) {
+        if (const char* wrong = check_trailer()) {
+          error_ = std::string("the gzip stream is broken (") + wrong + ")";
+          done_ = true;
+          break;
+        }
         stream_end_ = true;
         // Concatenated gzip members are one file (gzip -c a b): go on with the next.
         if (inflateReset(&z_) != Z_OK) {
           done_ = true;
           break;
         }
+        inflateGetHeader(&z_, &header_);
+        member_check_ = 0;
+        member_bytes_ = 0;
         continue;
       }
       if (rc != Z_OK && rc != Z_BUF_ERROR) {
@@ -108,6 +126,53 @@ class ByteSource {
   const std::string& error() const noexcept { return error_; }
 
  private:
+  // The running check of the member's text: CRC-32 for a gzip member, Adler-32 for a zlib one
+  // (inflateInit2's 15 + 32 takes either after the first). The header comes before any text, so
+  // header_.done (1 gzip, -1 zlib) is known by then.
+  void check_output(const Bytef* p, std::size_t n) {
+    if (n == 0) return;
+    if (header_.done < 0)
+      member_check_ = static_cast<std::uint32_t>(
+          adler32_z(member_bytes_ == 0 ? 1 : member_check_, p, static_cast<z_size_t>(n)));
+    else
+      member_check_ = gzip_crc32(member_check_, p, n);
+    member_bytes_ += n;
+  }
+
+  // The last (up to 8) input bytes before the present buffer: a member's trailer may begin there.
+  void keep_tail(const char* p, std::size_t n) {
+    const std::size_t take = std::min<std::size_t>(n, 8);
+    const std::size_t keep = std::min<std::size_t>(tail_len_, 8 - take);
+    std::memmove(tail_, tail_ + tail_len_ - keep, keep);
+    std::memcpy(tail_ + keep, p + n - take, take);
+    tail_len_ = keep + take;
+  }
+
+  // At a member's end (inflate has taken its trailer): the reason zlib would give when the
+  // trailer does not match the text (zlib's words), else nullptr.
+  const char* check_trailer() const {
+    // The trailer is the last bytes inflate took: of this buffer, and of earlier ones before it.
+    unsigned char last[8] = {};
+    const std::size_t here = static_cast<std::size_t>(z_.next_in - reinterpret_cast<const Bytef*>(in_.data()));
+    const std::size_t from_here = std::min<std::size_t>(here, 8);
+    const std::size_t from_tail = std::min<std::size_t>(tail_len_, 8 - from_here);
+    std::memcpy(last + 8 - from_here, in_.data() + here - from_here, from_here);
+    std::memcpy(last + 8 - from_here - from_tail, tail_ + tail_len_ - from_tail, from_tail);
+    const auto le32 = [](const unsigned char* q) {
+      return std::uint32_t{q[0]} | std::uint32_t{q[1]} << 8 | std::uint32_t{q[2]} << 16 |
+             std::uint32_t{q[3]} << 24;
+    };
+    if (header_.done < 0) {  // zlib: Adler-32, big-endian, of the text
+      const std::uint32_t want = std::uint32_t{last[4]} << 24 | std::uint32_t{last[5]} << 16 |
+                                 std::uint32_t{last[6]} << 8 | std::uint32_t{last[7]};
+      const std::uint32_t got = member_bytes_ ? member_check_ : 1;
+      return want == got ? nullptr : "incorrect data check";
+    }
+    if (le32(last) != member_check_) return "incorrect data check";
+    if (le32(last + 4) != static_cast<std::uint32_t>(member_bytes_)) return "incorrect length check";
+    return nullptr;
+  }
+
   std::size_t read_raw(char* dst, std::size_t cap) {
     for (;;) {
       const ssize_t n = ::read(fd_, dst, cap);
@@ -131,6 +196,11 @@ class ByteSource {
   bool done_ = false;
   bool stream_end_ = false;
   z_stream z_{};
+  gz_header header_{};
+  std::uint32_t member_check_ = 0;
+  std::uint64_t member_bytes_ = 0;
+  unsigned char tail_[8] = {};
+  std::size_t tail_len_ = 0;
   std::string error_;
 };
 

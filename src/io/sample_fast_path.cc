@@ -7,6 +7,7 @@
 // that checks each byte as it goes takes the line in under half of that (docs/performance.md).
 // It decides nothing about doubtful input: whatever it does not recognise is handed back, whole,
 // to the general parser.
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <system_error>
 #include <vector>
 
+#include "io/json_scan.hpp"
 #include "laggard/detail/sample_parser.hpp"
 #include "laggard/export.hpp"
 #include "laggard/jsonl.hpp"
@@ -37,42 +39,9 @@ constexpr int kMaxExactDigits = 15;
 // Characters below which a JSON number without exponent is within a double's range.
 constexpr std::ptrdiff_t kMaxPlainDecimal = 300;
 
-bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
-
-// A byte that may stand for itself inside a plain string: printable ASCII or DEL, neither the
-// quote nor the backslash. (Control characters are invalid JSON; escapes and UTF-8 are valid but
-// left to the general parser, which unescapes and checks them.)
-bool is_plain(char c) {
-  const auto u = static_cast<unsigned char>(c);
-  return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
-}
-
-#if defined(__SSE2__)
-// Bit i set: p[i] is not plain, for the 16 bytes at p.
-int stop_mask(const char* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
-  const __m128i backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
-  // Signed: bytes >= 0x80 are negative, so "below 0x20" also finds them.
-  const __m128i control = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
-  return _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control));
-}
-#endif
-
-// The first byte in [p, end) that is not plain (is_plain), or `end`: 16 bytes at a time where
-// the line has them (SSE2, part of every x86-64).
-const char* plain_end(const char* p, const char* end) {
-#if defined(__SSE2__)
-  for (; end - p >= 16; p += 16)
-    if (const int mask = stop_mask(p)) return p + __builtin_ctz(static_cast<unsigned>(mask));
-#endif
-  while (p < end && is_plain(*p)) ++p;
-  return p;
-}
-
-// a[0, n) == b[0, n). Names are short: two overlapping loads of each side instead of a call to
-// memcmp, which cost more than the compare itself (18 such compares per line).
-bool same_bytes(const char* a, const char* b, std::size_t n) {
+// a[0, n) == b[0, n). Names and keys are short: two overlapping loads of each side instead of a
+// call to memcmp, which cost more than the compare itself (18 to 40 such compares per line).
+inline __attribute__((always_inline)) bool same_bytes(const char* a, const char* b, std::size_t n) {
   if (n >= 8 && n <= 16) {
     std::uint64_t a0, a1, b0, b1;
     std::memcpy(&a0, a, 8);
@@ -94,6 +63,16 @@ bool same_bytes(const char* a, const char* b, std::size_t n) {
       if (a[i] != b[i]) return false;
     return true;
   }
+#if defined(__SSE2__)
+  if (n <= 32) {  // 17 to 32 bytes (a key with its separators): two overlapping 16-byte loads
+    const auto load = [](const char* p) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    };
+    const __m128i diff = _mm_or_si128(_mm_xor_si128(load(a), load(b)),
+                                      _mm_xor_si128(load(a + n - 16), load(b + n - 16)));
+    return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xFFFF;
+  }
+#endif
   return std::memcmp(a, b, n) == 0;
 }
 
@@ -250,6 +229,16 @@ class Scanner {
     return p_ < end_ && *p_ == c;
   }
 
+  const char* pos() const { return p_; }
+
+  // Takes the n bytes at `text` when the line goes on with exactly those: a compare whose length
+  // does not depend on the line, as take()'s.
+  bool take_bytes(const char* text, std::size_t n) {
+    if (static_cast<std::size_t>(end_ - p_) < n || !same_bytes(p_, text, n)) return false;
+    p_ += n;
+    return true;
+  }
+
   // Takes `text` when the line goes on with exactly that (no whitespace). A compare of constant
   // length: the position after it does not wait for the line's bytes, so the scan runs ahead
   // while they are checked, where scanning for a token's end would wait for each one.
@@ -328,18 +317,15 @@ class Scanner {
         return literal("null");
       default: {
         const char* begin = p_;
-        bool integer = true;
-        if (!number_text(/*negative_ok=*/true, &integer)) return false;
+        bool integer = true, exponent = false;
+        if (!number_text(/*negative_ok=*/true, &integer, &exponent)) return false;
         if (integer) {
           const auto digits = p_ - begin - (*begin == '-' ? 1 : 0);
           return digits <= kMaxIntegerDigits;
         }
         // Without an exponent, a number shorter than kMaxPlainDecimal cannot leave a double's
         // range (over 1.8e308 takes 309 digits; under 4.9e-324, 324): no need to convert it.
-        const auto length = p_ - begin;
-        if (length < kMaxPlainDecimal && std::memchr(begin, 'e', length) == nullptr &&
-            std::memchr(begin, 'E', length) == nullptr)
-          return true;
+        if (!exponent && p_ - begin < kMaxPlainDecimal) return true;
         double value;
         const auto result = std::from_chars(begin, p_, value);
         return result.ec == std::errc() && result.ptr == p_;
@@ -371,7 +357,14 @@ class Scanner {
     if (*digits == '0' && p_ - digits > 1 && is_digit(digits[1])) return false;
     if (!is_digit(p_[-1])) return false;  // "1." (with an exponent it would end in a digit)
     const void* dot = std::memchr(digits, '.', static_cast<std::size_t>(p_ - digits));
-    return dot == nullptr || is_digit(static_cast<const char*>(dot)[1]);  // not "1.e5"
+    if (dot != nullptr && !is_digit(static_cast<const char*>(dot)[1])) return false;  // "1.e5"
+    // An exponent of more than 3 digits ("0e5888888888"): from_chars reads it (0, say) where
+    // simdjson refuses it; the general parser decides.
+    const char* e = digits;
+    while (e < p_ && *e != 'e' && *e != 'E') ++e;
+    if (e == p_) return true;
+    const char* exponent = e + 1 + (e[1] == '+' || e[1] == '-');
+    return p_ - exponent <= 3;
   }
 
   // A decimal without exponent of at most kMaxExactDigits digits (what laggard writes for times
@@ -383,13 +376,36 @@ class Scanner {
     static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                         1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
     // The lengths first (cheap), the value only for a number short enough.
-    const int whole = *digits == '0' ? 1 : digit_span(digits);  // "01": the general way's
-    const char* q = digits + whole;
-    int fraction = 0;
-    if (q < end_ && *q == '.') {
-      fraction = digit_span(q + 1);
-      if (fraction == 0) return false;
-      q += 1 + fraction;
+    int whole, fraction = 0;
+    const char* q;
+#if defined(__SSE2__)
+    if (end_ - digits >= 16) {
+      // Where the line has 16 bytes: which of them are digits and which a '.', from one load,
+      // so that the lengths wait on the text once, not on one scan after another.
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(digits));
+      const __m128i nine = _mm_set1_epi8(9);
+      const __m128i value = _mm_sub_epi8(v, _mm_set1_epi8('0'));
+      const auto digit = static_cast<unsigned>(
+          _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(value, nine), nine)));
+      const auto dot = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('.'))));
+      whole = *digits == '0' ? 1 : __builtin_ctz(~digit);  // "01": the general way's
+      q = digits + whole;
+      if ((dot >> whole) & 1u) {
+        // Digits past the 16 bytes are not seen: the check of the byte after q below refuses.
+        fraction = __builtin_ctz(~(digit >> (whole + 1)));
+        if (fraction == 0) return false;
+        q += 1 + fraction;
+      }
+    } else
+#endif
+    {
+      whole = *digits == '0' ? 1 : digit_span(digits);  // "01": the general way's
+      q = digits + whole;
+      if (q < end_ && *q == '.') {
+        fraction = digit_span(q + 1);
+        if (fraction == 0) return false;
+        q += 1 + fraction;
+      }
     }
     // digit_span stops at 16, so a digit may follow. m has at most whole + fraction digits (a
     // leading 0 counted): at most kMaxExactDigits gives m < 10^15 < 2^53.
@@ -419,26 +435,15 @@ class Scanner {
                                              100000000000000,
                                              1000000000000000};
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  static constexpr bool kSwar = true;
-#else
-  static constexpr bool kSwar = false;
-#endif
+  static constexpr bool kSwar = kSwarDigits;
 
-  // How many decimal digits start at q, up to 16: eight bytes at a time where the line has
-  // them (a byte is a digit when its high nibble is 3 and adding 6 keeps it so), not a branch
-  // per digit.
+  // How many decimal digits start at q, up to 16 (json_scan.hpp: eight bytes at a time).
   int digit_span(const char* q) const {
     int total = 0;
     for (int round = 0; round < 2; ++round, q += 8) {
       int k = 0;
       if (kSwar && end_ - q >= 8) {
-        std::uint64_t v;
-        std::memcpy(&v, q, 8);
-        const std::uint64_t other = ((v & 0xF0F0F0F0F0F0F0F0u) |
-                                     (((v + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) ^
-                                    0x3333333333333333u;
-        k = other == 0 ? 8 : __builtin_ctzll(other) >> 3;
+        k = leading_digits8(q);
       } else {
         while (k < 8 && q + k < end_ && is_digit(q[k])) ++k;
       }
@@ -485,26 +490,26 @@ class Scanner {
   }
 
   // Passes over the text of a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-  bool number_text(bool negative_ok, bool* integer = nullptr) {
+  bool number_text(bool negative_ok, bool* integer = nullptr, bool* exponent = nullptr) {
     if (p_ < end_ && *p_ == '-') {
       if (!negative_ok) return false;
       ++p_;
     }
     if (p_ == end_ || !is_digit(*p_)) return false;
-    if (*p_++ != '0')
-      while (p_ < end_ && is_digit(*p_)) ++p_;
+    if (*p_++ != '0') p_ = digits_end(p_, end_);
     bool whole = true;
     if (p_ < end_ && *p_ == '.') {
       whole = false;
       if (++p_ == end_ || !is_digit(*p_)) return false;
-      while (p_ < end_ && is_digit(*p_)) ++p_;
+      p_ = digits_end(p_, end_);
     }
     if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
       whole = false;
+      if (exponent) *exponent = true;
       ++p_;
       if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
       if (p_ == end_ || !is_digit(*p_)) return false;
-      while (p_ < end_ && is_digit(*p_)) ++p_;
+      p_ = digits_end(p_, end_);
     }
     if (integer) *integer = whole;
     return true;
@@ -625,16 +630,71 @@ bool canonical_sample(Scanner& s, StepSample& out) {
 
 // ---- any order, any extra fields --------------------------------------------------------------
 
-bool parse_stage(Scanner& s, StageTime& stage) {
-  if (!s.consume('{')) return false;
+// The keys of the last line read the any-order way, per thread: each field's text from the end
+// of the value before it (or from the line's or the stage's start) up to its own value, with the
+// field it names. A writer keeps one layout, so the next line is first matched against these
+// texts, whole: a compare of known length per field instead of a scan of the key, its quotes
+// and the whitespace around it. A text is kept only as read and checked by the scan, so a
+// match takes exactly what the scan would have; a line that differs is scanned from there on,
+// and its texts replace the old ones.
+struct KeyText {
+  static constexpr std::size_t kMaxBytes = 30;
+  char bytes[kMaxBytes];
+  unsigned char size;
+  Field field;
+};
+struct Layout {
+  static constexpr int kMaxKeys = 16;
+  KeyText sample[kMaxKeys];
+  KeyText stage[kMaxKeys];
+  int sample_keys = 0, stage_keys = 0;
+};
+thread_local Layout layout;
+
+// The field at key position i: from `keys` when the line goes on with its text, else scanned
+// (a ',' before every key but the first, then `"key":`) and its text kept in `keys` for the next
+// line. kNone: the object ends here (no ','); false: not a key where one must be.
+constexpr Field kNone = static_cast<Field>(31);
+template <typename Classify>
+bool next_key(Scanner& s, KeyText* keys, int& count, int i, Classify classify, Field& field) {
+  if (i < count && s.take_bytes(keys[i].bytes, keys[i].size)) {
+    field = keys[i].field;
+    return true;
+  }
+  const char* from = s.pos();
+  if (i == 0) {
+    if (!s.consume('{') || s.next_is('}')) return false;
+  } else if (!s.consume(',')) {
+    field = kNone;
+    return true;
+  }
+  std::string_view key;
+  if (!s.key(key)) return false;
+  field = classify(key);
+  s.skip_space();
+  const auto size = static_cast<std::size_t>(s.pos() - from);
+  if (i < Layout::kMaxKeys && size <= KeyText::kMaxBytes) {
+    std::memcpy(keys[i].bytes, from, size);
+    keys[i].size = static_cast<unsigned char>(size);
+    keys[i].field = field;
+    count = i + 1;
+  } else {
+    count = std::min(count, i);
+  }
+  return true;
+}
+
+bool parse_stage(Scanner& s, StageTime& stage, Layout& known) {
   unsigned seen = 0;
   std::string_view name, kind_text;
+  bool same_name = false, kind_word = false;
+  StageKind kind = StageKind::other;
   double ms = 0.0;
   std::uint64_t calls = 1;  // missing: entered once
-  do {
-    std::string_view key;
-    if (!s.key(key)) return false;
-    const Field field = stage_field(key);
+  for (int i = 0;; ++i) {
+    Field field;
+    if (!next_key(s, known.stage, known.stage_keys, i, stage_field, field)) return false;
+    if (field == kNone) break;
     if (field != kUnknown) {
       if (seen & bit(field)) return false;  // a repeated field: the general parser's rules
       seen |= bit(field);
@@ -642,10 +702,15 @@ bool parse_stage(Scanner& s, StageTime& stage) {
     bool ok;
     switch (field) {
       case kName:
-        ok = s.string(name);
+        // Names repeat line after line: the previous line's name at this place is the guess.
+        s.skip_space();
+        same_name = s.same_string(stage.name);
+        ok = same_name || s.string(name);
         break;
       case kKind:
-        ok = s.string(kind_text);
+        s.skip_space();
+        kind_word = s.kind_word(kind);
+        ok = kind_word || s.string(kind_text);
         break;
       case kMs:
         ok = s.duration(ms);
@@ -657,26 +722,24 @@ bool parse_stage(Scanner& s, StageTime& stage) {
         ok = s.skip_value(1);
     }
     if (!ok) return false;
-  } while (s.consume(','));
+  }
   if (!s.consume('}')) return false;
   if ((seen & (bit(kName) | bit(kMs))) != (bit(kName) | bit(kMs))) return false;
-  StageKind kind;
-  if (seen & bit(kKind)) {
+  if (!(seen & bit(kKind))) {
+    kind = default_stage_kind(same_name ? std::string_view(stage.name) : name);
+  } else if (!kind_word) {
     const auto parsed = parse_stage_kind(kind_text);
     if (!parsed) return false;
     kind = *parsed;
-  } else {
-    kind = default_stage_kind(name);
   }
-  // Names repeat line after line: comparing is cheaper than assigning the same bytes again.
-  if (stage.name != name) stage.name.assign(name.data(), name.size());
+  if (!same_name) stage.name.assign(name.data(), name.size());
   stage.kind = kind;
   stage.ms = ms;
   stage.calls = static_cast<std::uint32_t>(calls);
   return true;
 }
 
-bool parse_stages(Scanner& s, StepSample& out) {
+bool parse_stages(Scanner& s, StepSample& out, Layout& known) {
   if (!s.consume('[')) return false;
   std::size_t count = 0;
   if (s.next_is(']')) {
@@ -684,7 +747,7 @@ bool parse_stages(Scanner& s, StepSample& out) {
   } else {
     do {
       if (count == out.stages.size()) out.stages.emplace_back();
-      if (!parse_stage(s, out.stages[count])) return false;
+      if (!parse_stage(s, out.stages[count], known)) return false;
       ++count;
     } while (s.consume(','));
     if (!s.consume(']')) return false;
@@ -702,15 +765,15 @@ void assign(std::string& target, bool present, std::string_view text) {
 
 // Fields in any order, unknown fields checked and passed over, whitespace anywhere JSON allows.
 bool any_sample(Scanner& s, StepSample& out) {
-  if (!s.consume('{') || s.next_is('}')) return false;
+  Layout& known = layout;
   unsigned seen = 0;
   std::uint64_t rank = 0, world_size = 0, step = 0;
   double step_ms = 0.0, work = std::numeric_limits<double>::quiet_NaN();
   std::string_view host, cohort;
-  do {
-    std::string_view key;
-    if (!s.key(key)) return false;
-    const Field field = sample_field(key);
+  for (int i = 0;; ++i) {
+    Field field;
+    if (!next_key(s, known.sample, known.sample_keys, i, sample_field, field)) return false;
+    if (field == kNone) break;
     if (field != kUnknown) {
       if (seen & bit(field)) return false;
       seen |= bit(field);
@@ -719,7 +782,8 @@ bool any_sample(Scanner& s, StepSample& out) {
     switch (field) {
       case kSchema: {
         std::string_view schema;
-        ok = s.string(schema) && schema == kSampleSchema;
+        ok = s.string(schema) && schema.size() == kSampleSchema.size() &&
+             same_bytes(schema.data(), kSampleSchema.data(), schema.size());
         break;
       }
       case kRank:
@@ -746,7 +810,7 @@ bool any_sample(Scanner& s, StepSample& out) {
         ok = s.next_is('n') ? s.literal("null") : s.duration(work);
         break;
       case kStages:
-        ok = parse_stages(s, out);
+        ok = parse_stages(s, out, known);
         break;
       case kValues:
         ok = named_values(s, out.values);
@@ -758,7 +822,7 @@ bool any_sample(Scanner& s, StepSample& out) {
         ok = s.skip_value(1);
     }
     if (!ok) return false;
-  } while (s.consume(','));
+  }
   if (!s.consume('}') || !s.at_end()) return false;
   constexpr unsigned kRequired =
       bit(kSchema) | bit(kRank) | bit(kWorldSize) | bit(kStep) | bit(kStepMs) | bit(kStages);

@@ -10,12 +10,8 @@
 // and the raw text is dropped. Kineto writes every host event of the whole trace before the
 // device events, and those in no step order, so a step is complete only at the end of the file:
 // the compact records are resolved into samples there (TraceResolver). The directory reader is
-// src/io/trace_run_reader.cc; the file's bytes (plain or gzip) come from src/io/byte_source.cc.
+// src/io/trace_run_reader.cc; the file's bytes (plain or gzip) come from src/io/byte_source.hpp.
 #include <simdjson.h>
-
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include <algorithm>
 #include <cctype>
@@ -33,6 +29,7 @@
 #include <vector>
 
 #include "io/byte_source.hpp"
+#include "io/json_scan.hpp"
 #include "io/trace_reader.hpp"
 #include "laggard/trace.hpp"
 
@@ -41,6 +38,9 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace od = simdjson::ondemand;
+using detail::digits_end;
+using detail::is_digit;
+using detail::plain_end;
 using detail::ByteSource;
 
 constexpr std::size_t kMaxKeptErrors = 20;
@@ -1388,73 +1388,42 @@ class FastEvent {
     }
   }
 
-  // A string from its opening quote; p_ ends just past the closing one.
+  // A string from its opening quote; p_ ends just past the closing one. A quote, a backslash, or
+  // a byte below 0x20 or above 0x7f stops the run (json_scan.hpp: 16 bytes at a time).
   Result string() {
-    ++p_;
-    constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    for (;;) {
-#ifdef __SSE2__
-      // 16 bytes at a time: a quote, a backslash, or a byte below 0x20 or above 0x7f (negative
-      // as a signed char) stops the run at its first such byte.
-      while (end_ - p_ >= 16) {
-        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
-        const __m128i quote = _mm_cmpeq_epi8(x, _mm_set1_epi8('"'));
-        const __m128i backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'));
-        const __m128i other = _mm_cmplt_epi8(x, _mm_set1_epi8(0x20));
-        const __m128i hit = _mm_or_si128(_mm_or_si128(quote, backslash), other);
-        const int mask = _mm_movemask_epi8(hit);
-        if (mask != 0) {
-          p_ += __builtin_ctz(static_cast<unsigned>(mask));
-          break;
-        }
-        p_ += 16;
-      }
-#endif
-      while (end_ - p_ >= 8) {
-        std::uint64_t x;
-        std::memcpy(&x, p_, 8);
-        const std::uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
-        const std::uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) |
-                                  ((x - ones * 0x20) & ~x) | x;
-        if (hit & highs) break;
-        p_ += 8;
-      }
-      if (p_ >= end_) return incomplete;
-      const auto c = static_cast<unsigned char>(*p_);
-      if (c == '"') {
-        ++p_;
-        return ok;
-      }
-      if (c == '\\' || c < 0x20 || c >= 0x80) return unsure;
+    p_ = plain_end(p_ + 1, end_);
+    if (p_ >= end_) return incomplete;
+    if (*p_ == '"') {
       ++p_;
+      return ok;
     }
+    return unsure;
   }
 
-  static bool digit(char c) { return c >= '0' && c <= '9'; }
-
-  // A number by the JSON grammar; it must end before the buffer does.
+  // A number by the JSON grammar; it must end before the buffer does. Digit runs are found 8
+  // bytes at a time (json_scan.hpp, as the rank-log fast path does).
   Result number() {
     if (*p_ == '-' && ++p_ == end_) return incomplete;
     if (*p_ == '0') {
       ++p_;
-    } else if (digit(*p_)) {
-      while (p_ < end_ && digit(*p_)) ++p_;
+    } else if (is_digit(*p_)) {
+      p_ = digits_end(p_, end_);
     } else {
       return unsure;
     }
     if (p_ == end_) return incomplete;
     if (*p_ == '.') {
       if (++p_ == end_) return incomplete;
-      if (!digit(*p_)) return unsure;
-      while (p_ < end_ && digit(*p_)) ++p_;
+      if (!is_digit(*p_)) return unsure;
+      p_ = digits_end(p_, end_);
       if (p_ == end_) return incomplete;
     }
     if (*p_ == 'e' || *p_ == 'E') {
       if (++p_ == end_) return incomplete;
       if (*p_ == '+' || *p_ == '-')
         if (++p_ == end_) return incomplete;
-      if (!digit(*p_)) return unsure;
-      while (p_ < end_ && digit(*p_)) ++p_;
+      if (!is_digit(*p_)) return unsure;
+      p_ = digits_end(p_, end_);
       if (p_ == end_) return incomplete;
     }
     const char c = *p_;
@@ -1594,8 +1563,7 @@ class TraceScanner {
       counted_ = 0;
       newlines_ = 0;
     }
-    newlines_ += static_cast<std::size_t>(
-        std::count(buf_.data() + counted_, buf_.data() + std::min(offset, len_), '\n'));
+    newlines_ += detail::count_byte(buf_.data() + counted_, buf_.data() + std::min(offset, len_), '\n');
     counted_ = std::min(offset, len_);
     return line_base_ + newlines_ + 1;
   }

@@ -251,6 +251,69 @@ TEST(SampleFastPath, AgreesWithTheGeneralParserOnMutatedLines) {
   }
 }
 
+// Lines in another writer's layout are matched against the keys of the previous such line (their
+// texts, whitespace and all): a line in that layout, then lines that differ from it in one key
+// (another key, the same key twice, one key fewer or more, other whitespace, a key cut by the
+// line's end) must each be read as the general parser reads them, and the layout they leave
+// behind must not mislead the next line.
+TEST(SampleFastPath, ReadsOtherLayoutsLineAfterLineAsTheGeneralParserDoes) {
+  const std::string stage = R"({"ms": 14.302, "name": "forward", "kind": "compute", "calls": 1})";
+  const std::string other = R"({"step": 10, "rank": 0, "world_size": 4, "time": 1700000000.000000, )"
+                            R"("schema": "laggard.sample/1", "step_ms": 109.386, "host": "node-0", )"
+                            R"("cohort": "dp", "stages": [)" +
+                            stage + ", " + stage + "]}";
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string line = other;
+    const auto at = line.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? line : line.replace(at, from.size(), to);
+  };
+  const std::vector<std::string> variants = {
+      with(R"("rank": 0)", R"("rnak": 0, "rank": 0)"),       // an unknown key first
+      with(R"("rank": 0)", R"("step": 0)"),                  // the same key twice
+      with(R"("rank": 0, )", ""),                            // a required key fewer
+      with(R"("time": 1700000000.000000, )", ""),            // an unknown key fewer
+      with(R"("cohort": "dp", )", R"("cohort": "dp", "x": [1, {"y": null}], )"),
+      with(R"(, "rank")", R"(,"rank")"),                     // other whitespace
+      with(R"("rank": 0)", R"( "rank" : 0)"),
+      with(R"("ms": 14.302, "name")", R"("name": "a", "name")"),  // a stage's key twice
+      with(R"("ms": 14.302, "name")", R"("calls": 2, "name")"),
+      with(R"(, "calls": 1})", "}"),                          // a stage key fewer
+      with(R"(, "calls": 1})", R"(, "calls": 1, "calls": 1})"),
+      with(R"("name": "forward", "kind": "compute")", R"("name": "forward")"),
+      with(R"("kind": "compute")", R"("kind": "computes")"),  // not a kind
+      with(R"("kind": "compute")", R"("kind": "data")"),
+      with(R"("name": "forward")", R"("name": "forwarded")"),
+      with(R"("name": "forward")", R"("name": "")"),
+      with(R"("schema": "laggard.sample/1")", R"("schema": "laggard.sample/2")"),
+      other.substr(0, other.find(R"("step_ms")")),           // cut inside the keys
+      other.substr(0, other.find(R"("calls")") + 5),
+      "{}",
+      R"({"step": 1})",
+  };
+  int taken = 0;
+  for (const std::string& variant : variants) {
+    for (const std::string& line : {other, variant, variant, other}) {
+      taken += fast_path_agrees(line) ? 1 : 0;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  EXPECT_GE(taken, 2 * static_cast<int>(variants.size()));  // every `other` at least
+  // The same lines through one reused sample, as a file reader reads them.
+  StepSample reused, general;
+  std::string error;
+  for (const std::string& variant : variants) {
+    for (const std::string& line : {other, variant, other}) {
+      const bool fast = detail::parse_sample_fast(line, reused);
+      if (fast) {
+        ASSERT_TRUE(detail::parse_sample_general(line, general, error)) << error << ": " << line;
+        SCOPED_TRACE(line);
+        expect_same(reused, general);
+      }
+    }
+  }
+}
+
 TEST(SampleFastPath, ReadsDecimalsOfEveryLengthAsTheGeneralParserDoes) {
   // Short decimals take a quicker way than long ones (at most 15 digits and no exponent): each
   // length on either side of that limit, in every field that holds a number, gives the double

@@ -263,9 +263,10 @@ TEST(TraceReader, ACutFileKeepsWhatWasRead) {
   EXPECT_EQ(t.samples.size(), 2u);
 }
 
-std::string gzip(const std::string& text) {
+// gzip (window_bits 15 + 16), or the zlib format (15).
+std::string gzip(const std::string& text, int level = 6, int window_bits = 15 + 16) {
   z_stream z{};
-  deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  deflateInit2(&z, level, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY);
   std::string out(deflateBound(&z, text.size()) + 64, '\0');
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
   z.avail_in = static_cast<uInt>(text.size());
@@ -295,6 +296,75 @@ TEST(TraceReader, GzipWhateverTheNameAndACutGzipStream) {
   const RankTrace c = read_trace(dir.file("rank-2.json.gz", gzip(half) + gzip(text.substr(half.size()))));
   EXPECT_EQ(c.samples.size(), 2u);
   EXPECT_FALSE(c.stats.truncated);
+}
+
+// Each gzip member's text is checked against its trailer (CRC-32 and length) wherever the
+// trailer falls among the file's reads (256 KiB each): members of many sizes, a first member whose
+// trailer is split between two reads, and a wrong CRC or length named as zlib names them.
+bool said_gzip(const RankTrace& t, const std::string& words) {
+  for (const auto& e : t.stats.errors)
+    if (e.what.find(words) != std::string::npos) return true;
+  return false;
+}
+
+TEST(TraceReader, EachGzipMemberIsCheckedAgainstItsTrailer) {
+  TempDir dir;
+  std::uint64_t state = 12345;
+  const auto padded = [&](std::size_t n) {
+    std::string pad(n, 'a');
+    for (char& c : pad) {
+      state = state * 6364136223846793005u + 1442695040888963407u;
+      c = static_cast<char>('a' + (state >> 33) % 26);
+    }
+    std::string text = trace(small_job());  // the events, then the padding
+    text.insert(text.size() - 1, ", \"pad\": \"" + pad + "\"");
+    return text;
+  };
+  int file = 0;
+  for (const std::size_t n : {0u, 1u, 15u, 64u, 1000u, 70000u, 300000u, 1100000u}) {
+    for (const int level : {0, 1, 6}) {
+      const RankTrace t =
+          read_trace(dir.file("m" + std::to_string(file++) + ".json.gz", gzip(padded(n), level)));
+      EXPECT_EQ(t.samples.size(), 2u) << n << " " << level;
+      EXPECT_TRUE(t.stats.errors.empty()) << n << " " << level << ": " << t.stats.errors[0].what;
+    }
+  }
+  // Stored (level 0), a member grows with its text byte for byte: the first member's text is cut
+  // where its trailer's 8 bytes start 3 bytes before the end of the first 256 KiB read.
+  const std::string whole = padded(300000);
+  std::size_t m = 262144;
+  std::string first = gzip(whole.substr(0, m), 0);
+  for (int i = 0; i < 4 && first.size() != 262144 + 5; ++i) {
+    m += 262144 + 5 - first.size();  // modulo 2^64: smaller when the member came out larger
+    first = gzip(whole.substr(0, m), 0);
+  }
+  ASSERT_EQ(first.size(), 262144u + 5);
+  const std::string split = first + gzip(whole.substr(m), 6);
+  const RankTrace a = read_trace(dir.file("split.json.gz", split));
+  EXPECT_EQ(a.samples.size(), 2u);
+  EXPECT_TRUE(a.stats.errors.empty()) << a.stats.errors[0].what;
+  // A wrong CRC (the trailer's first 4 bytes) and a wrong length (its last 4), in that member.
+  std::string bad_crc = split, bad_length = split;
+  bad_crc[262144 + 5 - 8] ^= 1;
+  bad_length[262144 + 5 - 1] ^= 1;
+  EXPECT_TRUE(said_gzip(read_trace(dir.file("crc.json.gz", bad_crc)),
+                        "the gzip stream is broken (incorrect data check)"));
+  EXPECT_TRUE(said_gzip(read_trace(dir.file("length.json.gz", bad_length)),
+                        "the gzip stream is broken (incorrect length check)"));
+  // After a gzip member, a member in the zlib format (Adler-32, big-endian, in its trailer).
+  const std::string mixed = gzip(whole.substr(0, 1000)) + gzip(whole.substr(1000), 6, 15);
+  const RankTrace b = read_trace(dir.file("mixed.json.gz", mixed));
+  EXPECT_EQ(b.samples.size(), 2u);
+  EXPECT_TRUE(b.stats.errors.empty()) << b.stats.errors[0].what;
+  std::string bad_adler = mixed;
+  bad_adler.back() ^= 1;
+  EXPECT_TRUE(said_gzip(read_trace(dir.file("adler.json.gz", bad_adler)),
+                        "the gzip stream is broken (incorrect data check)"));
+  // The same in a one-member file whose trailer lies inside one read.
+  std::string small = gzip(padded(100), 6);
+  small[small.size() - 6] ^= 0x40;
+  EXPECT_TRUE(said_gzip(read_trace(dir.file("crc-small.json.gz", small)),
+                        "the gzip stream is broken (incorrect data check)"));
 }
 
 TEST(TraceReader, AStrayBraceAmongTheEventsIsSkippedNotReadForever) {
