@@ -313,6 +313,9 @@ class LAGGARD_API Detector {
     /// The CUSUM of the cost test: "slower by what costs the step 2 x min_cost_share" against
     /// "within healthy_spread, or costing under min_cost_share of the step" (detector_sequential.cc).
     std::vector<float> cost;
+    /// The CUSUM of the intermittent test: "slow in a share of the windows" (a mixture) against
+    /// the cost test's null (detector_sequential.cc).
+    std::vector<float> mix;
     /// The cohort's step time (StageFigures::step_ms) in its latest windows, a ring: the cost
     /// test measures against their median, which one window's pause somewhere in the job does
     /// not move.
@@ -322,9 +325,10 @@ class LAGGARD_API Detector {
     std::vector<std::uint8_t> named_bit;  ///< 1 while the rank is named
     std::vector<SeqState> cold;
     /// What the latest window added to the CUSUMs of the tests with larger shares of the budget
-    /// (the relative_threshold test, the own-baseline one, the cost test) for one threshold to
-    /// hold: a slot's evidence is the largest CUSUM with its bonus (detector_sequential.cc).
-    float bonus_first = 0.0f, bonus_own = 0.0f, bonus_cost = 0.0f;
+    /// (the relative_threshold test, the own-baseline one, the cost test, the intermittent one)
+    /// for one threshold to hold: a slot's evidence is the largest CUSUM with its bonus
+    /// (detector_sequential.cc).
+    float bonus_first = 0.0f, bonus_own = 0.0f, bonus_cost = 0.0f, bonus_mix = 0.0f;
     std::vector<int> slot_rank;     ///< the rank of each slot
     std::vector<int> slot_of_rank;  ///< indexed by rank: its slot, or -1
     double log_scale = 0.0;  ///< EWMA of ln(noise sigma of the log-ratio)
@@ -336,6 +340,9 @@ class LAGGARD_API Detector {
     /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that
     /// rate is above pause_rate.
     double pauses = 0.0, pause_chances = 0.0;
+    /// Windows in the intermittent test's slow component (over its midpoint) of ranks whose
+    /// intermittent evidence was 0, out of such rank-windows: the null's share of slow windows.
+    double mix_hits = 0.0, mix_chances = 0.0;
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);

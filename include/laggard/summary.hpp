@@ -27,10 +27,12 @@ struct StragglerSummary {
   int windows_seen = 0;
   std::int64_t first_flagged_step = 0;
   std::int64_t confirmed_step = 0;
-  double typical_slowdown = 1.0;  ///< median of t / ref over the windows it was flagged in
-  /// Its typical cost to the step (RankFinding::cost_ms): the median over the same windows.
+  /// Typical t / ref over the windows it was confirmed in: a 20 % trimmed mean (sees a slowdown
+  /// present in a third of the windows; pauses do not move it).
+  double typical_slowdown = 1.0;
+  /// Its typical cost to the step (RankFinding::cost_ms): the same trimmed mean.
   double cost_ms = 0.0;
-  /// The median of RankFinding::cost_share over the same windows, in [0, 1].
+  /// The trimmed mean of RankFinding::cost_share over the same windows, in [0, 1].
   double cost_share = 0.0;
   double last_ms = 0.0;
   double last_ref_ms = 0.0;

@@ -241,8 +241,8 @@ bool Detector::extend_episode(int& index, const std::string& key, const RankFind
                                       : 1.0);
   e.costs_ms.push_back(f.cost_ms);
   e.shares.push_back(f.cost_share);
-  const double typical_ratio = detail::median_of(e.ratios.data(), e.ratios.size(), gate_scratch_);
-  const double typical_share = detail::median_of(e.shares.data(), e.shares.size(), gate_scratch_);
+  const double typical_ratio = detail::typical_of(e.ratios.data(), e.ratios.size(), gate_scratch_);
+  const double typical_share = detail::typical_of(e.shares.data(), e.shares.size(), gate_scratch_);
   return typical_ratio > options_.healthy_spread && typical_share >= options_.min_cost_share;
 }
 

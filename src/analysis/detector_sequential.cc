@@ -87,16 +87,36 @@ constexpr double kOwnScaleShrink = 0.85;  // scale shrink (docs/detection.md, Th
 // onset's first window drag the baseline by 3 sigma x alpha, a third to a half of its standard
 // error at window 20 (docs/detection.md).
 constexpr double kOwnScoreGain = (kOwnNu + 3.0) / kOwnNu;  // 7/4 (docs/detection.md, The constants)
-// Most evidence one window adds to the own-baseline test. The t LLR is bounded (by 6-7 under
-// 2 % jitter, 9-10 under 1 %) and redescends: a pause or a heavy-tailed window far over the
-// shift adds little, so no data-driven cap is needed for it; this one only bounds quiet stages.
+// Most evidence one window adds to the own-baseline test: this, and no more than the cohort
+// tests' cap ln(1 / pause rate). The t LLR is bounded (by 6-7 under 2 % jitter, 9-10 under 1 %)
+// and redescends: a pause far over the shift adds little. But a window just over the shift is
+// not rare in every noise: under right-skewed jitter (a long slow tail; lognormal) healthy ranks
+// had two such windows running, 8 each, and were named; like a pause, such a window counts as
+// one unusual window (docs/detection.md, The constants).
 constexpr double kOwnCeiling = 8.0;  // own ceiling (docs/detection.md, The constants)
 // Shares of the false-alarm budget where the own-baseline test runs: it, the cohort test for
 // relative_threshold and the cost test; the larger shifts' tests share what is left
 // (docs/detection.md, step 4; docs/notes/detection-absolute.md).
-constexpr double kShareOwn = 0.5;    // shares (docs/detection.md, The constants)
+constexpr double kShareOwn = 0.4;    // shares (docs/detection.md, The constants)
 constexpr double kShareFirst = 0.2;  // shares (docs/detection.md, The constants)
 constexpr double kShareCost = 0.2;   // shares (docs/detection.md, The constants)
+constexpr double kShareMix = 0.1;    // shares (docs/detection.md, The constants)
+// The intermittent test (docs/detection.md, Intermittent faults): per (rank, stage), "each window
+// is, with probability kMixShare, slow by what costs the step kCostTarget x min_cost_share on
+// average (and at least kMixRatio over the median), else as the null" against the cost test's
+// null, whose own share r0 of slow windows is what the cohort shows (pauses included, so no
+// pause cap). Its LLR per window is ln((1 - p + p LR) / (1 - r0 + r0 LR)), LR the normal
+// likelihood ratio of the slow component: an ordinary window takes about ln((1 - p) / (1 - r0))
+// away, a slow one adds at most ln(p / r0). A rank slow in a share q of the windows gains on
+// average where q ln(p / r0) > (1 - q) |ln((1 - p) / (1 - r0))|: with r0 = 0.4 % from q of
+// about 12 % on. p = 0.5, not 0.3: 0.3 moved that boundary to 8 % and named a rank paused every
+// tenth window (Sequential.PausesInSeparateWindowsAreNotAStraggler) for 8 % more evidence per
+// window at q = 0.3. 1.25 is the second shift of the cohort tests (by construction).
+constexpr double kMixShare = 0.5;   // (docs/detection.md, Intermittent faults)
+constexpr double kMixRatio = 1.25;  // (docs/detection.md, Intermittent faults)
+// The null's share of slow windows is at least this x pause_rate (one in 1,000 by default): a
+// cohort that has shown none is not taken to have none (by construction).
+constexpr double kMixNullFloor = 0.1;  // (docs/detection.md, Intermittent faults)
 // The cost test (docs/notes/detection-absolute.md): per (rank, stage), "its excess costs the step
 // kCostTarget x min_cost_share" against "its excess is within healthy_spread or under
 // min_cost_share of the step", each mapped onto the log-ratio x, so that a fault's size in the
@@ -132,6 +152,22 @@ constexpr double kUntimedExplained = 4.0;  // untimed explained (docs/detection.
 #else
 #define LAGGARD_WIDE_CLONES
 #endif
+
+// e^v for v in [-80, 80] within about 2e-7 relative, without a branch: 2^n from the bits and a
+// series for the rest (|r| <= ln 2 / 2), for the vectorized pass below.
+inline float fast_expf(float v) {
+  v = std::min(std::max(v, -80.0f), 80.0f);
+  // Rounded to the nearest integer by adding and taking away 1.5 x 2^23.
+  const float n = (v * 1.44269504f + 12582912.0f) - 12582912.0f;
+  const float r = v - n * 0.693147181f;
+  const float poly =
+      1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+  const std::int32_t e = static_cast<std::int32_t>(n) + 127;
+  const std::uint32_t bits = static_cast<std::uint32_t>(std::max(e, 1)) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return poly * scale;
+}
 
 // ln(v) for v > 0 within about 1e-7 (v a ratio near 1; any normal float): the exponent from the
 // bits, and ln(m) for the mantissa m in [sqrt(1/2), sqrt(2)) from a series in
@@ -224,10 +260,21 @@ struct SeqPass {
   // windows take little away where null and alternative are close, so a CUSUM that had grown
   // over a long slowdown would keep the rank named for many windows after it recovered.
   float cost_top;
+  // The intermittent test: LLR = mix_keep + ln(1 + mix_odds e^L), L = min(ceiling of the cost
+  // test, mix_weight (x - mix_mid)); mix_keep = ln(1 - p), mix_odds = p / (1 - p). Its CUSUM
+  // holds at most mix_top, half a slow window's most over its threshold, and it keeps a rank
+  // named only while at or over its threshold: a rank slow in a share of the windows is not
+  // known to have recovered until several ordinary windows ran, and one that was slow in every
+  // window (which this test also sees) is to be cleared as fast as the other tests clear it.
+  float mix_weight, mix_mid, mix_keep, mix_odds, mix_top;
+  // The null's share r0 of slow windows (what the cohort's ranks show): the LLR's denominator is
+  // 1 - r0 + r0 LR = (1 - r0)(1 + mix_null_odds LR); mix_null_keep = ln(1 - r0).
+  float mix_null_keep, mix_null_odds;
+  float mix_ceiling;  // open: no cap (the null's share of slow windows bounds the LLR by p / r0)
   // Added to the evidence of the relative_threshold test, the own-baseline one and the cost
   // test where it is over 0: their larger shares of the budget (the threshold is that of the
   // smallest share).
-  float bonus0, bonus_own, bonus_cost;
+  float bonus0, bonus_own, bonus_cost, bonus_mix;
 };
 
 // The own-baseline test's evidence of one window before its cap: none until the rank has a
@@ -242,6 +289,7 @@ inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
 // What one pass over a (cohort, stage) counts besides the state it updates.
 struct SeqCounts {
   int jumps = 0, jump_base = 0;  // pauses: 1.5x the median after a window under the shift
+  int mix_hits = 0, mix_chances = 0;  // slow windows of ranks whose intermittent evidence is 0
 };
 
 // One window of one (cohort, stage) over its slots [0, n): the noise level, the five shifts'
@@ -257,11 +305,12 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     int* __restrict seen, float* __restrict level, float* __restrict last,
     float* __restrict c0, float* __restrict c1, float* __restrict c2,
     float* __restrict c3, float* __restrict base, float* __restrict own,
-    float* __restrict cost, std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
+    float* __restrict cost, float* __restrict mix, std::uint8_t* __restrict named,
+    std::uint8_t* __restrict attention) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
-  int jumps = 0, jump_base = 0;
+  int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const float xj = log_ratio(ms[j], inv_ref);
     const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
@@ -290,7 +339,8 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     // The evidence (the largest CUSUM) rises from 0 where every CUSUM was at 0 before this
     // window: no array of it is kept (Handle::evidence computes it for the few findings).
     const bool was_zero = (c0[j] == 0.0f) & (c1[j] == 0.0f) & (c2[j] == 0.0f) &
-                          (c3[j] == 0.0f) & (own[j] == 0.0f) & (cost[j] == 0.0f);
+                          (c3[j] == 0.0f) & (own[j] == 0.0f) & (cost[j] == 0.0f) &
+                          (mix[j] == 0.0f);
     c0[j] = v0;
     c1[j] = v1;
     c2[j] = v2;
@@ -303,6 +353,22 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
         std::max(0.0f, cost[j] + std::min(cost_ceiling, q.cost_weight * (std::min(xj, q.cost_clip) -
                                                                           q.cost_mid))));
     cost[j] = vc;
+    // The intermittent test, on the same x as the cost test (unclipped: a slow window is the
+    // slow component, however slow) and held as it is.
+    // Against a null with the share of slow windows the cohort shows (the ranks whose evidence
+    // here is 0 count it; a rank slow in a share of its windows counts about one per run of
+    // evidence).
+    const float mix_l =
+        std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
+    const float mix_lr = fast_expf(mix_l);
+    const float vm = std::min(
+        q.mix_top, std::max(0.0f, mix[j] + (q.mix_keep - q.mix_null_keep) +
+                                      fast_logf((1.0f + q.mix_odds * mix_lr) /
+                                                (1.0f + q.mix_null_odds * mix_lr))));
+    const int mix_open = mix[j] == 0.0f;
+    mix_chances += mix_open;
+    mix_hits += mix_open & (mix_l > 0.0f);
+    mix[j] = vm;
     // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
     // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
     // only the prior), as a running mean and then an EWMA, from 0 (the median). Over the first
@@ -330,14 +396,15 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const float most = std::max(
         std::max(std::max(std::max(v0 > 0.0f ? v0 + q.bonus0 : 0.0f, v1), std::max(v2, v3)),
                  v5 > 0.0f ? v5 + q.bonus_own : 0.0f),
-        vc > 0.0f ? vc + q.bonus_cost : 0.0f);
+        std::max(vc > 0.0f ? vc + q.bonus_cost : 0.0f,
+                 vm + q.bonus_mix >= threshold ? vm + q.bonus_mix : 0.0f));
     const bool rose = was_zero & (most > 0.0f);
     const std::uint8_t held_name =
         static_cast<std::uint8_t>((named[j] | (most >= threshold)) & (most != 0.0f));
     named[j] = held_name;
     attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1));
   }
-  return {jumps, jump_base};
+  return {jumps, jump_base, mix_hits, mix_chances};
 }
 
 // The pass, for a (cohort, stage) whose slots may still be in their first kOwnWarmup windows
@@ -348,12 +415,12 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const doubl
                    float* __restrict last, float* __restrict c0,
                    float* __restrict c1, float* __restrict c2, float* __restrict c3,
                    float* __restrict base, float* __restrict own,
-                   float* __restrict cost, std::uint8_t* __restrict named,
-                   std::uint8_t* __restrict attention) {
+                   float* __restrict cost, float* __restrict mix,
+                   std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
   return p.early ? seq_pass_body<true>(n, p, threshold, ms, median, seen, level, last,
-                                       c0, c1, c2, c3, base, own, cost, named, attention)
+                                       c0, c1, c2, c3, base, own, cost, mix, named, attention)
                  : seq_pass_body<false>(n, p, threshold, ms, median, seen, level, last,
-                                        c0, c1, c2, c3, base, own, cost, named, attention);
+                                        c0, c1, c2, c3, base, own, cost, mix, named, attention);
 }
 
 }  // namespace
@@ -394,6 +461,7 @@ void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
   permute(base, 0.0f);
   permute(own, 0.0f);
   permute(cost, 0.0f);
+  permute(mix, 0.0f);
   permute(seen, 0);
   permute(named_bit, std::uint8_t{0});
   permute(cold, SeqState{});
@@ -460,15 +528,17 @@ void Detector::observe_sequential(const Window& window, Report& report) {
   // keeps a healthy run quiet).
   // The cost test takes kShareCost where the own test runs, and an equal share where it does not.
   const double base_threshold = evidence_threshold(options_, pairs_);
-  const double uniform_threshold = base_threshold + std::log(num_shifts + 2);
-  const double share_first = num_shifts > 1 ? kShareFirst : 1.0 - kShareOwn - kShareCost;
+  const double uniform_threshold = base_threshold + std::log(num_shifts + 3);
+  const double share_first =
+      num_shifts > 1 ? kShareFirst : 1.0 - kShareOwn - kShareCost - kShareMix;
   const double share_rest =
-      num_shifts > 1 ? (1.0 - kShareOwn - kShareFirst - kShareCost) / (num_shifts - 1)
+      num_shifts > 1 ? (1.0 - kShareOwn - kShareFirst - kShareCost - kShareMix) / (num_shifts - 1)
                      : share_first;
   const double split_threshold = base_threshold - std::log(share_rest);
   const float bonus_first = static_cast<float>(std::log(share_first / share_rest));
   const float bonus_own = static_cast<float>(std::log(kShareOwn / share_rest));
   const float bonus_cost = static_cast<float>(std::log(kShareCost / share_rest));
+  const float bonus_mix = static_cast<float>(std::log(kShareMix / share_rest));
   const double healthy_ratio = options_.healthy_spread;
 
   std::string key;
@@ -660,7 +730,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     // The own-baseline test: "slower than its own baseline by relative_threshold" against "no
     // change", the LLR of a Student-t(kOwnNu) d = x - base, bounded and redescending.
     const double own_scale = sigma * kOwnScalePerSigma * kOwnScaleShrink;
-    const float own_cap = static_cast<float>(kOwnCeiling);
+    const float own_cap = std::min(static_cast<float>(kOwnCeiling), fcap);
     pass.own_half_nu1 = static_cast<float>(0.5 * (kOwnNu + 1.0));
     pass.own_nu_s2 = static_cast<float>(kOwnNu * own_scale * own_scale);
     pass.own_delta = static_cast<float>(log_slow);
@@ -683,6 +753,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     pass.bonus0 = own_on ? bonus_first : 0.0f;
     pass.bonus_own = own_on ? bonus_own : 0.0f;
     pass.bonus_cost = own_on ? bonus_cost : 0.0f;
+    pass.bonus_mix = own_on ? bonus_mix : 0.0f;
+    track.bonus_mix = pass.bonus_mix;
     track.bonus_first = pass.bonus0;
     track.bonus_own = pass.bonus_own;
     track.bonus_cost = pass.bonus_cost;
@@ -713,17 +785,38 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       pass.cost_weight = static_cast<float>((x1 - x0) / (sigma * sigma));
       pass.cost_mid = static_cast<float>(0.5 * (x0 + x1));
       pass.cost_clip = static_cast<float>(x1 + kCostClip * sigma);
+      // The intermittent test's slow component: what costs the step kCostTarget x
+      // min_cost_share on average when present in kMixShare of the windows, and at least
+      // kMixRatio over the median.
+      const double em = std::max((kMixRatio - 1.0) * m,
+                                 kCostTarget * options_.min_cost_share * step_ms / kMixShare);
+      const double xm = std::log1p(em / (m + kEpsilonMs));
+      pass.mix_weight = static_cast<float>((xm - x0) / (sigma * sigma));
+      pass.mix_mid = static_cast<float>(0.5 * (x0 + xm));
     }
     if (!(comparable && std::isfinite(step_ms) && step_ms > 0.0 && std::isfinite(m)) ||
         !(pass.cost_weight > 0.0f)) {
       pass.cost_weight = 1.0f;
       pass.cost_mid = 1e30f;
       pass.cost_clip = 0.0f;
+      pass.mix_weight = 1.0f;
+      pass.mix_mid = 1e30f;
     }
+    pass.mix_keep = static_cast<float>(std::log1p(-kMixShare));
+    pass.mix_odds = static_cast<float>(kMixShare / (1.0 - kMixShare));
+    // The null's share of slow windows: what the cohort has shown, with none as a prior worth
+    // kPausePrior rank-windows, and at most half the alternative's.
+    const double mix_null = std::clamp(
+        (track.mix_hits + kPausePrior * options_.pause_rate) / (track.mix_chances + kPausePrior),
+        kMixNullFloor * options_.pause_rate, 0.5 * kMixShare);
+    pass.mix_null_keep = static_cast<float>(std::log1p(-mix_null));
+    pass.mix_null_odds = static_cast<float>(mix_null / (1.0 - mix_null));
     pass.cost_absolute = use_absolute ? static_cast<float>(options_.absolute_ms_threshold)
                                       : -std::numeric_limits<float>::infinity();
     const float fthreshold = static_cast<float>(own_on ? split_threshold : uniform_threshold);
     pass.cost_top = fthreshold - pass.bonus_cost + fcap;
+    pass.mix_top = fthreshold - pass.bonus_mix + static_cast<float>(0.5 * std::log(kMixShare / mix_null));
+    pass.mix_ceiling = comparable ? 80.0f : -fcap;
     std::vector<std::uint8_t>& attention = seq_attention_;
     attention.resize(n);
     static_assert(kShifts == 4, "seq_pass updates four shifts' CUSUMs");
@@ -731,10 +824,13 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         seq_pass(n, pass, fthreshold, ms, f.median_ms, seen, level, last,
                  track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
                  track.cusum[3].data(), track.base.data(),
-                 track.own.data(), track.cost.data(), track.named_bit.data(), attention.data());
+                 track.own.data(), track.cost.data(), track.mix.data(), track.named_bit.data(),
+                 attention.data());
     if (comparable) {
       track.pauses += counts.jumps;
       track.pause_chances += counts.jump_base;
+      track.mix_hits += counts.mix_hits;
+      track.mix_chances += counts.mix_chances;
     }
     // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
     // where none is marked.
@@ -793,6 +889,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       for (int k = 1; k < kShifts; ++k) most = std::max(most, t.cusum[k][slot]);
       most = std::max(most, with(t.own[slot], t.bonus_own));
       most = std::max(most, with(t.cost[slot], t.bonus_cost));
+      most = std::max(most, with(t.mix[slot], t.bonus_mix));
       return static_cast<double>(most);
     }
   };

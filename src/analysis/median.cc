@@ -181,6 +181,17 @@ double median_of(const double* data, std::size_t n, std::vector<double>& scratch
   return median_of_values(n, Values{data, 0.0, false}, scratch);
 }
 
+double typical_of(const double* data, std::size_t n, std::vector<double>& scratch) {
+  if (n == 0) return 0.0;
+  if (scratch.size() < n) scratch.resize(n);
+  std::copy(data, data + n, scratch.begin());
+  std::sort(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n));
+  const std::size_t cut = n / 5;
+  double sum = 0.0;
+  for (std::size_t i = cut; i < n - cut; ++i) sum += scratch[i];
+  return sum / static_cast<double>(n - 2 * cut);
+}
+
 double median_abs_deviation(const double* data, std::size_t n, double center,
                             std::vector<double>& scratch) {
   return median_of_values(n, Values{data, center, true}, scratch);

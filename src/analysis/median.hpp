@@ -28,6 +28,12 @@ inline float median_of_5(float a, float b, float c, float d, float e) {
   return hi(lo(e, low), lo(hi(e, low), high));
 }
 
+/// The typical value of a verdict's windows (the materiality gate, the run summary): the mean of
+/// data[0, n) without its lowest and highest floor(n / 5) values (a 20 % trimmed mean), 0 when n
+/// is 0. Unlike a median it sees a slowdown present in a third of the windows; a few windows far
+/// out on either side (pauses) do not move it.
+double typical_of(const double* data, std::size_t n, std::vector<double>& scratch);
+
 /// Median of |data[i] - center| over i in [0, n) (the MAD around `center`), same working space.
 double median_abs_deviation(const double* data, std::size_t n, double center,
                             std::vector<double>& scratch);

@@ -1,6 +1,7 @@
 #include "laggard/summary.hpp"
 
 #include "laggard/detail/statistics.hpp"
+#include "analysis/median.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -142,9 +143,10 @@ RunSummary RunAnalysis::summary() const {
     s.windows_seen = c.windows_seen;
     s.first_flagged_step = c.first_flagged_step;
     s.confirmed_step = c.first_confirmed_step;
-    s.typical_slowdown = detail::median_of(c.slowdowns);
-    s.cost_ms = detail::median_of(c.costs_ms);
-    s.cost_share = detail::median_of(c.cost_shares);
+    std::vector<double> scratch;
+    s.typical_slowdown = detail::typical_of(c.slowdowns.data(), c.slowdowns.size(), scratch);
+    s.cost_ms = detail::typical_of(c.costs_ms.data(), c.costs_ms.size(), scratch);
+    s.cost_share = detail::typical_of(c.cost_shares.data(), c.cost_shares.size(), scratch);
     s.last_ms = c.finding.ms;
     s.last_ref_ms = c.finding.ref_ms;
     s.onset_step = onset(s.cohort, s.stage, s.rank);

@@ -85,6 +85,18 @@ TEST(Median, EmptyIsZero) {
   EXPECT_EQ(laggard::detail::median_inplace(nullptr, 0), 0.0);
 }
 
+TEST(Median, TypicalIsTheMeanWithoutTheOuterFifths) {
+  std::vector<double> scratch;
+  EXPECT_EQ(laggard::detail::typical_of(nullptr, 0, scratch), 0.0);
+  const double one[] = {2.5};
+  EXPECT_DOUBLE_EQ(laggard::detail::typical_of(one, 1, scratch), 2.5);
+  // Ten windows, three slow (1.5) and one pause (9.0): the highest two and the lowest two are
+  // left out; the median (1.0) would not see the slowdown, the mean would count the pause.
+  const double w[] = {1.0, 1.5, 1.0, 9.0, 1.0, 1.5, 1.0, 1.0, 1.5, 1.0};
+  EXPECT_DOUBLE_EQ(laggard::detail::typical_of(w, 10, scratch), (4 * 1.0 + 2 * 1.5) / 6.0);
+  EXPECT_EQ(w[3], 9.0);  // the data is left as it is
+}
+
 TEST(Median, OfFiveIsTheMiddleOfTheSortedFive) {
   // Every arrangement of five values from {0..4}, ties included (3125 of them), and random floats.
   std::array<float, 5> v{};
