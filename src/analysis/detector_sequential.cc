@@ -230,6 +230,26 @@ RatioCounts log_ratio_counts(std::size_t n, const double* __restrict ms, double 
   return {late, fast};
 }
 
+// The spread of the deviations x - level on the side the tests look at, on the MAD's scale: the
+// larger of their median |x - level| (the MAD) and the distance from their median to their upper
+// quartile. The two are the same for symmetric noise, so neither the noise the constants were
+// chosen on nor a cohort of a few ranks gets a smaller sigma than the MAD gave; for right-skewed
+// noise (a long slow tail over a short fast one) the slow side reaches further. Reorders `dev`.
+double slow_side_spread(std::vector<double>& dev) {
+  const std::size_t n = dev.size();
+  double* d = dev.data();
+  const double center = detail::median_inplace(d, n);
+  // The upper quartile, interpolated between its two order statistics.
+  const double h = 0.75 * static_cast<double>(n - 1);
+  const std::size_t lo = static_cast<std::size_t>(h);
+  std::nth_element(d, d + lo, d + n);
+  const double q_lo = d[lo];
+  const double q_hi = lo + 1 < n ? *std::min_element(d + lo + 1, d + n) : q_lo;
+  const double upper = q_lo + (h - static_cast<double>(lo)) * (q_hi - q_lo) - center;
+  for (std::size_t i = 0; i < n; ++i) d[i] = std::fabs(d[i]);
+  return std::max(detail::median_inplace(d, n), upper);
+}
+
 // std::clamp for the vectorized pass (it returns a reference, which keeps GCC from
 // if-converting the loop).
 inline float clamp_f(float v, float lo, float hi) { return std::min(std::max(v, lo), hi); }
@@ -712,7 +732,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     for (std::size_t j = 0, k = 0; j < n; j += stride, ++k)
       if (seen[j] > 0)
         scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[k] - last[j])) / kSqrt2
-                                     : std::fabs(static_cast<double>(x[k] - level[j])));
+                                     : static_cast<double>(x[k] - level[j]));
     // The test, one pass over the slots.
     SeqPass pass;
     for (int k = 0; k < kShifts; ++k) {
@@ -849,8 +869,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       if ((marks[j] & 1) && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
-      const double window_sigma = std::max(
-          kMinSigma, kMadToSigma * detail::median_inplace(scratch.data(), scratch.size()));
+      const double window_sigma =
+          std::max(kMinSigma, kMadToSigma * (pair_noise ? detail::median_inplace(
+                                                              scratch.data(), scratch.size())
+                                                        : slow_side_spread(scratch)));
       // The first windows count as a running mean (kScaleAlpha): for a pair, warm-up and an
       // onset; for larger cohorts, the first deviations from levels that are still one draw.
       const double alpha =
