@@ -139,8 +139,10 @@ def main(argv=None):
                    "--rounds", str(a.rounds), "--dims", a.dims, "--seed", str(turn)]
             if a.no_resources:
                 cmd.append("--no-resources")
-            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True,
-                                 cwd="/")
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/")
+            if out.returncode != 0:
+                raise SystemExit("%s: the worker failed (exit %d):\n%s" %
+                                 (t, out.returncode, out.stderr[-3000:]))
             got = json.loads(out.stdout)
             if not got.get("samples_emitted"):
                 raise SystemExit("%s: no step recorded" % t)

@@ -557,12 +557,12 @@ class ResourceSampler:
         latest = self._latest
         # Comparisons, not min()/max() (here and below): right after a training step those
         # builtins are cold code, together ~4 µs of a sampled step (bench/step_cost_ab.py).
+        if pairs:
+            record(pairs)
         if latest is not None:
             stale_s = 4.0 * self.period_s
             if now - latest[0] <= (stale_s if stale_s > 5.0 else 5.0):
-                pairs += latest[1]
-        if pairs:
-            record(pairs)
+                record(latest[1])  # a second call, warm now, instead of a copy of ~30 pairs
         if self._cuda_torch is not None:
             self._find_cuda_device()
         last, self._last_sampled = self._last_sampled, now
