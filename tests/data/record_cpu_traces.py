@@ -14,14 +14,16 @@ trace-cpu-gloo was made with the defaults; tests/python/test_traces.py records i
 import argparse
 import multiprocessing
 import os
-import socket
 import sys
 import time
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(_HERE, "..", "python"))  # ranks.py
+sys.path.append(os.path.join(_HERE, "..", "..", "python"))  # laggard, unless installed
+from ranks import spawn_ranks  # noqa: E402
+
 
 def _worker(rank, world, port, args):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -63,21 +65,6 @@ def _worker(rank, world, port, args):
     dist.destroy_process_group()
 
 
-def _child(rank, world, port, args):
-    code = 1
-    try:
-        _worker(rank, world, port, args)
-        code = 0
-    finally:
-        os._exit(code)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def record(out_dir, ranks=3, steps=12, slow_rank=1, slow_ms=15.0, handler=False, timeout_s=120):
     """Runs the ranks (forked from this process) and waits for them; raises when one fails."""
     import torch  # noqa: F401 — imported once, inherited by the forked ranks
@@ -85,20 +72,8 @@ def record(out_dir, ranks=3, steps=12, slow_rank=1, slow_ms=15.0, handler=False,
     args = argparse.Namespace(out_dir=str(out_dir), steps=steps, slow_rank=slow_rank,
                               slow_ms=slow_ms, handler=handler)
     os.makedirs(str(out_dir), exist_ok=True)
-    ctx = multiprocessing.get_context("fork")
-    port = free_port()
-    procs = [ctx.Process(target=_child, args=(r, ranks, port, args)) for r in range(ranks)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout_s)
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-        p.join()
-    codes = [p.exitcode for p in procs]
-    if alive or any(c != 0 for c in codes):
-        raise RuntimeError("ranks failed: exit codes %s%s" % (codes, " (timed out)" if alive else ""))
+    spawn_ranks(_worker, ranks, (args,), ctx=multiprocessing.get_context("fork"),
+                timeout_s=timeout_s)
 
 
 def main():
