@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(
   cmake g++ make pkg-config
+  ninja-build ccache  # scripts/build.sh and pip wheel build with Ninja; ccache shares their objects
   libsimdjson-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-venv

@@ -17,9 +17,26 @@ trap 'rm -rf "$tmp"' EXIT
 dist=${LAGGARD_WHEEL_DIR:-$tmp/dist}
 
 t0=$(date +%s)
-CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/python -m pip wheel -q --no-build-isolation \
-  --no-deps --disable-pip-version-check -w "$dist" . >"$tmp/wheel.log" 2>&1 ||
+# The wheel's CMake build in a new directory beside build/ (same depth: with ccache, each source
+# that scripts/build.sh compiled with the same flags comes from the cache), removed at exit.
+wheel_build=$(mktemp -d "$root/build-wheel.XXXXXX")
+trap 'rm -rf "$tmp" "$wheel_build"' EXIT
+cached() { ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ {h += $2}
+  $1 == "cache_miss" {m = $2} END {print h + 0, m + 0}'; }
+read -r hits0 misses0 < <(cached)
+# The compiler build/ was configured with, by the same name (scikit-build-core would take Python's
+# own CXX, g++, which ccache counts as another compiler than c++).
+build_env=(CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)")
+built_with=$(sed -n 's/^CMAKE_CXX_COMPILER:FILEPATH=//p' build/CMakeCache.txt 2>/dev/null || true)
+if [ -n "$built_with" ] && [ -z "${CXX:-}" ]; then build_env+=(CXX="$built_with"); fi
+env "${build_env[@]}" .venv/bin/python -m pip wheel -q --no-build-isolation \
+  --no-deps --disable-pip-version-check -Cbuild-dir="$wheel_build" -w "$dist" . \
+  >"$tmp/wheel.log" 2>&1 ||
   { cat "$tmp/wheel.log" >&2; echo "wheel-test: pip wheel . failed" >&2; exit 1; }
+if command -v ccache >/dev/null; then
+  read -r hits misses < <(cached)
+  echo "wheel-test: ccache: $(( hits - hits0 )) compiles from the cache, $(( misses - misses0 )) compiled"
+fi
 wheels=("$dist"/laggard-*.whl)
 [ ${#wheels[@]} -eq 1 ] || { echo "wheel-test: expected one wheel in $dist: ${wheels[*]}" >&2; exit 1; }
 wheel=${wheels[0]}
