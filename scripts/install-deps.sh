@@ -4,9 +4,18 @@
 # pinned by python/constraints.txt to the CPU build on this machine's disk, and the test suite's
 # packages, python/requirements-test.txt). Idempotent and quick when everything is present.
 # Nothing else is downloaded.
+#   --system-only / --venv-only: one of the two parts (scripts/quickstart.sh builds the C++ side
+#     while the venv installs)
 #   LAGGARD_VENV_PYTHON=python3 (default): the interpreter the venv is made from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+part=all
+case ${1:-} in
+  --system-only) part=system ;;
+  --venv-only) part=venv ;;
+  "") ;;
+  *) echo "usage: bash scripts/install-deps.sh [--system-only | --venv-only]" >&2; exit 2 ;;
+esac
 packages=(
   cmake g++ make pkg-config
   ninja-build ccache  # scripts/build.sh and pip wheel build with Ninja; ccache shares their objects
@@ -22,21 +31,25 @@ packages=(
   tmux  # tests/python/test_watch.py runs `laggard watch` in a real terminal (a tmux pane)
   prometheus  # promtool: tests/python/test_alerts.py checks and unit-tests deploy/prometheus's rules
 )
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-elif [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps: missing ${missing[*]}; run as root (sudo bash scripts/install-deps.sh)" >&2
-  exit 2
-else
-  echo "install-deps: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+system_packages() {
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+  elif [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing ${missing[*]}; run as root (sudo bash scripts/install-deps.sh)" >&2
+    exit 2
+  else
+    echo "install-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+if [ "$part" != venv ]; then system_packages; fi
+if [ "$part" = system ]; then exit 0; fi
 
 # The venv. torch first and alone, so that nothing else can pull another build of it; every
 # install is constrained to the same pin.
