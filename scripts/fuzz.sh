@@ -8,7 +8,9 @@
 # project venv's Python and the _core module scripts/build.sh builds into python/laggard.
 #
 #   bash scripts/fuzz.sh [SECONDS]
-#   FUZZ_BUILD_DIR=DIR (default: build-fuzz in the repository)   FUZZ_JOBS=N (build jobs, 2)
+#   FUZZ_BUILD_DIR=DIR (default: build-fuzz in the repository; CI: build-asan, which
+#     scripts/sanitize.sh configures with the fuzz targets when clang is there)
+#   FUZZ_JOBS=N (build jobs, 2)
 #   FUZZ_TARGETS="sample_line_fuzzer ..." (default: all)
 #   FUZZ_PARALLEL=N (default 1): targets run N at a time, each a single process of its own (so
 #     each still gets SECONDS of a core when N is at most the number of cores; CI: 2)
@@ -32,7 +34,11 @@ fi
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 
-if [ -n "${native// /}" ]; then
+# A build directory configured with the fuzz targets already (scripts/sanitize.sh's build-asan,
+# with clang) is built as it is; any other is configured here.
+fuzzers_on=no
+if grep -qx "LAGGARD_BUILD_FUZZERS:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null; then fuzzers_on=yes; fi
+if [ -n "${native// /}" ] && [ "$fuzzers_on" = no ]; then
   mkdir -p "$build"
   cmake -S "$root" -B "$build" "${generator[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
@@ -40,6 +46,8 @@ if [ -n "${native// /}" ]; then
     -DLAGGARD_BUILD_FUZZERS=ON -DLAGGARD_BUILD_TESTS=OFF -DLAGGARD_BUILD_BENCH=OFF \
     -DLAGGARD_BUILD_PYTHON=OFF -DLAGGARD_WITH_MPI=OFF -DLAGGARD_INSTALL=OFF \
     >"$build/configure.log" 2>&1 || { cat "$build/configure.log" >&2; exit 2; }
+fi
+if [ -n "${native// /}" ]; then
   # shellcheck disable=SC2086  # native is a list
   cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target $native
 fi

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "laggard/detail/statistics.hpp"
+#include "sanitizers.hpp"
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -501,7 +502,7 @@ TEST(RunProfile, StagesMetLaterFollowTheStageBeforeThem) {
   EXPECT_EQ(labels, (std::vector<std::string>{"a/tp", "a/dp", "b/tp", "b/dp", "c/dp"}));
 }
 
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(LAGGARD_TEST_SANITIZED)
 // In a child process limited to 1 GB of address space: exits 0 when the profile was built.
 void profile_one_high_rank_with_many_stages() {
   const rlimit limit{1ull << 30, 1ull << 30};
