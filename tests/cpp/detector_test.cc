@@ -1428,7 +1428,9 @@ TEST(Materiality, AStatisticallyConfirmedSlowdownUnderTheHealthySpreadIsNoVerdic
   for (int w = 0; w < 10; ++w) {
     const Report a = without_gate.observe(forward_window(101.0, 100.0, w));
     const Report b = with_gate.observe(forward_window(101.0, 100.0, w));
-    if (w >= 1) EXPECT_TRUE(confirmed_in(a, 3, "forward")) << w;
+    if (w >= 1) {
+      EXPECT_TRUE(confirmed_in(a, 3, "forward")) << w;
+    }
     EXPECT_FALSE(confirmed_in(b, 3, "forward")) << w;
     ASSERT_EQ(b.stragglers.size(), 1u);  // still a finding of its window
     EXPECT_NEAR(b.stragglers[0].slowdown, 1.01, 1e-12);
@@ -1452,7 +1454,9 @@ TEST(Materiality, AConfirmedSlowdownCostingUnderHalfAPercentOfTheStepIsNoVerdict
   for (int w = 0; w < 10; ++w) {
     const Report a = without_gate.observe(window(w));
     const Report b = with_gate.observe(window(w));
-    if (w >= 1) EXPECT_TRUE(confirmed_in(a, 3, "optimizer")) << w;
+    if (w >= 1) {
+      EXPECT_TRUE(confirmed_in(a, 3, "optimizer")) << w;
+    }
     EXPECT_FALSE(confirmed_in(b, 3, "optimizer")) << w;
     ASSERT_EQ(b.stragglers.size(), 1u);
     EXPECT_DOUBLE_EQ(b.stragglers[0].cost_share, 1.5 / 500.0);

@@ -319,7 +319,9 @@ TEST(Gather, EveryRankLearnsTheVerdictAndTheAnalysisRankSaysItOnce) {
     const auto c = an.counters();
     EXPECT_EQ(c.malformed_verdicts, 0u) << r;
     EXPECT_EQ(c.errors, 0u) << r;
-    if (r != 0) EXPECT_GT(c.verdicts_received, 0u) << r;
+    if (r != 0) {
+      EXPECT_GT(c.verdicts_received, 0u) << r;
+    }
   }
   EXPECT_GT(ranks[0]->counters().verdicts_sent, 0u);
   // The console: one line, when it was confirmed, with its cost and reason; nothing cleared.
@@ -434,7 +436,9 @@ TEST(Gather, VerdictsCarryOnlyTheSubtreesScoresAndMalformedOnesAreCounted) {
   for (int r = 1; r < kWorld; ++r) {
     const auto c = ranks[static_cast<std::size_t>(r)]->counters();
     EXPECT_GT(c.verdicts_received, 0u) << r;
-    if (r != 4) EXPECT_EQ(c.malformed_verdicts, 0u) << r;
+    if (r != 4) {
+      EXPECT_EQ(c.malformed_verdicts, 0u) << r;
+    }
     // Leader 3 passes each verdict to its two members (none to a member that said its last
     // batch already, as it closes; one replaced by a newer before its link took it).
     if (r == 3) {
