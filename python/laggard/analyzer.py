@@ -471,7 +471,16 @@ class Analyzer:
             # it does not compete with the training thread's first windows.
             from .sinks import SinkDelivery
 
-            self._delivery = SinkDelivery(sink_list, report_error=self._errors.report,
+            # The engine holds the delivery: its way to the error counter is a weak reference,
+            # else the engine would hold itself (through EngineErrors) and never be freed.
+            errors = weakref.ref(self._errors)
+
+            def report_error(kind, error):
+                target = errors()
+                if target is not None:
+                    target.report(kind, error)
+
+            self._delivery = SinkDelivery(sink_list, report_error=report_error,
                                           close_timeout_s=float(close_timeout_s) / 2)
             engine.add_sink(self._delivery, "delivery")
             if self.is_analysis_rank:

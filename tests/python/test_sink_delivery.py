@@ -136,6 +136,45 @@ def test_prepare_runs_before_the_first_report_and_start_waits_for_it():
     assert order == ["prepare", 7]
 
 
+def _local_group_with_a_sink(channel):
+    """3 Analyzers over the "local" side channel, rank 2 slow in forward, a sink on rank 0:
+    what the sink saw of straggler/confirmed, once all three are closed."""
+    import laggard
+
+    seen = []
+    ranks = [laggard.Analyzer(interval=1, rank=r, world_size=3, transport="local",
+                              channel=channel, sinks=[lambda s, m: seen.append(
+                                  m.get("straggler/confirmed"))] if r == 0 else (),
+                              close_timeout_s=10.0, resources=False)
+             for r in range(3)]
+    for w in range(12):
+        for r, an in enumerate(ranks):
+            an.begin_step(w)
+            an.add("forward", 30.0 if r == 2 else 10.0)
+            an.add("communication", 2.0, kind="communication")
+            an.end_step()
+    deadline = time.monotonic() + 20
+    while ranks[0].counters()["reports"] < 12 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for an in reversed(ranks):
+        an.close()
+    return seen
+
+
+def test_a_closed_analyzer_with_sinks_frees_its_engine_and_its_side_channel():
+    # The engine holds the sinks' thread; were the thread to hold the engine (its error
+    # counter), the engine and its "local" group would outlive close(), and a second group on
+    # the same channel name would find the first one's closed inboxes: no report, no verdict.
+    import gc
+
+    channel = "sink-delivery-reuse-%d" % os.getpid()
+    first = _local_group_with_a_sink(channel)
+    gc.collect()
+    second = _local_group_with_a_sink(channel)
+    assert first[-1] == "2:forward", first
+    assert len(second) == 12 and second[-1] == "2:forward", second
+
+
 def test_tracker_sinks_bound_their_writes_by_default(tmp_path):
     assert TensorBoardSink(tmp_path).min_period_s == 1.0
     assert MLflowSink(tracking_uri="sqlite:///" + str(tmp_path / "m.db")).min_period_s == 1.0
