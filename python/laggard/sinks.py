@@ -293,15 +293,18 @@ class SinkDelivery:
                                                time.monotonic() - last >= self._periods[i]):
                         self._held[i] = None
                         self._write(i, *held_i)
-            for sink in self.sinks:
-                close = getattr(sink, "close", None)
-                if callable(close):
-                    try:
-                        close()
-                    except Exception as e:
-                        self._error("sink %s close" % _sink_label(sink), e)
+            self._close_sinks()
         finally:
             self._done.set()
+
+    def _close_sinks(self):
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception as e:
+                    self._error("sink %s close" % _sink_label(sink), e)
 
     def close(self):
         """Delivers what is queued and each sink's latest report, closes the sinks; waits for
@@ -314,13 +317,7 @@ class SinkDelivery:
             self._cond.notify()
         if not started:
             if not self._queue:  # never got a report (not the analysis rank): just close
-                for sink in self.sinks:
-                    close = getattr(sink, "close", None)
-                    if callable(close):
-                        try:
-                            close()
-                        except Exception as e:
-                            self._error("sink %s close" % _sink_label(sink), e)
+                self._close_sinks()
                 return
             self._thread = threading.Thread(target=self._run, name="laggard-sinks", daemon=True)
             self._thread.start()
