@@ -18,16 +18,19 @@ case ${1:-} in
 esac
 
 if [ "$mode" != test ]; then
-  generator=()
-  if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
-  compiler=()
-  if [ ! -f "$build/CMakeCache.txt" ] && command -v clang++ >/dev/null; then
-    # -O1: the sanitizers' own advice (a usable speed, exact stacks); asserts stay on (no NDEBUG).
-    compiler=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+  # A new build directory: Ninja and clang where they are installed (an existing one keeps its
+  # generator and compiler).
+  fresh=()
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    if command -v ninja >/dev/null; then fresh=(-G Ninja); fi
+    if command -v clang++ >/dev/null; then
+      # -O1: the sanitizers' own advice (a usable speed, exact stacks); asserts stay on.
+      fresh+=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
               -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1"
               -DLAGGARD_BUILD_FUZZERS=ON)
+    fi
   fi
-  cmake -S . -B "$build" "${generator[@]}" "${compiler[@]}" -DCMAKE_BUILD_TYPE=Debug \
+  cmake -S . -B "$build" "${fresh[@]}" -DCMAKE_BUILD_TYPE=Debug \
     -DLAGGARD_SANITIZE=address,undefined -DLAGGARD_BUILD_BENCH=OFF -DLAGGARD_BUILD_PYTHON=OFF \
     >/dev/null
   cmake --build "$build" -j"${SANITIZE_JOBS:-$(nproc)}"

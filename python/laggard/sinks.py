@@ -195,10 +195,12 @@ class SinkDelivery:
         `wait_s` seconds (True when it is done)."""
         with self._cond:
             if self._thread is None and not self._closing:
-                self._thread = threading.Thread(target=self._run, name="laggard-sinks",
-                                                daemon=True)
-                self._thread.start()
+                self._start_thread()
         return self._prepared.wait(wait_s) if wait_s > 0 else self._prepared.is_set()
+
+    def _start_thread(self):
+        self._thread = threading.Thread(target=self._run, name="laggard-sinks", daemon=True)
+        self._thread.start()
 
     def __call__(self, step, metrics):
         with self._cond:
@@ -245,19 +247,20 @@ class SinkDelivery:
         # after the switch interval (5 ms) into the next sink's write.
         time.sleep(0)
 
-    def _prepare(self):
+    def _call_each(self, method, what=""):
+        """Each sink's `method()` where it has one (prepare, close); a failure is counted."""
         for sink in self.sinks:
-            prepare = getattr(sink, "prepare", None)
-            if callable(prepare):
+            call = getattr(sink, method, None)
+            if callable(call):
                 try:
-                    prepare()
+                    call()
                 except Exception as e:
-                    self._error("sink " + _sink_label(sink), e)
+                    self._error("sink " + _sink_label(sink) + what, e)
 
     def _run(self):
         try:
             try:
-                self._prepare()
+                self._call_each("prepare")
             finally:
                 self._prepared.set()
             while True:
@@ -265,10 +268,8 @@ class SinkDelivery:
                     while True:
                         closing = self._closing
                         held = any(h is not None for h in self._held)
-                        if self._queue or (closing and held):
+                        if self._queue or closing:
                             break  # closing: the held reports are written, periods or not
-                        if closing:
-                            break
                         now = time.monotonic()
                         due = [self._last[i] + p for i, p in enumerate(self._periods)
                                if self._held[i] is not None]
@@ -293,18 +294,9 @@ class SinkDelivery:
                                                time.monotonic() - last >= self._periods[i]):
                         self._held[i] = None
                         self._write(i, *held_i)
-            self._close_sinks()
+            self._call_each("close", " close")
         finally:
             self._done.set()
-
-    def _close_sinks(self):
-        for sink in self.sinks:
-            close = getattr(sink, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception as e:
-                    self._error("sink %s close" % _sink_label(sink), e)
 
     def close(self):
         """Delivers what is queued and each sink's latest report, closes the sinks; waits for
@@ -317,10 +309,9 @@ class SinkDelivery:
             self._cond.notify()
         if not started:
             if not self._queue:  # never got a report (not the analysis rank): just close
-                self._close_sinks()
+                self._call_each("close", " close")
                 return
-            self._thread = threading.Thread(target=self._run, name="laggard-sinks", daemon=True)
-            self._thread.start()
+            self._start_thread()
         if not self._done.wait(self.close_timeout_s):
             with self._cond:
                 left = len(self._queue)
