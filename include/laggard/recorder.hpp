@@ -126,6 +126,13 @@ class LAGGARD_API Recorder {
     if (LAGGARD_LIKELY(!sampled_)) return;
     record_slow(resources_, name, value);
   }
+  /// The slot of resource reading `name`, registered on first sight (as record_resource does,
+  /// in the same order); -1 when kMaxValues names are taken (counted, dropped_values). With it,
+  /// a caller that records the same readings every sampled step (laggard's resource sampler)
+  /// records them with record_resource_at, which compares no name. Training thread only.
+  int resource_slot(std::string_view name) noexcept { return slot_of(resources_, name); }
+  /// record_resource by a slot from resource_slot (not sampled, or not a slot: nothing).
+  void record_resource_at(int slot, double value) noexcept;
 
   /// Device backends: promises a value of `name` for the current sampled step's `values` that
   /// becomes known later (a loss still being computed on the device, copied to the host without
@@ -164,7 +171,7 @@ class LAGGARD_API Recorder {
   /// that is not open is left alone; a device mark already recorded is simply not used.
   void cancel(StageId id) noexcept {
     if (LAGGARD_LIKELY(!sampled_)) return;
-    if (id >= 0 && id < num_slots_) slots_[id].open = false;
+    if (id >= 0 && id < num_slots_) times_[id].open = false;
   }
 
  private:
@@ -176,9 +183,10 @@ class LAGGARD_API Recorder {
     std::array<bool, kMaxValues> set{};
     std::array<DeferToken, kMaxValues> waiting{};  ///< the token a deferred name waits for, or 0
     int count = 0;
-    int awaiting = 0;  ///< names with a token in `waiting`
+    int awaiting = 0;  ///< names with a token in `waiting` (the nonzero entries)
     void clear_step() noexcept {
       set.fill(false);
+      if (awaiting == 0) return;  // no token anywhere: nothing to clear
       waiting.fill(0);
       awaiting = 0;
     }
@@ -205,11 +213,14 @@ class LAGGARD_API Recorder {
   struct Slot {
     std::string name;
     StageKind kind = StageKind::compute;
-    double ms = 0.0;
-    std::uint32_t calls = 0;
+  };
+  /// A stage's timing in the step, apart from its name: what a sampled step touches, packed (the
+  /// step after a training step finds its cache lines cold, one per stage otherwise).
+  struct SlotTime {
     std::uint64_t started = 0;  ///< ticks()
     std::uint64_t ticks = 0;    ///< accumulated host ticks this step
     double added_ms = 0.0;      ///< durations given through add()
+    std::uint32_t calls = 0;
     std::uint32_t open_mark = 0;  ///< device: the start mark of the open interval
     bool open = false;
   };
@@ -218,6 +229,7 @@ class LAGGARD_API Recorder {
   RecorderOptions options_;
   std::unique_ptr<TimingBackend> backend_;
   std::array<Slot, kMaxStages> slots_{};
+  std::array<SlotTime, kMaxStages> times_{};
   int num_slots_ = 0;
   bool sampled_ = false;
   std::int64_t step_ = 0;
