@@ -199,7 +199,11 @@ class LAGGARD_API Recorder {
   /// false when it must wait (marks not complete, or — unless `force` — deferred values it may
   /// still wait for).
   bool retire_oldest(bool force) noexcept;
-  static void copy_named(const NamedSlots& from, std::vector<NamedValue>& to);
+  /// Which slot each entry of a sample's values (resources) was copied from last; -1: none. A
+  /// slot's name never changes once given, so an entry that holds it needs no name compared.
+  using CopiedFrom = std::array<std::int8_t, kMaxValues>;
+  static void copy_named(const NamedSlots& from, std::vector<NamedValue>& to,
+                         CopiedFrom& copied);
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
   /// steady_clock over the recorder's lifetime.
@@ -243,6 +247,8 @@ class LAGGARD_API Recorder {
   NamedSlots resources_;
   SampleCallback callback_;
   StepSample scratch_;  ///< reused for every emitted sample
+  CopiedFrom values_copied_{};     ///< of scratch_.values (set as each entry is made)
+  CopiedFrom resources_copied_{};  ///< of scratch_.resources
   std::unique_ptr<Pending[]> pending_;
   int pending_head_ = 0;
   int pending_count_ = 0;

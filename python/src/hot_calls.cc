@@ -279,13 +279,11 @@ struct StepData {
   // The published readings, in order, each with its slot in the recorder's resources once an
   // end_step has registered the name (kUnknownSlot before): a sampled step copies doubles into
   // slots and compares no name.
+  // Parallel arrays: a sampled step reads slots and values (two cache lines), not the names.
   static constexpr int kUnknownSlot = -2;
-  struct Reading {
-    std::string name;
-    double value = 0.0;
-    int slot = kUnknownSlot;
-  };
-  std::vector<Reading> latest;
+  std::vector<std::string> names;
+  std::vector<double> values;
+  std::vector<int> slots;
   double latest_t = 0.0;  // when (time.monotonic)
   bool has_latest = false;
   int gc_pause_slot = kUnknownSlot, gc_collections_slot = kUnknownSlot;
@@ -491,7 +489,15 @@ void resources_end(StepState* s) {
   if (d.has_latest) {
     const double stale_s = 4.0 * d.period_s;
     if (now - d.latest_t <= (stale_s > 5.0 ? stale_s : 5.0))
-      for (StepData::Reading& r : d.latest) record_at(rec, r.slot, r.name, r.value);
+      for (std::size_t i = 0; i < d.slots.size(); ++i) {
+        int& slot = d.slots[i];
+        if (slot == StepData::kUnknownSlot) {
+          const int got = rec.resource_slot(d.names[i]);
+          if (got < 0) continue;  // no slot left: tried (and counted) again next step
+          slot = got;
+        }
+        rec.record_resource_at(slot, d.values[i]);
+      }
   }
   if (s->find_cuda != nullptr) {  // until the training thread's CUDA device is known
     PyObject* r = PyObject_CallNoArgs(s->find_cuda);
@@ -633,17 +639,22 @@ PyObject* step_publish(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
       Py_DECREF(seq);
       return nullptr;
     }
-    if (d.latest.size() <= kept) d.latest.emplace_back();
-    StepData::Reading& r = d.latest[kept++];
-    const std::string_view v(name, static_cast<std::size_t>(size));
-    if (r.name != v) {
-      r.name.assign(v);
-      r.slot = StepData::kUnknownSlot;
+    if (d.names.size() <= kept) {
+      d.names.emplace_back();
+      d.values.push_back(0.0);
+      d.slots.push_back(StepData::kUnknownSlot);
     }
-    r.value = value;
+    const std::string_view v(name, static_cast<std::size_t>(size));
+    if (d.names[kept] != v) {
+      d.names[kept].assign(v);
+      d.slots[kept] = StepData::kUnknownSlot;
+    }
+    d.values[kept++] = value;
   }
   Py_DECREF(seq);
-  d.latest.resize(kept);
+  d.names.resize(kept);
+  d.values.resize(kept);
+  d.slots.resize(kept);
   d.latest_t = t;
   d.has_latest = true;
   Py_RETURN_NONE;

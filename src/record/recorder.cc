@@ -375,14 +375,22 @@ bool Recorder::resolve(DeferToken token, double value) noexcept {
   return true;
 }
 
-void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to) {
+void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to,
+                          CopiedFrom& copied) {
   std::size_t n = 0;
   for (int i = 0; i < from.count; ++i) {
     if (!from.set[i]) continue;
-    if (to.size() <= n) to.emplace_back();
-    NamedValue& v = to[n++];
-    if (v.name != from.names[i]) v.name = from.names[i];
+    if (to.size() <= n) {
+      to.emplace_back();
+      copied[n] = -1;
+    }
+    NamedValue& v = to[n];
+    if (copied[n] != i) {  // else it holds slot i's name already: no string touched
+      if (v.name != from.names[i]) v.name = from.names[i];
+      copied[n] = static_cast<std::int8_t>(i);
+    }
     v.value = from.value[i];
+    ++n;
   }
   to.resize(n);
 }
@@ -407,8 +415,8 @@ void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
     st.calls = calls[i];
   }
   scratch_.stages.resize(n);
-  copy_named(values, scratch_.values);
-  copy_named(resources, scratch_.resources);
+  copy_named(values, scratch_.values, values_copied_);
+  copy_named(resources, scratch_.resources, resources_copied_);
   ++counters_.samples_emitted;
   if (callback_) {
     try {
