@@ -554,7 +554,10 @@ class ResourceSampler:
         self._latest = latest = (time.monotonic(), tuple(out.items()))
         board = self._board
         if board is not None:
-            board.publish(latest[0], latest[1])
+            try:
+                board.publish(latest[0], latest[1])
+            except Exception as e:  # a reading that is not a number: counted, the rest kept
+                self._errors.report("resources", e)
         self.refreshes += 1
         self.refresh_cpu_s += time.thread_time() - t0
         return out
