@@ -11,7 +11,8 @@ both alike), as `PROGRAM analyze -q [--preset P] RUN_DIR`, pinned with taskset t
 (`all`: not pinned). It prints, per program, the median wall time, user CPU time and CPU time
 (user + system), each with a 95 % bootstrap interval of the median, the throughput (the run's
 bytes, rank logs or traces, over the median wall and CPU times: MB per CPU-second is the per-core
-figure that load on a shared machine disturbs least), the median peak RSS, and the ratio new / old
+figure that load on a shared machine disturbs least), the main thread's blocked time (wall time
+neither on a CPU nor queued for one: with --cold, mostly waiting for the disk), the median peak RSS, and the ratio new / old
 of wall and CPU time (median of the per-round ratios, with its interval).
 --cold: the page cache is dropped before every run (root only: /proc/sys/vm/drop_caches), so the
 files are read from the disk.
@@ -33,19 +34,31 @@ def drop_caches():
 
 
 def run_measured(cmd, cold):
-    """(wall s, user s, user + system s, peak RSS KB, stdout) of one run."""
+    """(wall s, user s, user + system s, peak RSS KB, blocked s, stdout) of one run.
+
+    blocked: the main thread's wall time neither on a CPU nor waiting for one (reads from the
+    disk, waits for the program's other threads), from its /proc/PID/schedstat read while it is
+    a zombie; the figure that the load of a shared machine disturbs least when reads are cold."""
     if cold:
         drop_caches()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = proc.stdout.read()
     err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
     wall = time.perf_counter() - t0
+    try:
+        with open("/proc/%d/schedstat" % proc.pid) as f:
+            on_cpu, queued = (int(x) / 1e9 for x in f.read().split()[:2])
+        blocked = max(0.0, wall - on_cpu - queued)
+    except OSError:
+        blocked = float("nan")
+    _, status, usage = os.wait4(proc.pid, 0)
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         sys.exit("%s failed (%d): %s" % (" ".join(cmd), code, err.decode()))
-    return wall, usage.ru_utime, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out
+    return (wall, usage.ru_utime, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, blocked,
+            out)
 
 
 def median_interval(values, rng, resamples=2000):
@@ -101,15 +114,18 @@ def main():
         wm, wl, wh = median_interval([x[0] for x in rows], rng)
         um, ul, uh = median_interval([x[1] for x in rows], rng)
         cm, cl, ch = median_interval([x[2] for x in rows], rng)
+        bm, bl, bh = median_interval([x[4] for x in rows], rng)
         rss = statistics.median(x[3] for x in rows)
         print("  %-3s wall %.3f s [%.3f, %.3f]  user %.3f s [%.3f, %.3f]  cpu %.3f s [%.3f, %.3f]"
-              % (name, wm, wl, wh, um, ul, uh, cm, cl, ch))
+              "  blocked %.3f s [%.3f, %.3f]" % (name, wm, wl, wh, um, ul, uh, cm, cl, ch, bm, bl, bh))
         print("      %5.0f MB/s wall [%.0f, %.0f]  %5.0f MB per CPU-second [%.0f, %.0f]  "
               "peak RSS %.1f MB  (%s)" % (size / 1e6 / wm, size / 1e6 / wh, size / 1e6 / wl,
                                           size / 1e6 / cm, size / 1e6 / ch, size / 1e6 / cl,
                                           rss / 1024, cmds[name][len(pin)]))
-    for i, what in ((0, "wall"), (2, "cpu")):
-        ratios = [n[i] / o[i] for o, n in zip(results["old"], results["new"])]
+    for i, what in ((0, "wall"), (2, "cpu"), (4, "blocked")):
+        ratios = [n[i] / o[i] for o, n in zip(results["old"], results["new"]) if o[i] > 0]
+        if not ratios:
+            continue
         m, lo, hi = median_interval(ratios, rng)
         print("  new / old %s time: %.3f [%.3f, %.3f]" % (what, m, lo, hi))
 

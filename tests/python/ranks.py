@@ -15,10 +15,12 @@ run_worker (`module`.run) are built on it; their results come back through the r
 files the ranks write.
 """
 
+import contextlib
 import importlib
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 
 from laggard.launch import free_port
@@ -120,3 +122,17 @@ def join_ranks(procs, out_dir, timeout_s):
     """wait_ranks, then the result-<r>.json dicts the ranks wrote in out_dir."""
     wait_ranks(procs, timeout_s)
     return read_results(out_dir, len(procs))
+
+
+@contextlib.contextmanager
+def cpu_burners(n=2):
+    """n processes spinning on the CPU (2: one per core of the 2-core machine the tests run on)
+    for the length of the block, killed at its end."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()

@@ -19,7 +19,6 @@ Marked `long` (and `multiproc`): `-m "not long"` leaves it out.
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 import pytest
@@ -30,7 +29,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 from laggard import _core  # noqa: E402
 from laggard.launch import free_port  # noqa: E402
-from ranks import join_ranks, rank_context  # noqa: E402
+from ranks import cpu_burners, join_ranks, rank_context  # noqa: E402
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.long]
 
@@ -60,15 +59,8 @@ def _available(framework):
 @pytest.fixture(scope="module")
 def burner():
     """BURNERS processes spinning on the CPU for the module's runs, killed at its end."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-             for _ in range(BURNERS)]
-    try:
+    with cpu_burners(BURNERS) as procs:
         yield procs
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
 
 
 def _child(rank, port, framework, cfg):

@@ -7,15 +7,13 @@ interval 2 does not make the analysis rank a straggler, while a real one is stil
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from laggard.sinks import MLflowSink, SinkDelivery, TensorBoardSink
-from ranks import run_worker
+from ranks import cpu_burners, run_worker
 
 
 class Recorder:
@@ -217,15 +215,8 @@ def _run(tmp_path, sinks, slow_rank=-1, slow_dataloader_ms=10.0):
 
 @pytest.fixture
 def burner():
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-             for _ in range(BURNERS)]
-    try:
+    with cpu_burners(BURNERS) as procs:
         yield procs
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
 
 
 # Under the burners the detector's own floor on this 2-core machine (the same job without sinks)
