@@ -279,10 +279,6 @@ class LAGGARD_API Detector {
     float mix_size = 0.0f;
     int mix_windows = 0;
     int mix_first_bin = -1;
-    /// The same for the cost test's windows at its cap.
-    float cost_size = 0.0f;
-    int cost_windows = 0;
-    int cost_first_bin = -1;
   };
   /// The materiality gate's sample of one (cohort, stage, rank): the windows of its current run
   /// of statistical confirmation (few pairs have one; it ends when that run does).
@@ -354,12 +350,9 @@ class LAGGARD_API Detector {
     double mix_hits = 0.0, mix_chances = 0.0;
     /// The sizes (log-ratio, bins of detector_sequential.cc's kSizeBin) of those slow windows:
     /// how often a healthy rank's unusual window has a given size.
-    static constexpr int kSizeBins = 128;
+    static constexpr int kSizeBins = 64;
     float mix_sizes[kSizeBins] = {};
     float mix_sizes_total = 0.0f;
-    /// The same for the cost test's windows at its cap (those that opened a run).
-    float cost_sizes[kSizeBins] = {};
-    float cost_sizes_total = 0.0f;
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);

@@ -117,19 +117,19 @@ constexpr double kMixRatio = 1.25;  // (docs/detection.md, Intermittent faults)
 // The null's share of slow windows is at least this x pause_rate (one in 1,000 by default): a
 // cohort that has shown none is not taken to have none (by construction).
 constexpr double kMixNullFloor = 0.1;  // (docs/detection.md, Intermittent faults)
-// Repeated sizes (docs/detection.md, Repeated sizes). A healthy rank's unusual windows (a GC, a
-// checkpoint, a preemption) vary in size from one to the next and come at any rank; a fault of
-// one rank and stage repeats its own size. Within a run of the intermittent test's evidence, and
-// of the cost test's at its cap, each such window after the first is weighed by the likelihood of
-// its size under "the size of the run's earlier such windows" (normal around their mean, variance
-// sigma^2 (1 + 1/n)), mixed with "any size" (kSizeAny), against g, the density of the sizes of the
-// cohort's such windows: F = (1 - a) h(x) / g(x) + a. F has mean 1 under the null (sizes drawn
-// from g), so each test stays a likelihood ratio; a size unlike the run's takes up to ln(1 / a)
-// away. g is a histogram of the cohort's such windows that opened a run (bins of kSizeBin, the
+// The size of a slow window (docs/detection.md, Intermittent faults). A healthy rank's unusual
+// windows (a GC, a checkpoint, a preemption) vary in size from one to the next and come at any
+// rank; a fault of one rank and stage repeats its own size. Within a run of the intermittent
+// test's evidence, each slow window after the first is weighed by the likelihood of its size under
+// "the size of the run's earlier slow windows" (normal around their mean, variance
+// sigma^2 (1 + 1/n)), mixed with "any size" (kSizeAny), against g, the density of the sizes of
+// the cohort's slow windows: F = (1 - a) h(x) / g(x) + a. F has mean 1 under the null (sizes drawn
+// from g), so the test stays a likelihood ratio; a size unlike the run's takes up to ln(1 / a)
+// away. g is a histogram of the cohort's slow windows that opened a run (bins of kSizeBin, the
 // rank's own first window left out) with pause_rate x kPausePrior windows of prior spread over
-// the sizes above where the test's window counts, exponentially with scale kSizeScale (half of
+// the sizes above the slow component's midpoint, exponentially with scale kSizeScale (half of
 // them within 2x of it). All three by construction.
-constexpr double kSizeBin = 0.02;
+constexpr double kSizeBin = 0.05;
 constexpr double kSizeAny = 0.5;
 constexpr double kSizeScale = 0.6931471805599453;  // ln 2
 // The cost test (docs/notes/detection-absolute.md): per (rank, stage), "its excess costs the step
@@ -325,8 +325,6 @@ inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
 // from 0 (2), and a slow window of the intermittent test, with whether its evidence was 0 before
 // and whether the slot was named before the window.
 constexpr int kSlowMark = 4, kOpenMark = 8, kNamedMark = 16;
-// And a window at the cost test's cap, with whether its evidence was 0 before.
-constexpr int kCapMark = 32, kCapOpenMark = 64;
 
 // What one pass over a (cohort, stage) counts besides the state it updates.
 struct SeqCounts {
@@ -390,11 +388,10 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     // The cost test: no 0.5 ms floor (its null holds what costs the step too little).
     const bool cost_held = (exj <= q.hold_below) | (exj < q.cost_absolute);
     const float cost_ceiling = cost_held ? q.ceiling_held : q.ceiling_open;
-    const float cost_llr = q.cost_weight * (std::min(xj, q.cost_clip) - q.cost_mid);
-    const float vc = std::min(q.cost_top, std::max(0.0f, cost[j] + std::min(cost_ceiling, cost_llr)));
-    // At the cap: the window's size is weighed after the pass (kCapMark).
-    const int cost_capped = (!cost_held) & (q.ceiling_open > 0.0f) & (cost_llr >= q.ceiling_open);
-    const int cost_open = cost[j] == 0.0f;
+    const float vc = std::min(
+        q.cost_top,
+        std::max(0.0f, cost[j] + std::min(cost_ceiling, q.cost_weight * (std::min(xj, q.cost_clip) -
+                                                                          q.cost_mid))));
     cost[j] = vc;
     // The intermittent test, on the same x as the cost test (unclipped: a slow window is the
     // slow component, however slow) and held as it is.
@@ -451,9 +448,8 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     // name held before (kNamedMark).
     const int slow = mix_l > 0.0f;
     attention[j] = static_cast<std::uint8_t>(
-        held_name | (rose << 1) | slow * (kSlowMark | (mix_open * kOpenMark)) |
-        cost_capped * (kCapMark | (cost_open * kCapOpenMark)) |
-        (slow | cost_capped) * (named_before * kNamedMark));
+        held_name | (rose << 1) |
+        slow * (kSlowMark | (mix_open * kOpenMark) | (named_before * kNamedMark)));
   }
   return {jumps, jump_base, mix_hits, mix_chances};
 }
@@ -885,76 +881,57 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     }
     // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
     // where none is marked.
-    // The size of a slow window (kSizeBin): in a run of the intermittent test's evidence, or of
-    // the cost test's at its cap, the size of the run's earlier such windows against the sizes
-    // the cohort's such windows have (docs/detection.md, Repeated sizes). Returns whether the slot
-    // is named after it.
+    // The size of a slow window (kSizeBin): in a run of the intermittent test's evidence, the size
+    // of the run's earlier slow windows against the sizes the cohort's slow windows have
+    // (docs/detection.md, Intermittent faults). Returns whether the slot is named after it.
     const double inv_ref_ms = log_ratio_ref(f.median_ms);
     const double size_prior = kPausePrior * options_.pause_rate;
-    // F for a window of size xj in a run (size: the mean of its `windows` earlier ones), against
-    // the cohort's sizes `hist` (the run's first window, in `first_bin`, left out) with the
-    // prior from `from` on; 1 for the window that opens a run, which joins `hist`.
-    auto size_factor = [&](float xj, bool open, float& size, int& windows, int& first_bin,
-                           float* hist, float& total, double from) -> double {
+    auto weigh_size = [&](std::size_t j, std::uint8_t mark) -> bool {
+      const float xj = log_ratio(ms[j], inv_ref_ms);
       const int bin = std::min(SeqTrack::kSizeBins - 1,
                                static_cast<int>(std::max(0.0f, xj) / static_cast<float>(kSizeBin)));
-      if (open || windows == 0) {
-        size = xj;
-        windows = 1;
-        first_bin = open ? bin : -1;
-        if (open) {
-          hist[bin] += 1.0f;
-          total += 1.0f;
+      SeqState& st = track.cold[j];
+      if ((mark & kOpenMark) || st.mix_windows == 0) {
+        // The window that opens a run: no size to compare with yet; it joins the cohort's sizes.
+        st.mix_size = xj;
+        st.mix_windows = 1;
+        st.mix_first_bin = (mark & kOpenMark) ? bin : -1;
+        if (mark & kOpenMark) {
+          track.mix_sizes[bin] += 1.0f;
+          track.mix_sizes_total += 1.0f;
         }
-        return 1.0;
+        return mark & 1;
       }
-      const double others = hist[bin] - (first_bin == bin ? 1.0 : 0.0);
-      const double all = total - (first_bin >= 0 ? 1.0 : 0.0);
-      const double over = std::max(0.0, static_cast<double>(xj) - from);
+      // g(x): the cohort's sizes (this run's first window left out) with the prior.
+      const double others = track.mix_sizes[bin] - (st.mix_first_bin == bin ? 1.0 : 0.0);
+      const double all = track.mix_sizes_total - (st.mix_first_bin >= 0 ? 1.0 : 0.0);
+      const double over = std::max(0.0, static_cast<double>(xj) - pass.mix_mid);
       const double prior = std::exp(-over / kSizeScale) / kSizeScale;
       const double g = (std::max(0.0, others) / kSizeBin + size_prior * prior) /
                        (std::max(0.0, all) + size_prior);
-      const double earlier = windows;
+      // h(x): normal around the mean of the run's earlier slow windows.
+      const double earlier = st.mix_windows;
       const double tau = sigma * std::sqrt(1.0 + 1.0 / earlier);
-      const double z = (static_cast<double>(xj) - size) / tau;
+      const double z = (static_cast<double>(xj) - st.mix_size) / tau;
       const double h = std::exp(-0.5 * z * z) / (tau * 2.5066282746310002);
-      size = static_cast<float>((size * earlier + xj) / (earlier + 1.0));
-      windows += 1;
-      return (1.0 - kSizeAny) * h / g + kSizeAny;
-    };
-    auto weigh_size = [&](std::size_t j, std::uint8_t mark) -> bool {
-      const float xj = log_ratio(ms[j], inv_ref_ms);
-      SeqState& st = track.cold[j];
-      if (mark & kSlowMark) {
-        const double factor = size_factor(xj, mark & kOpenMark, st.mix_size, st.mix_windows,
-                                          st.mix_first_bin, track.mix_sizes,
-                                          track.mix_sizes_total, pass.mix_mid);
-        // The window's likelihood ratio (1 - p + p LR F) / (1 - r0 + r0 LR) for the pass's
-        // (1 - p + p LR) / (1 - r0 + r0 LR).
-        const double lr = std::exp(static_cast<double>(
-            std::min(pass.mix_ceiling, pass.mix_weight * (xj - pass.mix_mid))));
-        const double odds = pass.mix_odds;
-        const double delta = std::log((1.0 + odds * lr * factor) / (1.0 + odds * lr));
-        float& v = track.mix[j];
-        v = std::min(pass.mix_top, std::max(0.0f, v + static_cast<float>(delta)));
-      }
-      if (mark & kCapMark) {
-        // At the cap the window counts as one unusual window (likelihood ratio 1 / pause rate);
-        // F weighs its size.
-        const double from = pass.cost_mid + pass.ceiling_open / pass.cost_weight;
-        const double factor = size_factor(xj, mark & kCapOpenMark, st.cost_size,
-                                          st.cost_windows, st.cost_first_bin, track.cost_sizes,
-                                          track.cost_sizes_total, from);
-        float& v = track.cost[j];
-        v = std::min(pass.cost_top, std::max(0.0f, v + static_cast<float>(std::log(factor))));
-      }
+      const double factor = (1.0 - kSizeAny) * h / g + kSizeAny;
+      st.mix_size = static_cast<float>((st.mix_size * earlier + xj) / (earlier + 1.0));
+      st.mix_windows += 1;
+      // The window's likelihood ratio (1 - p + p LR F) / (1 - r0 + r0 LR) for the pass's
+      // (1 - p + p LR) / (1 - r0 + r0 LR).
+      const double lr = std::exp(static_cast<double>(
+          std::min(pass.mix_ceiling, pass.mix_weight * (xj - pass.mix_mid))));
+      const double odds = pass.mix_odds;
+      const double delta = std::log((1.0 + odds * lr * factor) / (1.0 + odds * lr));
+      float& v = track.mix[j];
+      v = std::min(pass.mix_top, std::max(0.0f, v + static_cast<float>(delta)));
       // The name, as the pass decides it (seq_pass_body), with this evidence.
-      auto with = [](float v, float bonus) { return v > 0.0f ? v + bonus : 0.0f; };
+      auto with = [](float e, float bonus) { return e > 0.0f ? e + bonus : 0.0f; };
       float most = with(track.cusum[0][j], pass.bonus0);
       for (int k = 1; k < kShifts; ++k) most = std::max(most, track.cusum[k][j]);
       most = std::max(most, with(track.own[j], pass.bonus_own));
       most = std::max(most, with(track.cost[j], pass.bonus_cost));
-      const float mix = track.mix[j] + pass.bonus_mix;
+      const float mix = v + pass.bonus_mix;
       if (mix >= fthreshold) most = std::max(most, mix);
       const bool named_now = ((mark & kNamedMark) || most >= fthreshold) && most != 0.0f;
       track.named_bit[j] = named_now;
@@ -973,7 +950,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       if (marks[j] == 0) continue;
       if (marks[j] & 2) track.cold[j].rise_step = window.step;
       bool named_now = marks[j] & 1;
-      if (marks[j] & (kSlowMark | kCapMark)) named_now = weigh_size(j, marks[j]);
+      if (marks[j] & kSlowMark) named_now = weigh_size(j, marks[j]);
       if (named_now && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
