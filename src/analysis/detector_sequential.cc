@@ -132,6 +132,12 @@ constexpr double kMixNullFloor = 0.1;  // (docs/detection.md, Intermittent fault
 constexpr double kSizeBin = 0.05;
 constexpr double kSizeAny = 0.5;
 constexpr double kSizeScale = 0.6931471805599453;  // ln 2
+// F is at most this (e^2): g is an estimate, and where the cohort has shown few slow windows it is
+// the prior's, which a stage's real pauses may exceed many times (a 0.2 ms stage's pauses spread
+// over x of 1.6-3.2); a repeated size is then worth less than one window at the pause cap, so two
+// pauses of one healthy rank, however alike, stay under every threshold (2 ln(p / r0) + 2 <= 14.4
+// against >= 15.7). By construction.
+constexpr double kSizeMost = 7.38905609893065;
 // The cost test (docs/notes/detection-absolute.md): per (rank, stage), "its excess costs the step
 // kCostTarget x min_cost_share" against "its excess is within healthy_spread or under
 // min_cost_share of the step", each mapped onto the log-ratio x, so that a fault's size in the
@@ -914,7 +920,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       const double tau = sigma * std::sqrt(1.0 + 1.0 / earlier);
       const double z = (static_cast<double>(xj) - st.mix_size) / tau;
       const double h = std::exp(-0.5 * z * z) / (tau * 2.5066282746310002);
-      const double factor = (1.0 - kSizeAny) * h / g + kSizeAny;
+      const double factor = std::min(kSizeMost, (1.0 - kSizeAny) * h / g + kSizeAny);
       st.mix_size = static_cast<float>((st.mix_size * earlier + xj) / (earlier + 1.0));
       st.mix_windows += 1;
       // The window's likelihood ratio (1 - p + p LR F) / (1 - r0 + r0 LR) for the pass's
