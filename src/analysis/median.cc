@@ -159,6 +159,11 @@ double sampled_median(std::size_t count, const Values& value, std::vector<double
 
 }  // namespace
 
+double kth_inplace(double* buf, std::size_t n, std::size_t k) {
+  select_kth(buf, static_cast<std::ptrdiff_t>(n), static_cast<std::ptrdiff_t>(k));
+  return buf[k];
+}
+
 double median_inplace(double* buf, std::size_t count) {
   if (count == 0) return 0.0;
   const auto n = static_cast<std::ptrdiff_t>(count);

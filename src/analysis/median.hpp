@@ -10,6 +10,10 @@ namespace laggard::detail {
 /// for even n. O(n) expected, branch-free partition (see median.cc for why).
 double median_inplace(double* buf, std::size_t n);
 
+/// The k-th smallest of buf[0, n) (k < n), placed at buf[k] with no larger value before it and
+/// no smaller one after; reorders the buffer. The same branch-free selection as median_inplace.
+double kth_inplace(double* buf, std::size_t n, std::size_t k);
+
 /// Median of data[0, n), which is left as it is; `scratch` is working space (grown as needed,
 /// kept by the caller between calls). Same result as median_inplace on a copy. For large n it
 /// reads the data once after a small sample instead of copying and partitioning it

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -288,6 +289,56 @@ TEST(RunReader, YieldsTheSameWhateverTheNumberOfWorkers) {
   }
   RunReader chosen(dir.path());
   EXPECT_EQ(everything(chosen), expected) << "workers chosen: " << chosen.workers();
+}
+
+TEST(RunReader, MergesFilesThatGoInAndOutOfStepAsAMergeByStepDoes) {
+  // Files that hold the same steps for a while (the merge then takes every file's head without a
+  // heap), then each misses steps of its own, then agree again, one ending early, one going
+  // backwards, one repeating a step; against windows built here from each file's samples.
+  TempDir dir;
+  constexpr int kFiles = 6;
+  std::vector<std::vector<StepSample>> kept(kFiles);  // what the merge takes from each file
+  for (int r = 0; r < kFiles; ++r) {
+    std::string content;
+    std::int64_t last = -1;
+    const auto put = [&](std::int64_t step, double extra) {
+      append_sample_json(sample(r, step, extra), content);
+      if (step > last) {
+        kept[r].push_back(sample(r, step, extra));
+        last = step;
+      }
+    };
+    for (std::int64_t step = 0; step < 300; ++step) {
+      if (r == 5 && step >= 220) break;                                    // ends early
+      if (step >= 100 && step < 200 && (step * (r + 3)) % (r + 2) == 0) continue;  // apart
+      if (step >= 250 && step < 260 && r == 3) continue;                  // apart once more
+      put(step, 0.0);
+      if (r == 2 && step == 40) put(step, 0.25);       // the same step again: skipped
+      if (r == 0 && step == 230) put(step - 20, 0.5);  // backwards: skipped
+    }
+    dir.file("rank-" + std::to_string(r) + ".jsonl", content);
+  }
+  std::map<std::int64_t, std::vector<const StepSample*>> by_step;
+  for (int r = 0; r < kFiles; ++r)
+    for (const StepSample& s : kept[r]) by_step[s.step].push_back(&s);
+  std::string expected;
+  for (const auto& [step, samples] : by_step) {
+    expected += "window " + std::to_string(step) + "\n";
+    for (const StepSample* s : samples) append_sample_json(*s, expected);
+  }
+  for (unsigned workers : {0u, 1u, 2u, 4u}) {
+    RunReader reader(dir.path(), RunReaderOptions{workers});
+    std::string got;
+    Window w;
+    while (reader.next(w)) {
+      got += "window " + std::to_string(w.step) + "\n";
+      for (const auto& s : w.samples) append_sample_json(s, got);
+    }
+    EXPECT_EQ(got, expected) << workers << " workers";
+    EXPECT_EQ(reader.stats().duplicates, 1u);
+    EXPECT_EQ(reader.stats().out_of_order, 1u);
+    EXPECT_EQ(reader.stats().windows, by_step.size());
+  }
 }
 
 TEST(RunReader, StopsItsWorkersWhenDestroyedEarly) {
