@@ -124,8 +124,8 @@ constexpr double kMixNullFloor = 0.1;  // (docs/detection.md, Intermittent fault
 // test's evidence, each slow window after the first is weighed by the likelihood of its size under
 // "the size of the run's earlier slow windows" (normal around their mean, variance
 // sigma^2 (1 + 1/n)), mixed with "any size" (kSizeAny), against g, the density of the sizes of
-// the cohort's slow windows: F = (1 - a) h(x) / g(x) + a. F has mean 1 under the null (sizes drawn
-// from g), so the test stays a likelihood ratio; a size unlike the run's takes up to ln(1 / a)
+// the cohort's slow windows: F = (1 - a) h(x) / g(x) + a (at most kSizeMost). F has mean at most 1
+// under the null (sizes drawn from g), so the test stays a likelihood ratio; a size unlike the run's takes up to ln(1 / a)
 // away. g is a histogram of the cohort's slow windows that opened a run (bins of kSizeBin, the
 // rank's own first window left out) with pause_rate x kPausePrior windows of prior spread over
 // the sizes above the slow component's midpoint, exponentially with scale kSizeScale (half of
@@ -926,8 +926,6 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       track.mix_hits += counts.mix_hits;
       track.mix_chances += counts.mix_chances;
     }
-    // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
-    // where none is marked.
     // The size of a slow window (kSizeBin): in a run of the intermittent test's evidence, the size
     // of the run's earlier slow windows against the sizes the cohort's slow windows have
     // (docs/detection.md, Intermittent faults). Returns whether the slot is named after it.
@@ -984,6 +982,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       track.named_bit[j] = named_now;
       return named_now;
     };
+    // The slots the pass marked (rare): a rise's step, a slow window's size, the names held now.
+    // Eight slots at a time where none is marked.
     const std::uint8_t* marks = attention.data();
     for (std::size_t j = 0; j < n; ++j) {
       if (j + 8 <= n) {
