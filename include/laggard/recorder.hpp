@@ -126,6 +126,13 @@ class LAGGARD_API Recorder {
     if (LAGGARD_LIKELY(!sampled_)) return;
     record_slow(resources_, name, value);
   }
+  /// The slot of resource reading `name`, registered on first sight (as record_resource does,
+  /// in the same order); -1 when kMaxValues names are taken (counted, dropped_values). With it,
+  /// a caller that records the same readings every sampled step (laggard's resource sampler)
+  /// records them with record_resource_at, which compares no name. Training thread only.
+  int resource_slot(std::string_view name) noexcept { return slot_of(resources_, name); }
+  /// record_resource by a slot from resource_slot (not sampled, or not a slot: nothing).
+  void record_resource_at(int slot, double value) noexcept;
 
   /// Device backends: promises a value of `name` for the current sampled step's `values` that
   /// becomes known later (a loss still being computed on the device, copied to the host without
@@ -164,7 +171,7 @@ class LAGGARD_API Recorder {
   /// that is not open is left alone; a device mark already recorded is simply not used.
   void cancel(StageId id) noexcept {
     if (LAGGARD_LIKELY(!sampled_)) return;
-    if (id >= 0 && id < num_slots_) slots_[id].open = false;
+    if (id >= 0 && id < num_slots_) times_[id].open = false;
   }
 
  private:
@@ -176,9 +183,10 @@ class LAGGARD_API Recorder {
     std::array<bool, kMaxValues> set{};
     std::array<DeferToken, kMaxValues> waiting{};  ///< the token a deferred name waits for, or 0
     int count = 0;
-    int awaiting = 0;  ///< names with a token in `waiting`
+    int awaiting = 0;  ///< names with a token in `waiting` (the nonzero entries)
     void clear_step() noexcept {
       set.fill(false);
+      if (awaiting == 0) return;  // no token anywhere: nothing to clear
       waiting.fill(0);
       awaiting = 0;
     }
@@ -191,7 +199,11 @@ class LAGGARD_API Recorder {
   /// false when it must wait (marks not complete, or — unless `force` — deferred values it may
   /// still wait for).
   bool retire_oldest(bool force) noexcept;
-  static void copy_named(const NamedSlots& from, std::vector<NamedValue>& to);
+  /// Which slot each entry of a sample's values (resources) was copied from last; -1: none. A
+  /// slot's name never changes once given, so an entry that holds it needs no name compared.
+  using CopiedFrom = std::array<std::int8_t, kMaxValues>;
+  static void copy_named(const NamedSlots& from, std::vector<NamedValue>& to,
+                         CopiedFrom& copied);
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
   /// steady_clock over the recorder's lifetime.
@@ -205,11 +217,14 @@ class LAGGARD_API Recorder {
   struct Slot {
     std::string name;
     StageKind kind = StageKind::compute;
-    double ms = 0.0;
-    std::uint32_t calls = 0;
+  };
+  /// A stage's timing in the step, apart from its name: what a sampled step touches, packed (the
+  /// step after a training step finds its cache lines cold, one per stage otherwise).
+  struct SlotTime {
     std::uint64_t started = 0;  ///< ticks()
     std::uint64_t ticks = 0;    ///< accumulated host ticks this step
     double added_ms = 0.0;      ///< durations given through add()
+    std::uint32_t calls = 0;
     std::uint32_t open_mark = 0;  ///< device: the start mark of the open interval
     bool open = false;
   };
@@ -218,6 +233,7 @@ class LAGGARD_API Recorder {
   RecorderOptions options_;
   std::unique_ptr<TimingBackend> backend_;
   std::array<Slot, kMaxStages> slots_{};
+  std::array<SlotTime, kMaxStages> times_{};
   int num_slots_ = 0;
   bool sampled_ = false;
   std::int64_t step_ = 0;
@@ -231,6 +247,8 @@ class LAGGARD_API Recorder {
   NamedSlots resources_;
   SampleCallback callback_;
   StepSample scratch_;  ///< reused for every emitted sample
+  CopiedFrom values_copied_{};     ///< of scratch_.values (set as each entry is made)
+  CopiedFrom resources_copied_{};  ///< of scratch_.resources
   std::unique_ptr<Pending[]> pending_;
   int pending_head_ = 0;
   int pending_count_ = 0;

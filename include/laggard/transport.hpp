@@ -92,6 +92,18 @@ class LAGGARD_API Transport {
   /// closed). The gather decides what it means: a warning, or nothing for a peer that had said
   /// its last word. Default: the transport reports nothing of the kind.
   virtual void broken_links(std::vector<std::pair<int, std::string>>& out) { (void)out; }
+  /// Wake-on-data: a transport that can wake the Analyzer's background thread keeps `wake`
+  /// and calls it (from any thread; it never waits and takes no lock) after a message arrives,
+  /// a link breaks or the transport fails, and returns true; the thread then sleeps while
+  /// nothing arrives and no timer of its own is due. False (the default): the thread looks
+  /// every poll_interval_s while it has links. Called once, before the first receive().
+  virtual bool set_wake(std::function<void()> wake) {
+    (void)wake;
+    return false;
+  }
+  /// The Analyzer is closing (called once, before its last turns): a transport may stop
+  /// waiting for what can no longer come, reporting such links through broken_links().
+  virtual void closing() {}
   /// False once the transport as a whole failed (or fail() was called): it then sends and
   /// receives nothing. A broken link to one peer is a warning, not a failure.
   virtual bool healthy() const = 0;

@@ -229,11 +229,13 @@ class Analyzer:
         self._forked_steps = None  # in a child forked after the start: its steps (not recorded)
         self.rank = 0
         self.world_size = 1
-        self.step = None
+        self._step = None  # `step` (a property: while the builtins are in place, theirs)
         self.module_stages = bool(module_stages)
         self.module_stage_patterns = module_stage_patterns
         self._sections = {}
         self._section_off = self._section_on = None  # the section() builtins, once enabled
+        self._step_state = None  # laggard._core.StepState: begin_step/end_step as builtins
+        self._steps = None  # the same while its builtins are in the instance dict
         self._on_sampled_step = []  # instrument(): attach hooks (a true result is a failure)
         self._on_step_end = []  # instrument(): detach the sampled step's hooks
         self._on_close = []  # instrument(): take its hooks and wrappers out (Instrumentation.remove)
@@ -489,8 +491,10 @@ class Analyzer:
         if self.backend_name == "host-clock":  # device backends poll in every begin_step
             self._skip_every = interval
         self._enabled = True
+        self._make_step_calls(_core, engine)
         if resources:
             self._start_resources(engine, resources_period_s)
+        self._update_step_calls()
         ref_self = weakref.ref(self)
         self._atexit = lambda: _close_at_exit(ref_self)
         atexit.register(self._atexit)
@@ -498,12 +502,62 @@ class Analyzer:
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref_self))
 
+    def _make_step_calls(self, _core, engine):
+        """begin_step and end_step as builtins of a laggard._core.StepState, which do in one C
+        call what the methods below do in Python (no Python frame of laggard's on a step: right
+        after a training step each costs microseconds; bench/step_cost_ab.py). They stand in
+        the instance dict while _update_step_calls() allows; a step that is not an exact
+        non-negative int goes to the method."""
+        step_state = getattr(_core, "step_state", None)
+        if step_state is None or self._section_on is None:
+            return
+        ref = weakref.ref(self)
+
+        def report(kind, error):
+            an = ref()
+            if an is not None:
+                an._errors.report(kind, error)
+
+        try:
+            self._step_state = step_state(self._rec_begin_step, self, Analyzer.begin_step,
+                                     Analyzer.end_step, report, self._section_on,
+                                     self._section_off, self._on_sampled_step, self._on_step_end,
+                                     -1 if self._skip_every is None else self._skip_every)
+        except Exception as e:  # the methods do it all
+            self._errors.report("begin_step", e)
+
+    def _update_step_calls(self):
+        """The builtins in the instance dict where they do all that the methods would: enabled,
+        the host clock (no device marks, no deferred values), no verdict to act on, the class's
+        own begin_step/end_step; else the methods."""
+        steps = self._step_state
+        if steps is None:
+            return
+        cls = type(self)
+        if (self._steps is None and self._enabled and self._forked_steps is None and
+                not self._acts_on_verdicts and self._skip_every is not None and
+                cls.begin_step is Analyzer.begin_step and cls.end_step is Analyzer.end_step):
+            self._sampled = steps.sampled
+            steps.step = self._step
+            self._steps = steps
+            self.begin_step, self.end_step, self.section = steps.calls
+        elif not (self._enabled and self._forked_steps is None and not self._acts_on_verdicts):
+            # For good (closed, forked, or a verdict to act on): the methods from now on.
+            self.__dict__.pop("begin_step", None)
+            self.__dict__.pop("end_step", None)
+            if self._steps is not None:
+                self._steps = None
+                self._step = steps.step
+                self.section = self._section_on if self._sampled else self._section_off
+
     def _start_resources(self, engine, period_s):
         try:
             from .resources import make_sampler
 
             res = make_sampler(self._errors, period_s)
             self._record_resources = engine.record_resources_call()
+            if self._step_state is not None:
+                res.attach_steps(self._step_state)
             res.start()
             self._res = res
         except Exception as e:  # the run goes on without readings
@@ -559,6 +613,12 @@ class Analyzer:
         return self._enabled
 
     @property
+    def step(self):
+        """The step begun last (None before the first)."""
+        steps = self._steps
+        return self._step if steps is None else steps.step
+
+    @property
     def sampled(self):
         """Whether the current step is sampled."""
         return self._sampled
@@ -568,7 +628,7 @@ class Analyzer:
         if not self._enabled:
             return
         try:
-            self.step = step
+            self._step = step
             every = self._skip_every
             if every is not None and not self._sampled and (not every or step % every):
                 # Not sampled and nothing open: the recorder has nothing to do, and the call
@@ -604,7 +664,7 @@ class Analyzer:
                 self._call_hooks(self._on_sampled_step, "begin_step", "attached")
 
     def _begin_step_in_forked_child(self, step):
-        self.step = step
+        self._step = step
         self._forked_steps += 1
         if self._forked_steps == 1:
             self._errors.report("fork", RuntimeError(
@@ -773,6 +833,7 @@ class Analyzer:
         for where and when it is called; an exception it raises is counted, never raised."""
         self._straggler_callbacks.append(fn)
         self._acts_on_verdicts = True
+        self._update_step_calls()
         return fn
 
     def on_clear(self, fn):
@@ -780,6 +841,7 @@ class Analyzer:
         from 3 verdicts in a row); returns fn."""
         self._clear_callbacks.append(fn)
         self._acts_on_verdicts = True
+        self._update_step_calls()
         return fn
 
     @property
@@ -1005,6 +1067,9 @@ class Analyzer:
             self._sampled = False
             if self._section_off is not None:
                 self.section = self._section_off
+            self._update_step_calls()
+            if self._step_state is not None:
+                self._step_state.release()
         self._add_to_fleet()
 
     def __enter__(self):
@@ -1028,10 +1093,14 @@ def _after_fork_in_child(ref):
         an.section = an._section_off
     an._deferred = None  # the parent's CUDA events and buffers: not the child's
     an._forked_steps = 0
+    if an._step_state is not None:  # the builtins reach the parent's engine
+        an._step_state.release()
+        an.__dict__.pop("end_step", None)
+        an._update_step_calls()
     an.begin_step = an._begin_step_in_forked_child  # only this object, only in the child
     res, an._res = an._res, None  # its thread is the parent's: not joined, not touched
-    if res is not None and res._gc_attached:
-        res._gc.detach()
+    if res is not None:
+        res.detach_gc()
     # The engine's locks may have been held by its threads at the fork: the child never touches
     # it, not even to destroy it, and counts its own failures.
     an._errors = ErrorCounter()

@@ -19,9 +19,11 @@ Where the work happens: the reads (NVML, /proc, the allocator's statistics) run 
 background thread ("laggard-resources"), which refreshes them about as often as steps are
 sampled (the time between sampled steps, kept between 1 s and 5 s) and publishes them as one
 tuple. On a sampled step the training thread only adds the GC callback at begin_step, takes it
-out at end_step and hands the latest readings, with the step's GC and data-wait figures, to the
-recorder in one call (ResourceSampler.step_end; the engine's record_resources builtin).
-Unsampled steps: nothing.
+out at end_step and copies the latest readings, with the step's GC and data-wait figures, into
+the sample. Under an Analyzer that is C (laggard._core.StepState, attach_steps): the sampler
+thread publishes into it, and the Analyzer's begin_step/end_step builtins do the rest without
+a Python frame. A sampler on its own does it in step_begin/step_end (Python), handing the pairs
+to a record(pairs) callable. Unsampled steps: nothing.
 
 A read that raises something other than "not supported" is counted (the analyzer's
 report_errors, kind "resources <source>"), warned about once, and not tried again in the run;
@@ -34,6 +36,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 from ._log import log_once
 
@@ -438,7 +441,8 @@ class ResourceSampler:
         self._cuda_index = None  # that device, for the sampler thread to add its sources
         self._gpu_added = False
         self._fixed_period = period_s
-        self.period_s = DEFAULT_PERIOD_S if period_s is None else float(period_s)
+        self._board = None  # laggard._core.StepState, under an Analyzer (attach_steps)
+        self._period_s = DEFAULT_PERIOD_S if period_s is None else float(period_s)
         self._latest = None  # (monotonic time, tuple of (name, value)): published whole
         self._gc = GcWatch() if gc_pauses else None
         self._gc_attached = False
@@ -450,6 +454,65 @@ class ResourceSampler:
         self._thread = None
         self.refreshes = 0
         self.refresh_cpu_s = 0.0  # the sampler thread's CPU time in refresh()
+
+    @property
+    def period_s(self):
+        """How often the sampler thread refreshes (it follows the time between sampled steps
+        unless period_s was given)."""
+        board = self._board
+        return self._period_s if board is None else board.period_s
+
+    @period_s.setter
+    def period_s(self, value):
+        self._period_s = value
+        if self._board is not None:
+            self._board.period_s = value
+
+    def attach_steps(self, board):
+        """Hands the training thread's half to `board` (the Analyzer's laggard._core.StepState):
+        its sampled steps put the GC callback in and take it out, take the data-wait figures
+        (add_data_wait becomes the board's builtin) and copy the readings published to it;
+        refresh() publishes there. step_begin/step_end then go to the board too."""
+        watch = self._gc
+        find_cuda = None
+        if self._cuda_torch is not None:
+            ref = weakref.ref(self)  # the board holds no reference back: no cycle
+
+            def find_cuda():
+                sampler = ref()
+                return True if sampler is None else sampler._find_cuda_device()
+
+        callback = board.set_resources(
+            gc.callbacks if watch is not None else None, self._period_s,
+            0.0 if self._fixed_period is None else float(self._fixed_period), MIN_PERIOD_S,
+            MAX_PERIOD_S, find_cuda)
+        if watch is not None:
+            # The board's GC callback (C) is the one that goes into gc.callbacks now.
+            watch.callback = callback
+        if self._wait_in_step_ms is not None:
+            board.add_data_wait(self._wait_in_step_ms, True)
+        elif self._wait_before_ms is not None:
+            board.add_data_wait(self._wait_before_ms, False)
+        self._wait_before_ms = self._wait_in_step_ms = None
+        self._board = board
+        self.add_data_wait = board.add_data_wait  # a builtin: no Python frame per batch
+        latest = self._latest
+        if latest is not None:
+            board.publish(latest[0], latest[1])
+
+    @property
+    def gc_attached(self):
+        """Whether the GC callback is in gc.callbacks (a sampled step is under way)."""
+        board = self._board
+        return self._gc_attached if board is None else board.gc_attached
+
+    def detach_gc(self):
+        """Takes the GC callback out, if it is in (close, a forked child)."""
+        if self._board is not None:
+            self._board.release_resources()
+        if self._gc_attached:
+            self._gc_attached = False
+            self._gc.detach()
 
     # -- the sampler thread ------------------------------------------------------------------
 
@@ -487,7 +550,10 @@ class ResourceSampler:
             except Exception as e:  # a source's own bug: that source is dropped
                 self._sources = [s for s in self._sources if s is not source]
                 self._errors.report("resources %s" % source.name, e)
-        self._latest = (time.monotonic(), tuple(out.items()))
+        self._latest = latest = (time.monotonic(), tuple(out.items()))
+        board = self._board
+        if board is not None:
+            board.publish(latest[0], latest[1])
         self.refreshes += 1
         self.refresh_cpu_s += time.thread_time() - t0
         return out
@@ -503,15 +569,18 @@ class ResourceSampler:
         """The training thread's CUDA device, once CUDA is initialised (one check per sampled
         step until then)."""
         torch = self._cuda_torch
+        if torch is None:
+            return True
         try:
             if not torch.cuda.is_initialized():
-                return
+                return False
             self._cuda_index = int(torch.cuda.current_device())
         except Exception as e:
             log_once("resources-cuda", logging.INFO, "laggard: no GPU readings: %s: %s",
                      type(e).__name__, e)
         self._cuda_torch = None
         self._wake.set()  # the sampler thread adds the GPU's sources now
+        return True
 
     def add_data_wait(self, ms, in_sampled_step):
         """A batch fetch of `ms` (laggard.torch.timed_batches, the Lightning callback). A sampled
@@ -525,6 +594,10 @@ class ResourceSampler:
     def step_begin(self):
         """A sampled step begins: the GC callback goes in (GcWatch.attach, inlined: a Python
         call costs a microsecond or more right after a training step)."""
+        board = self._board
+        if board is not None:
+            board.resources_begin()
+            return
         watch = self._gc
         if watch is not None and not self._gc_attached:
             state = watch.state
@@ -536,7 +609,11 @@ class ResourceSampler:
         """A sampled step ends: `record(pairs)` (the engine's record_resources builtin: one
         call) gets a tuple of (name, value): the step's GC and data-wait figures and the latest
         readings, unless those are stale (the sampler thread has not refreshed for 4 periods and
-        at least 5 s)."""
+        at least 5 s). Attached to an Analyzer's StepState: the board records them itself."""
+        board = self._board
+        if board is not None:
+            board.resources_end()
+            return
         pairs = ()
         if self._gc_attached:  # GcWatch.detach, inlined
             self._gc_attached = False
@@ -560,7 +637,7 @@ class ResourceSampler:
         if pairs:
             record(pairs)
         if latest is not None:
-            stale_s = 4.0 * self.period_s
+            stale_s = 4.0 * self._period_s
             if now - latest[0] <= (stale_s if stale_s > 5.0 else 5.0):
                 record(latest[1])  # a second call, warm now, instead of a copy of ~30 pairs
         if self._cuda_torch is not None:
@@ -568,17 +645,15 @@ class ResourceSampler:
         last, self._last_sampled = self._last_sampled, now
         if last is not None and self._fixed_period is None:
             # The thread refreshes about as often as steps are sampled (read at its next wait).
-            period = 0.8 * self.period_s + 0.2 * (now - last)
-            self.period_s = (MIN_PERIOD_S if period < MIN_PERIOD_S else
-                             MAX_PERIOD_S if period > MAX_PERIOD_S else period)
+            period = 0.8 * self._period_s + 0.2 * (now - last)
+            self._period_s = (MIN_PERIOD_S if period < MIN_PERIOD_S else
+                              MAX_PERIOD_S if period > MAX_PERIOD_S else period)
 
     def close(self, timeout_s=2.0):
         """Stops the sampler thread (waiting at most timeout_s) and closes the sources (NVML's
         shutdown), unless the thread is still inside a read (a hung driver): then they stay open
         and the daemon thread is left behind."""
-        if self._gc_attached:
-            self._gc_attached = False
-            self._gc.detach()
+        self.detach_gc()
         self._stop.set()
         self._wake.set()
         thread, self._thread = self._thread, None

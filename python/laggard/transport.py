@@ -28,7 +28,17 @@ runs wait in the links' queues: sent once it is done, else dropped and counted b
 torch's gloo point-to-point operations complete only in a blocking wait(), so each link has a
 thread of its own that waits (with the GIL released) for the next message from that peer, and
 one that sends to it: a hung or dead peer blocks only its own link. The engine's background
-thread calls send() and receive() below, which only queue and dequeue.
+thread calls send() and receive() below, which only queue and dequeue; a message that arrives
+wakes it (attach's wake), so it sleeps while nothing comes.
+
+A link's sending thread first says hello (an empty message, never handed to the engine), so each
+side knows when the link is up. A peer that dies after that breaks the link at once (gloo sees
+the socket close). One that dies before can go unnoticed: of each pair gloo lets one side
+connect and the other wait, without a time limit, for the connection, so the waiting side never
+learns of a peer that died before it connected (killed right after the setup, say, before its
+links' threads ran). So at close (the engine's closing()) a link that has not said hello gets
+_UNHEARD_AT_CLOSE_S more, then counts as broken: the engine does not wait for its last batch,
+which would never come. A live peer says hello within a fraction of a second of the setup's end.
 
 Any object with the same methods (name, rank, world_size, links, send, receive, healthy, fail,
 shutdown, and optionally attach) can be given to laggard.Analyzer(transport=...).
@@ -49,6 +59,8 @@ _TAG_PAYLOAD = 7302
 _MAX_QUEUED = 64  # messages waiting to be sent to one peer before send() refuses
 _STORE_PREFIX = "laggard/side_channel/"
 _SETUP_POLL_S = (0.01, 0.5)  # the setup thread's first and longest pause between store checks
+# At close, how long a link that never said hello is still waited for (module doc).
+_UNHEARD_AT_CLOSE_S = 1.5
 
 # The n-th GlooTransport of a process meets the n-th of every other rank in the store.
 _instances = itertools.count()
@@ -154,6 +166,10 @@ class GlooTransport:
         self._inbox = collections.deque()
         self._broken = set()
         self._goodbye = set()  # peers this rank said goodbye to
+        self._heard = set()  # peers whose hello (or any message) arrived: the link is up
+        self._closing_at = None  # monotonic time of closing(), or None
+        self._joined_at = None
+        self._wake = None
         self._failed = False
         self._closed = False
         self._give_up = False  # close() before the setup finished: stop waiting for the others
@@ -175,14 +191,25 @@ class GlooTransport:
 
     # -- setup: the engine's attach, close() ---------------------------------------------------
 
-    def attach(self, warn, link_broken=None):
+    def attach(self, warn, link_broken=None, wake=None):
         """warn(kind, message): counts and logs a failure (the engine's error counter);
         link_broken(peer, reason): a link broke (the engine decides whether that is a failure:
-        not for a peer that had sent its last batch). Starts the setup thread (its warning goes
-        through warn), which start() does for a transport used without an engine."""
+        not for a peer that had sent its last batch); wake(): something arrived, a link broke or
+        the setup ended (the engine looks at once; it takes no lock and never waits). Starts
+        the setup thread (its warning goes through warn), which start() does for a transport
+        used without an engine."""
         self._warn = warn
         self._link_broken = link_broken
+        self._wake = wake
         self.start()
+
+    def _poke(self):
+        wake = self._wake
+        if wake is not None:
+            try:
+                wake()
+            except Exception:
+                pass
 
     def start(self):
         """Starts joining the other ranks in the background (once)."""
@@ -214,7 +241,8 @@ class GlooTransport:
         return self._links
 
     def send(self, peer, data):
-        if self._failed or self._closed or peer in self._broken or peer in self._goodbye:
+        if (self._failed or self._closed or peer in self._broken or peer in self._goodbye
+                or not data):  # an empty message is a link's hello
             return False
         box = self._outboxes.get(peer)
         if box is None:
@@ -230,7 +258,38 @@ class GlooTransport:
         with self._lock:
             while self._inbox:
                 out.append(self._inbox.popleft())
+        if self._closing_at is not None:
+            self._check_unheard()
         return out
+
+    def closing(self):
+        """The engine is closing: a setup still under way is given up now (give_up_setup), and
+        a link that has not said hello is waited for _UNHEARD_AT_CLOSE_S more, then reported
+        broken (module doc). Returns the seconds until then, or None when nothing is waited
+        for (the engine looks again by then)."""
+        if self._closing_at is None:
+            self._closing_at = time.monotonic()
+        self.give_up_setup()
+        return self._check_unheard()
+
+    def _check_unheard(self):
+        if self.setup_state != "joined" or self._failed:
+            return None
+        due = max(self._closing_at, self._joined_at or 0.0) + _UNHEARD_AT_CLOSE_S
+        now = time.monotonic()
+        with self._lock:
+            unheard = [p for p in self._peers
+                       if p not in self._heard and p not in self._broken and p not in self._goodbye]
+        if not unheard:
+            return None
+        if now < due:
+            return due - now
+        for peer in unheard:
+            self._report(peer, "close", RuntimeError(
+                "nothing arrived from it since the setup ended %.1f s ago, not even its hello: "
+                "presumed gone before its link connected; not waited for" %
+                (now - (self._joined_at or now))))
+        return None
 
     def healthy(self):
         return not self._failed
@@ -310,6 +369,10 @@ class GlooTransport:
             now = time.monotonic()
             if self._give_up or self._failed:
                 return self._decide("closed")
+            # Every rank joined, but the last one has not recorded it (killed right after it
+            # joined, say): "ok", as it would have recorded.
+            if store.add("joined", 0) >= self.world_size:
+                return self._decide("ok")
             if now >= deadline:
                 return self._decide("timed out")
             time.sleep(min(pause, deadline - now))
@@ -334,6 +397,7 @@ class GlooTransport:
         self.setup_state = state
         self.setup_s = time.monotonic() - self._created
         self._failed = True  # the engine stops sending here and waits on nobody at close
+        self._poke()
         if self._engine_failed:
             return
         warn = self._warn
@@ -352,7 +416,8 @@ class GlooTransport:
         """Every rank joined: starts the links' threads. Each link connects at its first
         message, on its own threads: a peer that hangs from here on (even before its first
         message) holds up its own link only, never the setup of another."""
-        self.setup_s = time.monotonic() - self._created
+        self._joined_at = time.monotonic()
+        self.setup_s = self._joined_at - self._created
         self.setup_state = "joined"
         for peer in self._peers:
             if peer in self._broken:
@@ -377,6 +442,7 @@ class GlooTransport:
         if report is not None and not self._closed:
             try:
                 report(peer, message)
+                self._poke()
                 return
             except Exception:
                 pass
@@ -393,9 +459,12 @@ class GlooTransport:
                 if n < 0:  # the peer's goodbye: it sends nothing more; answer it, and end
                     self._say_goodbye(peer)
                     return
-                payload = torch.empty(max(0, n), dtype=torch.uint8)
-                if n > 0:
-                    group.recv([payload], peer, _TAG_PAYLOAD).wait()
+                if n == 0:  # its hello: the link is up
+                    with self._lock:
+                        self._heard.add(peer)
+                    continue
+                payload = torch.empty(n, dtype=torch.uint8)
+                group.recv([payload], peer, _TAG_PAYLOAD).wait()
             except Exception as e:
                 if not self._closed:
                     self._report(peer, "receive", e)
@@ -403,7 +472,11 @@ class GlooTransport:
             if self._failed:
                 return
             with self._lock:
+                self._heard.add(peer)
+                if peer in self._broken:  # given up on at close: what it says is not wanted
+                    continue
                 self._inbox.append((peer, payload.numpy().tobytes()))
+            self._poke()
 
     def _say_goodbye(self, peer):
         with self._lock:
@@ -417,6 +490,12 @@ class GlooTransport:
 
     def _send_loop(self, peer, box):
         torch, group = self._torch, self._group
+        try:  # hello: connects the link now, and tells the peer it is up
+            group.send([torch.tensor([0], dtype=torch.int64)], peer, _TAG_HEADER).wait()
+        except Exception as e:
+            if not self._closed:
+                self._report(peer, "send", e)
+            return
         while True:
             data = box.get()
             if self._failed:

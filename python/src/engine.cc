@@ -140,8 +140,10 @@ class PySink final : public Sink {
   std::shared_ptr<GilTime> gil_;
 };
 
-// A transport written in Python (laggard/transport.py has the protocol). Looked at for messages
-// at most every `poll` unless it was just sent to; what it raises becomes a counted warning.
+// A transport written in Python (laggard/transport.py has the protocol). One whose attach()
+// takes a `wake` says when a message arrived or a link broke, and is looked at only then; any
+// other is looked at for messages at most every `poll` unless it was just sent to. What it
+// raises becomes a counted warning.
 class PyTransport final : public Transport {
  public:
   PyTransport(py::object obj, double poll_s, std::shared_ptr<GilTime> gil)
@@ -155,26 +157,68 @@ class PyTransport final : public Transport {
     links_.parent = links[0].cast<int>();
     links_.children = links[1].cast<std::vector<int>>();
   }
-  ~PyTransport() override { release(obj_); }
+  ~PyTransport() override {
+    wake_->set(nullptr);  // the transport's threads may outlive the engine
+    release(obj_);
+  }
 
-  /// Hands the transport the engine's warn(kind, message) and link_broken(peer, reason), if
-  /// it takes them (attach).
+  /// Hands the transport the engine's warn(kind, message) and link_broken(peer, reason), and
+  /// a wake() when its attach takes one (attach).
   void attach(std::function<void(std::string_view, std::string_view)> warn) {
     py::object attach = py::getattr(obj_, "attach", py::none());
     if (attach.is_none()) return;
     auto broken = broken_;
-    attach(py::cpp_function([warn](const std::string& kind, const std::string& message) {
-             if (warn) warn(kind, message);
-           }),
-           py::cpp_function([broken](int peer, const std::string& why) {
-             std::lock_guard<std::mutex> lock(broken->mu);
-             broken->links.emplace_back(peer, why);
-           }));
+    py::object warn_fn = py::cpp_function([warn](const std::string& kind, const std::string& message) {
+      if (warn) warn(kind, message);
+    });
+    py::object broken_fn = py::cpp_function([broken](int peer, const std::string& why) {
+      std::lock_guard<std::mutex> lock(broken->mu);
+      broken->links.emplace_back(peer, why);
+    });
+    bool takes_wake = false;
+    try {
+      py::object params =
+          py::module_::import("inspect").attr("signature")(attach).attr("parameters");
+      takes_wake = params.contains("wake");
+    } catch (py::error_already_set&) {
+    }
+    if (!takes_wake) {
+      attach(warn_fn, broken_fn);
+      return;
+    }
+    auto wake = wake_;
+    // Called by the transport's threads with the GIL: a flag and a futex wake, no lock held.
+    attach(warn_fn, broken_fn, py::cpp_function([wake] { wake->fire(); }));
+    wakes_ = true;
+  }
+
+  bool set_wake(std::function<void()> wake) override {
+    if (!wakes_) return false;
+    wake_->set(std::move(wake));
+    return true;
+  }
+
+  void closing() override {
+    if (!g_python_alive.load()) return;
+    {
+      WithGil gil(gil_.get());
+      try {
+        py::object closing = py::getattr(obj_, "closing", py::none());
+        if (!closing.is_none()) closing();
+      } catch (py::error_already_set& e) {
+        describe(e);  // closing anyway
+      }
+    }
+    closing_ = true;
+    wake_->arrived.store(true, std::memory_order_relaxed);  // look again: healthy() may change
   }
 
   void broken_links(std::vector<std::pair<int, std::string>>& out) override {
     std::lock_guard<std::mutex> lock(broken_->mu);
-    if (!broken_->links.empty()) last_poll_ = Clock::time_point{};  // read what came before
+    if (!broken_->links.empty()) {  // read what came before
+      last_poll_ = Clock::time_point{};
+      wake_->arrived.store(true, std::memory_order_relaxed);
+    }
     for (auto& l : broken_->links) out.push_back(std::move(l));
     broken_->links.clear();
   }
@@ -197,13 +241,18 @@ class PyTransport final : public Transport {
       }
     }
     if (!failure.empty()) throw std::runtime_error("side channel send: " + failure);
-    last_poll_ = Clock::time_point{};  // look for the answer at the next turn
+    last_poll_ = Clock::time_point{};  // look for the answer at the next turn (not waking)
     return ok;
   }
 
   void receive(std::vector<TransportMessage>& out) override {
     const auto now = Clock::now();
-    if (!g_python_alive.load() || now - last_poll_ < poll_) return;
+    if (!g_python_alive.load()) return;
+    // A transport that wakes the engine: only when it said something arrived. Any other, and
+    // every transport once the engine closes (closing(): it may give up on links by a time
+    // of its own): at most every `poll` unless something arrived or was sent.
+    const bool arrived = wake_->arrived.exchange(false, std::memory_order_relaxed);
+    if (!arrived && (wakes_ && !closing_ ? true : now - last_poll_ < poll_)) return;
     last_poll_ = now;
     std::string failure;
     {
@@ -255,6 +304,25 @@ class PyTransport final : public Transport {
   int world_size_ = 1;
   TreeLinks links_;
   Clock::time_point last_poll_{};
+  // The engine's wake, shared with the Python callable given to attach (which the transport's
+  // threads may call after the engine is gone: then it does nothing).
+  struct Wake {
+    std::mutex mu;
+    std::function<void()> fn;
+    std::atomic<bool> arrived{false};
+    void set(std::function<void()> f) {
+      std::lock_guard<std::mutex> lock(mu);
+      fn = std::move(f);
+    }
+    void fire() {
+      arrived.store(true, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(mu);
+      if (fn) fn();
+    }
+  };
+  std::shared_ptr<Wake> wake_ = std::make_shared<Wake>();
+  bool wakes_ = false;
+  bool closing_ = false;
   struct Broken {
     std::mutex mu;
     std::vector<std::pair<int, std::string>> links;

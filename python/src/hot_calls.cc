@@ -1,6 +1,12 @@
 // The training thread's calls into laggard: CPython builtins and one context-manager type.
 #include "bindings.hpp"
 
+#include <time.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace laggard::py_bindings {
 namespace {
 
@@ -259,12 +265,685 @@ py::object new_builtin(PyMethodDef* def, const py::object& handle) {
 }
 
 
+// The Analyzer's step in one call each way: StepState's begin_step and end_step builtins stand in
+// the Analyzer's instance dict (laggard/analyzer.py puts them there while its configuration
+// allows: the host clock, no verdict callbacks), so that a step makes no Python frame of
+// laggard's. They do what Analyzer.begin_step/end_step and laggard.resources' training-thread
+// half did in Python: the recorder's calls, the instance's `step`, `_sampled` and `section`, the
+// GC callback in gc.callbacks during a sampled step, the step's GC and data-wait figures and the
+// latest published readings into the sample, the sampler's period, and laggard.torch's
+// attach/detach calls. The readings themselves are read on the sampler thread, which publishes
+// them here (publish); the training thread copies doubles. Anything out of the ordinary (a step
+// that is not an exact non-negative int) goes to the Python method.
+struct StepData {
+  // The published readings, in order, each with its slot in the recorder's resources once an
+  // end_step has registered the name (kUnknownSlot before): a sampled step copies doubles into
+  // slots and compares no name.
+  // Parallel arrays: a sampled step reads slots and values (two cache lines), not the names.
+  static constexpr int kUnknownSlot = -2;
+  std::vector<std::string> names;
+  std::vector<double> values;
+  std::vector<int> slots;
+  double latest_t = 0.0;  // when (time.monotonic)
+  bool has_latest = false;
+  int gc_pause_slot = kUnknownSlot, gc_collections_slot = kUnknownSlot;
+  int data_wait_slot = kUnknownSlot;
+
+  double wait_before_ms = 0.0, wait_in_step_ms = 0.0;
+  bool has_wait_before = false, has_wait_in_step = false;
+  double period_s = 1.0, fixed_period_s = 0.0;  // fixed_period_s > 0: period_s does not move
+  double min_period_s = 1.0, max_period_s = 5.0;
+  double last_sampled = 0.0;
+  bool has_last_sampled = false;
+  bool resources = false, gc_attached = false;
+};
+
+// GcWatch's callback in C: gc.callbacks calls it with (phase, info) during a sampled step; it
+// keeps the collections' pause (start to stop) and count. A pause that starts on another thread
+// also stops the training thread (it holds the GIL), so every collection counts. Its own object
+// (no reference back to the StepState), so that nothing here makes a reference cycle.
+struct GcPauses {
+  PyObject_HEAD
+  double pause_s;
+  double started;
+  double collections;
+  bool running;
+};
+
+double monotonic_s() noexcept;
+
+PyObject* gc_pauses_call(PyObject* self, PyObject* args, PyObject*) {
+  auto* g = reinterpret_cast<GcPauses*>(self);
+  PyObject* phase = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : nullptr;
+  if (phase == nullptr || !PyUnicode_Check(phase)) Py_RETURN_NONE;
+  if (PyUnicode_CompareWithASCIIString(phase, "start") == 0) {
+    g->started = monotonic_s();
+    g->running = true;
+  } else if (g->running) {
+    g->pause_s += monotonic_s() - g->started;
+    g->running = false;
+    g->collections += 1.0;
+  }
+  Py_RETURN_NONE;
+}
+
+void gc_pauses_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyType_Slot kGcPausesSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(gc_pauses_dealloc)},
+    {Py_tp_call, reinterpret_cast<void*>(gc_pauses_call)},
+    {Py_tp_doc, const_cast<char*>("The GC callback of a sampled step: pauses and collections.")},
+    {0, nullptr}};
+PyType_Spec kGcPausesSpec = {"laggard._core.GcPauses", sizeof(GcPauses), 0, Py_TPFLAGS_DEFAULT,
+                             kGcPausesSlots};
+PyTypeObject* g_gc_pauses_type = nullptr;
+
+struct StepState {
+  PyObject_HEAD
+  PyObject* owner;        // the _core.Engine (or Recorder), kept alive
+  HotTarget* target;
+  PyObject* an_ref;       // a weak reference to the Analyzer
+  PyObject* begin_py;     // Analyzer.begin_step / end_step: the unusual cases
+  PyObject* end_py;
+  PyObject* report;       // report(kind, exception)
+  PyObject* section_on;   // the Analyzer's section() builtins (sampled, not sampled)
+  PyObject* section_off;
+  PyObject* noop;         // what section_off returns, and what section_on looks names up in
+  PyObject* sections;
+  PyObject* section_py;   // the Analyzer's Python section(): new names, other arguments
+  PyObject* on_begin;     // list: calls at a sampled step's begin (laggard.torch's attach)
+  PyObject* on_end;       // list: at its end (detach)
+  PyObject* gc_list;      // gc.callbacks, with resources and GC pauses
+  PyObject* gc_cb;        // a GcPauses, in gc.callbacks during a sampled step
+  PyObject* find_cuda;    // ResourceSampler._find_cuda_device until it has found the device
+  PyObject* step;         // the step begun last (the Analyzer's `step` reads it)
+  long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
+  bool sampled;           // the recorder's, as the builtins left it: no cold read of it
+  StepData* d;
+};
+
+PyObject* step_begin_step(PyObject* self, PyObject* step);
+PyObject* step_end_step(PyObject* self, PyObject*);
+PyObject* step_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames);
+PyMethodDef kStepBegin = {"begin_step", step_begin_step, METH_O,
+                          "Analyzer.begin_step(step), in one call."};
+PyMethodDef kStepEnd = {"end_step", step_end_step, METH_NOARGS,
+                        "Analyzer.end_step(), in one call."};
+PyMethodDef kStepSection = {
+    "section", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(step_section)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "section(name, kind=None): the no-op section, or on a sampled step the name's scope."};
+
+PyObject* g_k_step = nullptr;  // interned attribute names
+PyObject* g_k_sampled = nullptr;
+PyObject* g_k_section = nullptr;
+
+double monotonic_s() noexcept {  // time.monotonic()'s and time.perf_counter()'s clock
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The exception being raised, handed to report(kind, exception); nothing raises from here.
+void report_raised(StepState* s, const char* kind) {
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+  if (s->report != nullptr && value != nullptr) {
+    PyObject* r = PyObject_CallFunction(s->report, "sO", kind, value);
+    if (r == nullptr) PyErr_Clear();
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+}
+
+// Analyzer._call_hooks: a true result or an exception is counted, never raised.
+void call_hooks(StepState* s, PyObject* hooks, const char* where, const char* done) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(hooks); ++i) {
+    PyObject* fn = PyList_GET_ITEM(hooks, i);
+    Py_INCREF(fn);
+    PyObject* r = PyObject_CallNoArgs(fn);
+    Py_DECREF(fn);
+    int failed = r == nullptr ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (failed < 0) {
+      report_raised(s, where);
+    } else if (failed) {
+      PyErr_Format(PyExc_RuntimeError, "laggard.torch: some hooks could not be %s", done);
+      report_raised(s, where);
+    }
+  }
+}
+
+void set_attr(PyObject* an, PyObject* name, PyObject* value) {
+  if (PyObject_SetAttr(an, name, value) < 0) PyErr_Clear();
+}
+
+void gc_attach(StepState* s) {
+  StepData& d = *s->d;
+  if (!d.resources || d.gc_attached || s->gc_list == nullptr) return;
+  auto* g = reinterpret_cast<GcPauses*>(s->gc_cb);
+  g->pause_s = g->collections = 0.0;
+  g->running = false;
+  if (PyList_Append(s->gc_list, s->gc_cb) < 0) {
+    PyErr_Clear();
+    return;
+  }
+  d.gc_attached = true;
+}
+
+// Takes the GC callback out (wherever it is now: someone may have cleared gc.callbacks).
+bool gc_detach(StepState* s) {
+  StepData& d = *s->d;
+  if (!d.gc_attached) return false;
+  d.gc_attached = false;
+  for (Py_ssize_t i = PyList_GET_SIZE(s->gc_list) - 1; i >= 0; --i)
+    if (PyList_GET_ITEM(s->gc_list, i) == s->gc_cb) {
+      if (PyList_SetSlice(s->gc_list, i, i + 1, nullptr) < 0) PyErr_Clear();
+      break;
+    }
+  return true;
+}
+
+void resources_begin(StepState* s) { gc_attach(s); }
+
+// A reading into the sampled step by its slot, the name registered (in the order of first
+// sight, as record_resource does) the first time; a name without a slot (kMaxValues taken) is
+// tried, and counted, again each step, as record_resource counts it.
+void record_at(Recorder& rec, int& slot, std::string_view name, double value) noexcept {
+  if (slot == StepData::kUnknownSlot) {
+    const int got = rec.resource_slot(name);
+    if (got < 0) return;
+    slot = got;
+  }
+  rec.record_resource_at(slot, value);
+}
+
+// A sampled step's resources, into the recorder before its end_step (in the order
+// ResourceSampler.step_end hands them over): the GC figures, the data wait, the latest
+// readings unless stale (the sampler has not published for 4 periods and at least 5 s); then
+// the period follows the time between sampled steps.
+void resources_end(StepState* s) {
+  StepData& d = *s->d;
+  if (!d.resources) return;
+  Recorder& rec = s->target->rec();
+  if (gc_detach(s)) {
+    const auto* g = reinterpret_cast<GcPauses*>(s->gc_cb);
+    record_at(rec, d.gc_pause_slot, "host_gc_pause_ms", g->pause_s * 1000.0);
+    record_at(rec, d.gc_collections_slot, "host_gc_collections", g->collections);
+  }
+  if (d.has_wait_in_step || d.has_wait_before) {
+    record_at(rec, d.data_wait_slot, "host_data_wait_ms",
+              d.has_wait_in_step ? d.wait_in_step_ms : d.wait_before_ms);
+    d.has_wait_in_step = d.has_wait_before = false;
+  }
+  const double now = monotonic_s();
+  if (d.has_latest) {
+    const double stale_s = 4.0 * d.period_s;
+    if (now - d.latest_t <= (stale_s > 5.0 ? stale_s : 5.0))
+      for (std::size_t i = 0; i < d.slots.size(); ++i) {
+        int& slot = d.slots[i];
+        if (slot == StepData::kUnknownSlot) {
+          const int got = rec.resource_slot(d.names[i]);
+          if (got < 0) continue;  // no slot left: tried (and counted) again next step
+          slot = got;
+        }
+        rec.record_resource_at(slot, d.values[i]);
+      }
+  }
+  if (s->find_cuda != nullptr) {  // until the training thread's CUDA device is known
+    PyObject* r = PyObject_CallNoArgs(s->find_cuda);
+    const int found = r == nullptr ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (found < 0) report_raised(s, "resources");
+    if (found != 0) Py_CLEAR(s->find_cuda);
+  }
+  const bool had_last = d.has_last_sampled;
+  const double last = d.last_sampled;
+  d.last_sampled = now;
+  d.has_last_sampled = true;
+  if (had_last && d.fixed_period_s <= 0.0) {
+    const double period = 0.8 * d.period_s + 0.2 * (now - last);
+    d.period_s = period < d.min_period_s   ? d.min_period_s
+                 : period > d.max_period_s ? d.max_period_s
+                                           : period;
+  }
+}
+
+PyObject* call_python(PyObject* fn, PyObject* an, PyObject* arg) {
+  PyObject* args[2] = {an, arg};
+  return PyObject_Vectorcall(fn, args, arg ? 2 : 1, nullptr);
+}
+
+// A step that is not sampled touches this object alone: the step, one flag, the interval.
+PyObject* step_begin_step(PyObject* self, PyObject* step) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  if (s->target == nullptr) Py_RETURN_NONE;
+  Py_INCREF(step);
+  Py_XSETREF(s->step, step);
+  int overflow = 1;
+  const long long k = PyLong_CheckExact(step) ? PyLong_AsLongLongAndOverflow(step, &overflow) : -1;
+  if (overflow != 0 || k < 0) {  // the method says what is wrong with it
+    PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
+    if (an == Py_None) Py_RETURN_NONE;
+    Py_INCREF(an);
+    PyObject* r = call_python(s->begin_py, an, step);
+    s->sampled = s->target != nullptr && s->target->rec().sampled();
+    PyObject* section = PyCFunction_NewEx(&kStepSection, self, nullptr);
+    if (section != nullptr) set_attr(an, g_k_section, section);  // the method swapped its own in
+    Py_XDECREF(section);
+    PyErr_Clear();
+    Py_DECREF(an);
+    return r;
+  }
+  if (!s->sampled && s->skip_every >= 0 && (s->skip_every == 0 || k % s->skip_every != 0))
+    Py_RETURN_NONE;  // not sampled, nothing open: the recorder has nothing to do
+  PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
+  if (an == Py_None) Py_RETURN_NONE;
+  Py_INCREF(an);
+  const bool sampled = s->target->begin_step(k);
+  s->sampled = sampled;
+  set_attr(an, g_k_sampled, sampled ? Py_True : Py_False);
+  if (sampled) {
+    resources_begin(s);
+    if (PyList_GET_SIZE(s->on_begin) > 0) call_hooks(s, s->on_begin, "begin_step", "attached");
+  }
+  Py_DECREF(an);
+  Py_RETURN_NONE;
+}
+
+PyObject* step_end_step(PyObject* self, PyObject*) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  if (!s->sampled || s->target == nullptr) Py_RETURN_NONE;
+  PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
+  if (an == Py_None) Py_RETURN_NONE;
+  Py_INCREF(an);
+  resources_end(s);
+  s->sampled = false;
+  set_attr(an, g_k_sampled, Py_False);
+  s->target->end_step();
+  if (PyList_GET_SIZE(s->on_end) > 0) call_hooks(s, s->on_end, "end_step", "detached");
+  Py_DECREF(an);
+  Py_RETURN_NONE;
+}
+
+// The Analyzer's section(name, kind=None) while the builtins are in place: not sampled, the
+// no-op section; sampled, the name's SectionScope; anything else, the Python section().
+PyObject* step_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  if (section_args_ok(nargs, kwnames)) {
+    if (!s->sampled) return Py_NewRef(s->noop);
+    PyObject* hit = PyDict_GetItemWithError(s->sections, args[0]);
+    if (hit != nullptr) return Py_NewRef(hit);
+    PyErr_Clear();  // an unhashable name: the Python section() counts it
+  }
+  return PyObject_Vectorcall(s->section_py, args, nargs, kwnames);
+}
+
+// add_data_wait(ms, in_sampled_step): ResourceSampler.add_data_wait's figures, kept here.
+PyObject* step_add_data_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "add_data_wait(ms, in_sampled_step) takes 2 arguments");
+    return nullptr;
+  }
+  const double ms = PyFloat_AsDouble(args[0]);
+  if (ms == -1.0 && PyErr_Occurred()) return nullptr;
+  const int in_step = PyObject_IsTrue(args[1]);
+  if (in_step < 0) return nullptr;
+  StepData& d = *reinterpret_cast<StepState*>(self)->d;
+  if (in_step) {
+    d.wait_in_step_ms = (d.has_wait_in_step ? d.wait_in_step_ms : 0.0) + ms;
+    d.has_wait_in_step = true;
+  } else {
+    d.wait_before_ms = ms;
+    d.has_wait_before = true;
+  }
+  Py_RETURN_NONE;
+}
+
+// publish(t, pairs): the sampler thread's readings (a tuple of (str, number)), taken whole.
+PyObject* step_publish(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "publish(t, pairs) takes 2 arguments");
+    return nullptr;
+  }
+  const double t = PyFloat_AsDouble(args[0]);
+  if (t == -1.0 && PyErr_Occurred()) return nullptr;
+  PyObject* seq = PySequence_Fast(args[1], "publish: expected a tuple of (name, value)");
+  if (!seq) return nullptr;
+  StepData& d = *reinterpret_cast<StepState*>(self)->d;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  std::size_t kept = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* pair = items[i];
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_TypeError, "publish: item %zd is not a (str, number) tuple", i);
+      return nullptr;
+    }
+    Py_ssize_t size = 0;
+    const char* name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &size);
+    const double value = name ? PyFloat_AsDouble(PyTuple_GET_ITEM(pair, 1)) : 0.0;
+    if (!name || (value == -1.0 && PyErr_Occurred())) {
+      Py_DECREF(seq);
+      return nullptr;
+    }
+    if (d.names.size() <= kept) {
+      d.names.emplace_back();
+      d.values.push_back(0.0);
+      d.slots.push_back(StepData::kUnknownSlot);
+    }
+    const std::string_view v(name, static_cast<std::size_t>(size));
+    if (d.names[kept] != v) {
+      d.names[kept].assign(v);
+      d.slots[kept] = StepData::kUnknownSlot;
+    }
+    d.values[kept++] = value;
+  }
+  Py_DECREF(seq);
+  d.names.resize(kept);
+  d.values.resize(kept);
+  d.slots.resize(kept);
+  d.latest_t = t;
+  d.has_latest = true;
+  Py_RETURN_NONE;
+}
+
+// set_resources(gc_callbacks, period_s, fixed, min, max, find_cuda): the resource half of the
+// sampled step, from laggard.resources.ResourceSampler.attach_steps; gc_callbacks None: no GC
+// pauses. Returns the GC callback builtin (None without).
+PyObject* step_set_resources(PyObject* self, PyObject* args) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  PyObject *gc_list, *find_cuda;
+  double period, fixed, lo, hi;
+  if (!PyArg_ParseTuple(args, "OddddO", &gc_list, &period, &fixed, &lo, &hi, &find_cuda))
+    return nullptr;
+  if (gc_list != Py_None && !PyList_Check(gc_list)) {
+    PyErr_SetString(PyExc_TypeError, "set_resources: gc_callbacks must be gc.callbacks");
+    return nullptr;
+  }
+  StepData& d = *s->d;
+  gc_detach(s);
+  Py_CLEAR(s->gc_list);
+  Py_CLEAR(s->find_cuda);
+  if (gc_list != Py_None) {
+    if (s->gc_cb == nullptr)
+      s->gc_cb = g_gc_pauses_type->tp_alloc(g_gc_pauses_type, 0);
+    if (s->gc_cb == nullptr) return nullptr;
+    s->gc_list = Py_NewRef(gc_list);
+  }
+  if (find_cuda != Py_None) s->find_cuda = Py_NewRef(find_cuda);
+  d.period_s = period;
+  d.fixed_period_s = fixed;
+  d.min_period_s = lo;
+  d.max_period_s = hi;
+  d.resources = true;
+  return Py_NewRef(gc_list != Py_None ? s->gc_cb : Py_None);
+}
+
+PyObject* step_resources_begin(PyObject* self, PyObject*) {
+  resources_begin(reinterpret_cast<StepState*>(self));
+  Py_RETURN_NONE;
+}
+
+PyObject* step_resources_end(PyObject* self, PyObject*) {
+  resources_end(reinterpret_cast<StepState*>(self));
+  Py_RETURN_NONE;
+}
+
+// release_resources(): the GC callback out, no more resources (the sampler's close).
+PyObject* step_release_resources(PyObject* self, PyObject*) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  gc_detach(s);
+  s->d->resources = false;
+  Py_CLEAR(s->find_cuda);
+  Py_RETURN_NONE;
+}
+
+// release(): that, and the recorder never touched again (the Analyzer's close, a forked child):
+// the builtins, wherever they are kept, do nothing from now on.
+PyObject* step_release(PyObject* self, PyObject*) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  step_release_resources(self, nullptr);
+  Py_DECREF(Py_None);
+  s->target = nullptr;
+  s->sampled = false;
+  Py_RETURN_NONE;
+}
+
+PyObject* step_get_period(PyObject* self, void*) {
+  return PyFloat_FromDouble(reinterpret_cast<StepState*>(self)->d->period_s);
+}
+
+int step_set_period(PyObject* self, PyObject* value, void*) {
+  const double v = value ? PyFloat_AsDouble(value) : -1.0;
+  if (v == -1.0 && PyErr_Occurred()) return -1;
+  if (!(v > 0.0)) {
+    PyErr_SetString(PyExc_ValueError, "period_s must be > 0");
+    return -1;
+  }
+  reinterpret_cast<StepState*>(self)->d->period_s = v;
+  return 0;
+}
+
+PyObject* step_get_gc_attached(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<StepState*>(self)->d->gc_attached);
+}
+
+PyObject* step_get_step(PyObject* self, void*) {
+  PyObject* step = reinterpret_cast<StepState*>(self)->step;
+  return Py_NewRef(step ? step : Py_None);
+}
+
+int step_set_step(PyObject* self, PyObject* value, void*) {
+  Py_XSETREF(reinterpret_cast<StepState*>(self)->step, Py_NewRef(value ? value : Py_None));
+  return 0;
+}
+
+PyObject* step_get_sampled(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<StepState*>(self)->sampled);
+}
+
+// New builtins each time: they hold this object, which holds none of them (no reference cycle:
+// the engine goes with the Analyzer, not at the next garbage collection).
+PyObject* step_get_calls(PyObject* self, void*) {
+  PyObject* begin = PyCFunction_NewEx(&kStepBegin, self, nullptr);
+  PyObject* end = PyCFunction_NewEx(&kStepEnd, self, nullptr);
+  PyObject* section = PyCFunction_NewEx(&kStepSection, self, nullptr);
+  PyObject* out = begin && end && section ? PyTuple_Pack(3, begin, end, section) : nullptr;
+  Py_XDECREF(begin);
+  Py_XDECREF(end);
+  Py_XDECREF(section);
+  return out;
+}
+
+int step_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(s->owner);
+  Py_VISIT(s->an_ref);
+  Py_VISIT(s->begin_py);
+  Py_VISIT(s->end_py);
+  Py_VISIT(s->report);
+  Py_VISIT(s->section_on);
+  Py_VISIT(s->section_off);
+  Py_VISIT(s->noop);
+  Py_VISIT(s->sections);
+  Py_VISIT(s->section_py);
+  Py_VISIT(s->on_begin);
+  Py_VISIT(s->on_end);
+  Py_VISIT(s->gc_list);
+  Py_VISIT(s->gc_cb);
+  Py_VISIT(s->find_cuda);
+  Py_VISIT(s->step);
+  return 0;
+}
+
+int step_clear(PyObject* self) {
+  auto* s = reinterpret_cast<StepState*>(self);
+  s->target = nullptr;  // with the owner gone, nothing may reach the recorder
+  Py_CLEAR(s->owner);
+  Py_CLEAR(s->an_ref);
+  Py_CLEAR(s->begin_py);
+  Py_CLEAR(s->end_py);
+  Py_CLEAR(s->report);
+  Py_CLEAR(s->section_on);
+  Py_CLEAR(s->section_off);
+  Py_CLEAR(s->noop);
+  Py_CLEAR(s->sections);
+  Py_CLEAR(s->section_py);
+  Py_CLEAR(s->on_begin);
+  Py_CLEAR(s->on_end);
+  Py_CLEAR(s->gc_list);
+  Py_CLEAR(s->gc_cb);
+  Py_CLEAR(s->find_cuda);
+  Py_CLEAR(s->step);
+  return 0;
+}
+
+void step_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  if (reinterpret_cast<StepState*>(self)->d != nullptr) gc_detach(reinterpret_cast<StepState*>(self));
+  step_clear(self);
+  auto* s = reinterpret_cast<StepState*>(self);
+  delete s->d;
+  s->d = nullptr;
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyMethodDef kStepMethods[] = {
+    {"publish", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(step_publish)),
+     METH_FASTCALL, "publish(t, pairs): the resource sampler's latest readings (time.monotonic "
+                    "t), copied into each sampled step until stale."},
+    {"add_data_wait",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(step_add_data_wait)),
+     METH_FASTCALL, "add_data_wait(ms, in_sampled_step): a batch fetch (host_data_wait_ms)."},
+    {"set_resources", step_set_resources, METH_VARARGS,
+     "set_resources(gc_callbacks, period_s, fixed_period_s, min_period_s, max_period_s, "
+     "find_cuda): the sampled step's resource figures; returns the GC callback (None when "
+     "gc_callbacks is None)."},
+    {"resources_begin", step_resources_begin, METH_NOARGS,
+     "A sampled step's begin: the GC callback goes in."},
+    {"resources_end", step_resources_end, METH_NOARGS,
+     "A sampled step's end, before the recorder's: its resources into the sample."},
+    {"release_resources", step_release_resources, METH_NOARGS,
+     "The GC callback out, no more resources (the resource sampler's close)."},
+    {"release", step_release, METH_NOARGS,
+     "release_resources(), and the builtins never touch the recorder again (close, a forked "
+     "child)."},
+    {nullptr, nullptr, 0, nullptr}};
+PyGetSetDef kStepGetSet[] = {
+    {"period_s", step_get_period, step_set_period,
+     "How often the resource sampler reads (it follows the time between sampled steps).",
+     nullptr},
+    {"gc_attached", step_get_gc_attached, nullptr,
+     "Whether the GC callback is in gc.callbacks.", nullptr},
+    {"calls", step_get_calls, nullptr, "The builtins (begin_step, end_step, section).",
+     nullptr},
+    {"step", step_get_step, step_set_step, "The step begun last.", nullptr},
+    {"sampled", step_get_sampled, nullptr, "Whether the builtins' step is sampled.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+PyType_Slot kStepSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(step_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(step_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(step_clear)},
+    {Py_tp_methods, kStepMethods},
+    {Py_tp_getset, kStepGetSet},
+    {Py_tp_doc, const_cast<char*>("The Analyzer's step in one call each way (step_state()).")},
+    {0, nullptr}};
+PyType_Spec kStepSpec = {"laggard._core.StepState", sizeof(StepState), 0,
+                         Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, kStepSlots};
+PyTypeObject* g_step_type = nullptr;
+
+py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::handle begin_py,
+                           py::handle end_py, py::handle report, py::handle section_on,
+                           py::handle section_off, py::handle on_begin, py::handle on_end,
+                           long long skip_every) {
+  // The recorder comes from a step_calls() builtin: its self is the handle of owner and target.
+  PyObject* handle = PyCFunction_Check(step_builtin.ptr())
+                         ? PyCFunction_GET_SELF(step_builtin.ptr())
+                         : nullptr;
+  if (handle == nullptr || Py_TYPE(handle) != g_handle_type)
+    throw py::type_error("step_state: the first argument must be a step_calls() builtin");
+  if (!PyList_Check(on_begin.ptr()) || !PyList_Check(on_end.ptr()))
+    throw py::type_error("step_state: on_begin and on_end must be lists");
+  // section_calls()' builtins: self is (noop, fallback) and (sections, fallback).
+  PyObject* off_self =
+      PyCFunction_Check(section_off.ptr()) ? PyCFunction_GET_SELF(section_off.ptr()) : nullptr;
+  PyObject* on_self =
+      PyCFunction_Check(section_on.ptr()) ? PyCFunction_GET_SELF(section_on.ptr()) : nullptr;
+  if (off_self == nullptr || on_self == nullptr || !PyTuple_Check(off_self) ||
+      !PyTuple_Check(on_self) || PyTuple_GET_SIZE(off_self) != 2 ||
+      PyTuple_GET_SIZE(on_self) != 2 || !PyDict_Check(PyTuple_GET_ITEM(on_self, 0)))
+    throw py::type_error("step_state: section_on and section_off must be section_calls()'");
+  PyObject* ref = PyWeakref_NewRef(analyzer.ptr(), nullptr);
+  if (!ref) throw py::error_already_set();
+  PyObject* obj = g_step_type->tp_alloc(g_step_type, 0);
+  if (!obj) {
+    Py_DECREF(ref);
+    throw py::error_already_set();
+  }
+  auto* s = reinterpret_cast<StepState*>(obj);
+  auto* h = reinterpret_cast<HotHandle*>(handle);
+  s->d = new StepData();
+  s->owner = Py_NewRef(h->owner);
+  s->target = h->target;
+  s->an_ref = ref;
+  s->begin_py = Py_NewRef(begin_py.ptr());
+  s->end_py = Py_NewRef(end_py.ptr());
+  s->report = Py_NewRef(report.ptr());
+  s->section_on = Py_NewRef(section_on.ptr());
+  s->section_off = Py_NewRef(section_off.ptr());
+  s->noop = Py_NewRef(PyTuple_GET_ITEM(off_self, 0));
+  s->sections = Py_NewRef(PyTuple_GET_ITEM(on_self, 0));
+  s->section_py = Py_NewRef(PyTuple_GET_ITEM(on_self, 1));
+  s->on_begin = Py_NewRef(on_begin.ptr());
+  s->on_end = Py_NewRef(on_end.ptr());
+  s->skip_every = skip_every;
+  auto state = py::reinterpret_steal<py::object>(obj);
+  return state;
+}
+
 }  // namespace
 
 void init_hot_types(py::module_& m) {
   g_handle_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHandleSpec));
   g_scope_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeSpec));
-  if (!g_handle_type || !g_scope_type) throw py::error_already_set();
+  g_step_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kStepSpec));
+  g_gc_pauses_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kGcPausesSpec));
+  g_k_step = PyUnicode_InternFromString("step");
+  g_k_sampled = PyUnicode_InternFromString("_sampled");
+  g_k_section = PyUnicode_InternFromString("section");
+  if (!g_handle_type || !g_scope_type || !g_step_type || !g_gc_pauses_type || !g_k_step || !g_k_sampled ||
+      !g_k_section)
+    throw py::error_already_set();
+  m.attr("StepState") =
+      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(g_step_type));
+  m.def("step_state", &make_step_state, py::arg("step_builtin"), py::arg("analyzer"),
+        py::arg("begin_py"), py::arg("end_py"), py::arg("report"), py::arg("section_on"),
+        py::arg("section_off"), py::arg("on_begin"), py::arg("on_end"), py::arg("skip_every"),
+        "The Analyzer's step in one call each way: a StepState whose `calls` are builtins "
+        "begin_step(step), end_step() and section(name, kind=None) for the Analyzer's instance dict (host clock). "
+        "step_builtin: a begin_step builtin of step_calls() (the recorder); begin_py/end_py: "
+        "the Python methods, called with the Analyzer for a step that is not an exact "
+        "non-negative int; report(kind, exc) counts a failure; section_on/section_off: the "
+        "section() builtins of section_calls() (their no-op, dict and fallback serve `calls`"
+        "' section; the method swaps them in); on_begin/on_end: lists of calls "
+        "made at a sampled step's begin and end; skip_every: the interval when a step that is "
+        "not sampled needs no recorder call, else -1.");
   m.attr("RecorderHandle") =
       py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(g_handle_type));
   m.attr("SectionScope") =

@@ -130,13 +130,23 @@ struct Background {
   // once it has found it empty for kDeepAfterPolls polls in a row it sleeps on `*log_wake`
   // until the training thread's next push wakes it (WakeWord: a fence and a load per push, a
   // system call only for the push that ends a deep sleep). The background thread sleeps on
-  // `run_wake` until the writer hands samples on, or for the period while it keeps timers (the
-  // side channel's, windows waiting for other ranks). log_wake is the signal flush slot's word
+  // `run_wake` until the writer hands samples on, the transport says a message arrived or a
+  // link broke (`transport_pending`, Transport::set_wake), or its next timer is due (a batch's
+  // flush, the parent's silence timeout, a window's timeout: Gather::next_due,
+  // WindowAssembler::next_due); with nothing due, until one of those. A transport that cannot
+  // wake it is looked at every poll_interval_s. log_wake is the signal flush slot's word
   // where there is one (the handler wakes the writer).
   static constexpr int kDeepAfterPolls = 20;
   WakeWord own_log_wake;
   WakeWord* log_wake = &own_log_wake;
   WakeWord run_wake;
+  bool transport_wakes = false;               // set_wake() said yes
+  std::atomic<bool> transport_pending{false};  // the transport woke us since the last turn
+  /// The transport's wake: from its threads (or another rank's, "local").
+  void wake_for_transport() noexcept {
+    transport_pending.store(true, std::memory_order_relaxed);
+    run_wake.wake_any();  // its fence orders the store before the sleeper's check
+  }
   std::atomic<bool> stopping{false};  // `stop`, readable without `mu`
   /// Wakes both threads (after `stop`).
   void wake_all() noexcept {
@@ -276,20 +286,30 @@ void Background::run() noexcept {
   SampleRing::reserve(sample);
   const auto period =
       std::chrono::duration_cast<WakeWord::Duration>(seconds(options.poll_interval_s));
+  // A transport that cannot wake this thread is looked at every period while it has links.
+  const bool poll = transport != nullptr && world_size > 1 && !transport_wakes;
   for (;;) {
-    // Woken by the log writer when it hands samples on, and by close(). Timers keep the period:
-    // the side channel's (gather batches, peers' samples, acknowledgements) and windows that
-    // wait for other ranks (their timeout). Without either it sleeps until there is data.
-    const bool timers = gather.has_value() || (transport != nullptr && world_size > 1) ||
-                        (assembler.has_value() && assembler->pending() > 0);
-    const WakeWord::Sleep how = timers ? WakeWord::kLight : WakeWord::kDeep;
+    // Woken by the log writer when it hands samples on, by the transport (a message, a broken
+    // link), by close(), or at the next timer (Background's wake-on-data comment).
+    const Clock::time_point now = Clock::now();
+    Clock::time_point due = Clock::time_point::max();
+    if (gather) due = gather->next_due(now, period);
+    if (analysing()) due = std::min(due, assembler->next_due());  // else nothing releases it
+    WakeWord::Duration wait = period;
+    if (due != Clock::time_point::max()) {
+      const auto left = std::chrono::duration_cast<WakeWord::Duration>(due - now);
+      wait = std::max(WakeWord::Duration::zero(), poll ? std::min(left, period) : left);
+    }
+    const WakeWord::Sleep how =
+        poll || due != Clock::time_point::max() ? WakeWord::kLight : WakeWord::kDeep;
     run_wake.arm(how);
     if (stopping.load(std::memory_order_relaxed)) {
       run_wake.disarm();
       break;
     }
-    if (handoff.empty())
-      run_wake.sleep(how, period);
+    if (handoff.empty() && !transport_pending.load(std::memory_order_relaxed) &&
+        wait > WakeWord::Duration::zero())
+      run_wake.sleep(how, wait);
     else
       run_wake.disarm();
     if (stopping.load(std::memory_order_relaxed)) break;
@@ -397,6 +417,7 @@ void Background::tick(bool final) noexcept {
       errors.report("side channel", "stopped by debug_fail_transport() (failure drill)");
     }
     drain_ring();
+    transport_pending.store(false, std::memory_order_relaxed);  // what it woke us for: now
     if (gather) {
       gather->set_own_counts(dropped_here(), errors.total());
       received_used = 0;
@@ -948,6 +969,8 @@ void Background::finish() noexcept {
     cv.wait_until(lock, until, [this] { return log_done; });
   }
   try {
+    // The transport stops waiting for what can no longer come (links that never came up).
+    if (transport) transport->closing();
     tick(true);  // the last samples, from the log writer
     const auto healthy = [this] { return transport && transport->healthy(); };
     if (analysing()) assembler->finished(rank);
@@ -1163,6 +1186,7 @@ Analyzer::Analyzer(AnalyzerOptions options) {
                                                 : make_transport(options.transport, setup);
       if (!bg->transport) throw std::runtime_error("the transport factory returned nothing");
       bg->transport_name = bg->transport->name();
+      bg->transport_wakes = bg->transport->set_wake([b] { b->wake_for_transport(); });
       options.rank.rank = bg->transport->rank();
       options.rank.world_size = bg->transport->world_size();
     } catch (...) {
@@ -1547,7 +1571,10 @@ void Analyzer::count_error(std::string_view kind, std::string_view message) noex
 }
 
 void Analyzer::debug_fail_transport() noexcept {
-  if (impl_) impl_->bg->fail_requested.store(true);
+  if (impl_) {
+    impl_->bg->fail_requested.store(true);
+    impl_->bg->run_wake.wake_any();
+  }
 }
 
 void Analyzer::close() noexcept {

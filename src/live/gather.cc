@@ -58,6 +58,7 @@ void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>
   send_verdicts();
   for (const auto& [peer, why] : broken_) {
     const auto child = children_.find(peer);
+    if (child != children_.end()) child->second.gone = true;
     const bool said_last = (peer == links_.parent && final_acked()) ||
                            (child != children_.end() && child->second.final);
     if (said_last) {
@@ -99,6 +100,24 @@ void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>
   const bool due = batch_open_ && (flush_now || now - batch_started_ >= options_.batch_period ||
                                    encoder_.samples() >= options_.max_batch_samples);
   if (due || (counts_dirty_ && (flush_now || outstanding_.empty()))) flush(now, false);
+}
+
+Gather::Clock::time_point Gather::next_due(Clock::time_point now,
+                                           Clock::duration retry) const noexcept {
+  Clock::time_point due = Clock::time_point::max();
+  for (const auto& [peer, child] : children_)
+    if (!child.gone && (child.received > child.acked || (child.verdict_due && !child.final))) {
+      due = now + retry;
+      break;
+    }
+  if (root()) return due;
+  if (batch_open_)
+    due = std::min(due, encoder_.samples() >= options_.max_batch_samples
+                            ? now
+                            : batch_started_ + options_.batch_period);
+  if (!presumed_down_ && !outstanding_.empty())
+    due = std::min(due, last_progress_ + options_.peer_timeout + std::chrono::milliseconds(1));
+  return due;
 }
 
 void Gather::send_final(Clock::time_point now) {
@@ -246,7 +265,7 @@ void Gather::on_ack(std::uint64_t seq, Clock::time_point now) {
 
 void Gather::send_acks() {
   for (auto& [peer, child] : children_) {
-    if (child.received <= child.acked) continue;
+    if (child.received <= child.acked || child.gone) continue;
     std::string msg = wire::ack_message(child.received);
     if (transport_.send(peer, msg)) child.acked = child.received;
   }
@@ -325,7 +344,7 @@ bool Gather::take_verdict(StragglerVerdict& out) {
 
 bool Gather::settled() const noexcept {
   for (const auto& [peer, child] : children_)
-    if (child.received > child.acked) return false;
+    if (child.received > child.acked && !child.gone) return false;  // a dead child's is not owed
   return root() || (outstanding_.empty() && !batch_open_) || presumed_down_;
 }
 

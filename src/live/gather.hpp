@@ -56,6 +56,11 @@ class Gather {
             std::size_t& used, std::vector<wire::RankCounts>& counts);
   /// Not the root: sends the last batch, marked final (after the children's, when they are).
   void send_final(Clock::time_point now);
+  /// When the next turn is due without anything arriving: the open batch's flush, the
+  /// parent's silence timeout, or `retry` after now while an acknowledgement or a verdict
+  /// waits for a link that refused it; Clock::time_point::max() when nothing is due (the
+  /// thread may sleep until a message, a sample or close() wakes it).
+  Clock::time_point next_due(Clock::time_point now, Clock::duration retry) const noexcept;
 
   /// The root: ranks whose samples will never come (their link in the tree broke before their
   /// last batch), since the last call; appended to `out`.
@@ -111,6 +116,7 @@ class Gather {
     std::uint64_t received = 0;  // highest batch number received
     std::uint64_t acked = 0;     // highest acknowledged
     bool final = false;
+    bool gone = false;          // its link broke: nothing more goes to it
     std::string verdict;        // the latest verdict for it, encoded
     bool verdict_due = false;   // ... not yet accepted by the link
     std::vector<wire::RankScore> scores;  // scratch: its subtree's scores

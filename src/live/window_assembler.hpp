@@ -35,6 +35,11 @@ class WindowAssembler {
   bool next(Window& out, bool& complete, Clock::time_point now, bool final);
 
   std::size_t pending() const noexcept { return pending_.size(); }
+  /// When the oldest waiting window goes stale (next() releases it then without waiting for
+  /// anything); Clock::time_point::max() when none waits.
+  Clock::time_point next_due() const noexcept {
+    return pending_.empty() ? Clock::time_point::max() : pending_.begin()->second.first_seen + timeout_;
+  }
 
  private:
   struct Pending {

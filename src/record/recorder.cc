@@ -120,10 +120,10 @@ void Recorder::begin_step(std::int64_t step) noexcept {
   if (!sampled_) return;
   ++counters_.sampled_steps;
   for (int i = 0; i < num_slots_; ++i) {
-    slots_[i].ticks = 0;
-    slots_[i].added_ms = 0.0;
-    slots_[i].calls = 0;
-    slots_[i].open = false;
+    times_[i].ticks = 0;
+    times_[i].added_ms = 0.0;
+    times_[i].calls = 0;
+    times_[i].open = false;
   }
   values_.clear_step();
   resources_.clear_step();
@@ -157,7 +157,7 @@ void Recorder::begin_slow(StageId id) noexcept {
     ++counters_.dropped_stages;
     return;
   }
-  Slot& s = slots_[id];
+  SlotTime& s = times_[id];
   if (s.open) {  // re-entered without end: keep the outer entry
     ++counters_.unbalanced;
     return;
@@ -189,8 +189,8 @@ void Recorder::add(StageId id, double ms, std::uint32_t calls) noexcept {
     return;
   }
   if (!(ms >= 0.0)) return;  // negative or NaN: not a duration
-  slots_[id].added_ms += ms;
-  slots_[id].calls += calls;
+  times_[id].added_ms += ms;
+  times_[id].calls += calls;
   if (backend_) {
     Pending& p = pending_[(pending_head_ + pending_count_) % (options_.max_pending_steps + 1)];
     p.ms[id] += ms;
@@ -200,7 +200,7 @@ void Recorder::add(StageId id, double ms, std::uint32_t calls) noexcept {
 
 void Recorder::end_slow(StageId id) noexcept {
   if (id < 0 || id >= num_slots_) return;  // counted at begin
-  Slot& s = slots_[id];
+  SlotTime& s = times_[id];
   if (!s.open) {
     ++counters_.unbalanced;
     return;
@@ -227,9 +227,9 @@ void Recorder::end_step() noexcept {
   sampled_ = false;
   const double step_ms = ms_between(step_started_, std::chrono::steady_clock::now());
   for (int i = 0; i < num_slots_; ++i) {
-    if (slots_[i].open) {  // a section still open at end of step: its partial entry is dropped
+    if (times_[i].open) {  // a section still open at end of step: its partial entry is dropped
       ++counters_.unbalanced;
-      slots_[i].open = false;
+      times_[i].open = false;
     }
   }
   if (backend_) {
@@ -246,8 +246,8 @@ void Recorder::end_step() noexcept {
   std::array<std::uint32_t, kMaxStages> calls{};
   calibrate();
   for (int i = 0; i < num_slots_; ++i) {
-    ms[i] = static_cast<double>(slots_[i].ticks) * ms_per_tick_ + slots_[i].added_ms;
-    calls[i] = slots_[i].calls;
+    ms[i] = static_cast<double>(times_[i].ticks) * ms_per_tick_ + times_[i].added_ms;
+    calls[i] = times_[i].calls;
   }
   emit(step_, step_ms, ms.data(), calls.data(), values_, resources_);
 }
@@ -326,6 +326,12 @@ int Recorder::slot_of(NamedSlots& slots, std::string_view name) noexcept {
   return slots.count++;
 }
 
+void Recorder::record_resource_at(int slot, double value) noexcept {
+  if (!sampled_ || slot < 0 || slot >= resources_.count) return;
+  resources_.value[slot] = value;
+  resources_.set[slot] = true;  // (resources are never deferred: no token to clear)
+}
+
 void Recorder::record_slow(NamedSlots& slots, std::string_view name, double value) noexcept {
   const int i = slot_of(slots, name);
   if (i < 0) return;
@@ -369,14 +375,22 @@ bool Recorder::resolve(DeferToken token, double value) noexcept {
   return true;
 }
 
-void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to) {
+void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to,
+                          CopiedFrom& copied) {
   std::size_t n = 0;
   for (int i = 0; i < from.count; ++i) {
     if (!from.set[i]) continue;
-    if (to.size() <= n) to.emplace_back();
-    NamedValue& v = to[n++];
-    if (v.name != from.names[i]) v.name = from.names[i];
+    if (to.size() <= n) {
+      to.emplace_back();
+      copied[n] = -1;
+    }
+    NamedValue& v = to[n];
+    if (copied[n] != i) {  // else it holds slot i's name already: no string touched
+      if (v.name != from.names[i]) v.name = from.names[i];
+      copied[n] = static_cast<std::int8_t>(i);
+    }
     v.value = from.value[i];
+    ++n;
   }
   to.resize(n);
 }
@@ -401,8 +415,8 @@ void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
     st.calls = calls[i];
   }
   scratch_.stages.resize(n);
-  copy_named(values, scratch_.values);
-  copy_named(resources, scratch_.resources);
+  copy_named(values, scratch_.values, values_copied_);
+  copy_named(resources, scratch_.resources, resources_copied_);
   ++counters_.samples_emitted;
   if (callback_) {
     try {

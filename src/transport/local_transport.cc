@@ -3,6 +3,7 @@
 // say), those sharing a channel name and world size pass messages through per-rank inboxes.
 // The gather tree is the same as across processes (gather_tree, ranks_per_host ranks a host).
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@ namespace {
 struct Inbox {
   std::deque<TransportMessage> messages;
   bool down = false;  // its rank's side channel failed or closed
+  std::function<void()> wake;  // its Analyzer's, called after a message is put here
 };
 
 struct LocalGroup {
@@ -78,6 +80,14 @@ class LocalTransport final : public Transport {
     }
     if (box.messages.size() >= kMaxInbox) return false;
     box.messages.push_back(TransportMessage{rank_, std::move(message)});
+    if (box.wake) box.wake();  // never waits, takes no lock (Transport::set_wake)
+    return true;
+  }
+
+  bool set_wake(std::function<void()> wake) override {
+    if (!group_) return false;
+    std::lock_guard<std::mutex> lock(group_->mu);
+    group_->inboxes[static_cast<std::size_t>(rank_)].wake = std::move(wake);
     return true;
   }
 
@@ -98,6 +108,8 @@ class LocalTransport final : public Transport {
 
   void shutdown() override { close_inbox(); }
 
+  ~LocalTransport() override { close_inbox(); }  // nobody wakes an Analyzer that is gone
+
  private:
   void close_inbox() {
     if (!group_) return;
@@ -105,6 +117,7 @@ class LocalTransport final : public Transport {
     Inbox& box = group_->inboxes[static_cast<std::size_t>(rank_)];
     box.down = true;
     box.messages.clear();
+    box.wake = nullptr;
   }
 
   int rank_;

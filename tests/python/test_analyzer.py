@@ -296,6 +296,9 @@ def test_public_methods_never_raise_into_training():
     real = an._recorder, an._rec_begin_step, an._rec_end_step
     an._recorder = Broken()
     an._rec_begin_step = an._rec_end_step = broken
+    # The methods' recorder calls are the ones replaced here: the builtins out of the way.
+    an.__dict__.pop("begin_step", None)
+    an.__dict__.pop("end_step", None)
     try:
         an.begin_step(0)  # fails inside: counted, step treated as unsampled
         assert an._errors.total == 1 and not an.sampled
@@ -308,6 +311,21 @@ def test_public_methods_never_raise_into_training():
     finally:
         an._recorder, an._rec_begin_step, an._rec_end_step = real
         an.close()
+
+
+def test_steps_that_are_not_non_negative_ints_are_counted_not_raised():
+    an = laggard.Analyzer(enabled=True, interval=1, resources=False)
+    # The builtins hand these to the methods: counted (1.5 % 1 is not 0: a step not sampled).
+    for bad in ("x", -1, 2 ** 70, 1.5):
+        an.begin_step(bad)
+        assert not an.sampled
+        an.end_step()
+    an.begin_step(True)  # an int, but not an exact one: the method, which records it
+    assert an.sampled and an.step is True
+    an.end_step()
+    c = an.counters()
+    an.close()
+    assert c["report_errors"] == 3 and c["samples_emitted"] == 1, c
 
 
 def test_unbalanced_sections_do_not_raise():
