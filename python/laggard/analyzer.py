@@ -7,13 +7,16 @@
         an.end_step()
     an.close()
 
-Costs on the training thread: disabled, every call is one attribute check. On a step that is
-not sampled, section() returns one shared no-op context manager without reaching the recorder
-(section() and the context manager's __enter__/__exit__ are C callables: no Python frame).
-On a sampled step a section is two calls into the C++ recorder (host clock or CUDA event), and
-end_step copies the sample into the live engine's ring (laggard._core.Engine, the C++
+Costs on the training thread: disabled, every call is one attribute check. With the host clock
+(and no verdict callbacks or stop policy), begin_step, section and end_step are C builtins of a
+laggard._core.StepState in the instance: no Python frame of laggard's on any step. On a step
+that is not sampled they touch that one object (section() returns one shared no-op context
+manager whose __enter__/__exit__ are C callables). On a sampled step a section is two calls into
+the C++ recorder (host clock or CUDA event), and end_step, one C call, puts the step's resource
+figures in and copies the sample into the live engine's ring (laggard._core.Engine, the C++
 laggard::Analyzer): the rank log, the side channel, window assembly, the detector and the sinks
-run on the engine's two C++ threads (docs/design.md). Nothing here synchronizes the device or
+run on the engine's two C++ threads (docs/design.md). Otherwise the methods below do the same
+in Python. Nothing here synchronizes the device or
 waits on a collective, and nothing raises into the training loop: failures become rate-limited
 warnings and the straggler/report_errors count.
 

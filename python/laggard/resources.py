@@ -387,7 +387,8 @@ class CudaAllocatorSource(_Source):
 
 class GcWatch:
     """Python's garbage-collector pauses while its callback is in gc.callbacks (sampled steps
-    only: ResourceSampler puts it in and takes it out itself, without a method call). A pause that
+    only: ResourceSampler puts it in and takes it out itself, without a method call; under an
+    Analyzer, `callback` is the StepState's C callback, attach_steps). A pause that
     starts on another thread also stops the training thread (it holds the GIL), so every
     collection counts. `state`: [pause seconds, collections, start of the running collection]."""
 

@@ -41,7 +41,9 @@ _UNHEARD_AT_CLOSE_S more, then counts as broken: the engine does not wait for it
 which would never come. A live peer says hello within a fraction of a second of the setup's end.
 
 Any object with the same methods (name, rank, world_size, links, send, receive, healthy, fail,
-shutdown, and optionally attach) can be given to laggard.Analyzer(transport=...).
+shutdown, and optionally attach and closing) can be given to laggard.Analyzer(transport=...).
+One whose attach takes `wake` is looked at only when it calls wake(); any other every
+transport_poll_s.
 """
 
 import collections

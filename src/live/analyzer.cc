@@ -144,8 +144,9 @@ struct Background {
   std::atomic<bool> transport_pending{false};  // the transport woke us since the last turn
   /// The transport's wake: from its threads (or another rank's, "local").
   void wake_for_transport() noexcept {
-    transport_pending.store(true, std::memory_order_relaxed);
-    run_wake.wake_any();  // its fence orders the store before the sleeper's check
+    // Only the first since the last turn wakes the thread: the rest wait for that turn.
+    if (!transport_pending.exchange(true, std::memory_order_relaxed))
+      run_wake.wake_any();  // its fence orders the store before the sleeper's check
   }
   std::atomic<bool> stopping{false};  // `stop`, readable without `mu`
   /// Wakes both threads (after `stop`).
@@ -288,6 +289,7 @@ void Background::run() noexcept {
       std::chrono::duration_cast<WakeWord::Duration>(seconds(options.poll_interval_s));
   // A transport that cannot wake this thread is looked at every period while it has links.
   const bool poll = transport != nullptr && world_size > 1 && !transport_wakes;
+  Clock::time_point last_turn{};
   for (;;) {
     // Woken by the log writer when it hands samples on, by the transport (a message, a broken
     // link), by close(), or at the next timer (Background's wake-on-data comment).
@@ -300,19 +302,31 @@ void Background::run() noexcept {
       const auto left = std::chrono::duration_cast<WakeWord::Duration>(due - now);
       wait = std::max(WakeWord::Duration::zero(), poll ? std::min(left, period) : left);
     }
-    const WakeWord::Sleep how =
+    WakeWord::Sleep how =
         poll || due != Clock::time_point::max() ? WakeWord::kLight : WakeWord::kDeep;
     run_wake.arm(how);
     if (stopping.load(std::memory_order_relaxed)) {
       run_wake.disarm();
       break;
     }
-    if (handoff.empty() && !transport_pending.load(std::memory_order_relaxed) &&
-        wait > WakeWord::Duration::zero())
+    if (!handoff.empty() || transport_pending.load(std::memory_order_relaxed)) {
+      // Data waits: a turn now, or a period after the last one if that was sooner (messages
+      // and samples that come fast are taken a period's worth at a time, as before).
+      const auto gap = std::chrono::duration_cast<WakeWord::Duration>(last_turn + period - now);
+      wait = std::min(wait, std::max(WakeWord::Duration::zero(), gap));
+      how = WakeWord::kLight;
+      run_wake.arm(how);
+      if (stopping.load(std::memory_order_relaxed)) {  // a close() wake before this arm
+        run_wake.disarm();
+        break;
+      }
+    }
+    if (wait > WakeWord::Duration::zero())
       run_wake.sleep(how, wait);
     else
       run_wake.disarm();
     if (stopping.load(std::memory_order_relaxed)) break;
+    last_turn = Clock::now();
     tick(false);
     background_cpu_ns.store(thread_cpu_ns(), std::memory_order_relaxed);
   }

@@ -3,7 +3,8 @@
 Each rank trains its own small model (no training collective: a hung or dead peer does not stop
 the others' training, only laggard's side channel spans the ranks), with an Analyzer sampling
 every step into OUT/logs/rank-<r>.jsonl. A fault is injected on one rank at one step: it stops
-itself (SIGSTOP, a hung peer), kills itself (SIGKILL), or its sink blocks. Each rank that gets to
+itself (SIGSTOP, a hung peer), kills itself (SIGKILL), or its sink blocks; with link_delay_s its
+side channel's links start that much after the setup. Each rank that gets to
 the end writes OUT/result-<rank>.json: steps trained, losses, training and close times, the
 Analyzer's counters.
 """
@@ -36,6 +37,18 @@ def main(cfg):
         time.sleep(cfg.get("sink_block_s", 5.0))
 
     fault_here = rank == cfg.get("fault_rank", -1)
+    if fault_here and cfg.get("link_delay_s"):
+        # Its side channel's links start late (a rank starved of CPU after the setup): a fault
+        # before then finds them not connected yet.
+        from laggard import transport
+
+        connect = transport.GlooTransport._connect
+
+        def late_connect(self):
+            time.sleep(cfg["link_delay_s"])
+            connect(self)
+
+        transport.GlooTransport._connect = late_connect
     sinks = [blocking_sink] if cfg.get("fault") == "block_sink" and fault_here else []
     an = laggard.Analyzer(interval=1, log_dir=cfg["log_dir"], sinks=sinks,
                           analysis_rank=cfg.get("analysis_rank", 0),

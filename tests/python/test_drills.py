@@ -150,10 +150,15 @@ def test_hung_peer_stops_neither_the_others_training_nor_their_logs(tmp_path):
     assert c["gather_dropped"] > 0 and c["report_errors"] >= 1, c
 
 
-@pytest.mark.parametrize("victim", [2, 0], ids=["peer", "analysis_rank"])
-def test_killed_rank(tmp_path, victim):
+@pytest.mark.parametrize("victim,link_delay_s", [(2, 0.0), (0, 0.0), (2, 1.0)],
+                         ids=["peer", "analysis_rank", "peer_before_its_links_connected"])
+def test_killed_rank(tmp_path, victim, link_delay_s):
+    # peer_before_its_links_connected: the victim's links start 1 s after the setup (as on a
+    # rank starved of CPU), so it dies before they connect; of a pair gloo lets one side wait
+    # for the other to connect, without a time limit, and the analysis rank, when it is that
+    # side, learns of the death only because the link never said hello.
     cfg = config(tmp_path, fault="kill", fault_rank=victim, fault_step=10,
-                 side_channel_timeout_s=20.0, close_timeout_s=30.0)
+                 side_channel_timeout_s=20.0, close_timeout_s=30.0, link_delay_s=link_delay_s)
     procs = start_ranks(3, cfg)
     join(procs, 60)
     assert procs[victim].exitcode == -signal.SIGKILL
