@@ -200,6 +200,22 @@ class FileMerge {
     return true;
   }
 
+  // `from` into samples[count++], growing samples from spare first. Swap, not copy: the window
+  // takes from's buffers and from's owner reuses the old ones.
+  static void swap_in(std::vector<StepSample>& samples, std::vector<StepSample>& spare,
+                      std::size_t& count, StepSample& from) {
+    if (count == samples.size()) {
+      if (!spare.empty()) {
+        samples.push_back(std::move(spare.back()));
+        spare.pop_back();
+      } else {
+        samples.emplace_back();
+      }
+    }
+    std::swap(samples[count], from);
+    ++count;
+  }
+
   static void shrink(std::vector<StepSample>& samples, std::vector<StepSample>& spare,
                      std::size_t size) {
     while (samples.size() > size) {
@@ -251,21 +267,12 @@ class FileMerge {
     std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
   }
 
-  // Source i's head into samples[count++]. Swap, not copy: the window takes the head's buffers
-  // and the source reuses the old ones.
+  // Source i's head into samples[count++].
   void take(std::vector<StepSample>& samples, std::vector<StepSample>& spare, std::size_t& count,
             std::uint32_t i) {
-    if (count == samples.size()) {
-      if (!spare.empty()) {
-        samples.push_back(std::move(spare.back()));
-        spare.pop_back();
-      } else {
-        samples.emplace_back();
-      }
-    }
-    std::swap(samples[count], sources_[i].head);
-    ++count;
+    swap_in(samples, spare, count, sources_[i].head);
   }
+
 
   // Reads source i's next usable sample into its head; false when the file has ended.
   bool advance(std::uint32_t i, Tally& tally) {
@@ -490,17 +497,7 @@ struct RunReader::Impl {
       for (auto& w : workers) {
         Worker::Item& item = w->front();
         if (item.kind != Worker::Item::Kind::window || item.step != step) continue;
-        for (StepSample& s : item.samples) {
-          if (count == samples.size()) {
-            if (!spare.empty()) {
-              samples.push_back(std::move(spare.back()));
-              spare.pop_back();
-            } else {
-              samples.emplace_back();
-            }
-          }
-          std::swap(samples[count++], s);
-        }
+        for (StepSample& s : item.samples) FileMerge::swap_in(samples, spare, count, s);
         add(item.tally);
         w->pop();
       }
