@@ -80,14 +80,12 @@ PyObject* hot_set_stream(PyObject* self, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-// record_resources(pairs): each (name, value) of a tuple (or list) into the sampled step's
-// `resources`, in one call (laggard.resources hands over ~30 readings per sampled step: as
-// pybind11 calls, ~27 µs right after a training step; bench/resources_overhead.py). A pair that
-// is not (str, number) raises TypeError; the pairs before it are recorded.
-PyObject* hot_record_resources(PyObject* self, PyObject* arg) {
-  PyObject* seq = PySequence_Fast(arg, "record_resources: expected a tuple of (name, value)");
-  if (!seq) return nullptr;
-  Recorder& rec = reinterpret_cast<HotHandle*>(self)->target->rec();
+// Each (str, number) pair of a tuple or list, as fn(name, value); false with TypeError (naming
+// `what` and the item) at the first item that is not one, the pairs before it taken.
+template <class Fn>
+bool each_pair(PyObject* arg, const char* not_a_sequence, const char* what, Fn&& fn) {
+  PyObject* seq = PySequence_Fast(arg, not_a_sequence);
+  if (!seq) return false;
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -95,24 +93,31 @@ PyObject* hot_record_resources(PyObject* self, PyObject* arg) {
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
         !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
       Py_DECREF(seq);
-      PyErr_Format(PyExc_TypeError, "record_resources: item %zd is not a (str, number) tuple",
-                   i);
-      return nullptr;
+      PyErr_Format(PyExc_TypeError, "%s: item %zd is not a (str, number) tuple", what, i);
+      return false;
     }
     Py_ssize_t size = 0;
     const char* name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &size);
-    if (!name) {
+    const double value = name ? PyFloat_AsDouble(PyTuple_GET_ITEM(pair, 1)) : 0.0;
+    if (!name || (value == -1.0 && PyErr_Occurred())) {
       Py_DECREF(seq);
-      return nullptr;
+      return false;
     }
-    const double value = PyFloat_AsDouble(PyTuple_GET_ITEM(pair, 1));
-    if (value == -1.0 && PyErr_Occurred()) {
-      Py_DECREF(seq);
-      return nullptr;
-    }
-    rec.record_resource(std::string_view(name, static_cast<std::size_t>(size)), value);
+    fn(std::string_view(name, static_cast<std::size_t>(size)), value);
   }
   Py_DECREF(seq);
+  return true;
+}
+
+// record_resources(pairs): each (name, value) of a tuple (or list) into the sampled step's
+// `resources`, in one call (laggard.resources hands over ~30 readings per sampled step: as
+// pybind11 calls, ~27 µs right after a training step; bench/resources_overhead.py). A pair that
+// is not (str, number) raises TypeError; the pairs before it are recorded.
+PyObject* hot_record_resources(PyObject* self, PyObject* arg) {
+  Recorder& rec = reinterpret_cast<HotHandle*>(self)->target->rec();
+  if (!each_pair(arg, "record_resources: expected a tuple of (name, value)", "record_resources",
+                 [&](std::string_view name, double value) { rec.record_resource(name, value); }))
+    return nullptr;
   Py_RETURN_NONE;
 }
 
@@ -489,15 +494,8 @@ void resources_end(StepState* s) {
   if (d.has_latest) {
     const double stale_s = 4.0 * d.period_s;
     if (now - d.latest_t <= (stale_s > 5.0 ? stale_s : 5.0))
-      for (std::size_t i = 0; i < d.slots.size(); ++i) {
-        int& slot = d.slots[i];
-        if (slot == StepData::kUnknownSlot) {
-          const int got = rec.resource_slot(d.names[i]);
-          if (got < 0) continue;  // no slot left: tried (and counted) again next step
-          slot = got;
-        }
-        rec.record_resource_at(slot, d.values[i]);
-      }
+      for (std::size_t i = 0; i < d.slots.size(); ++i)
+        record_at(rec, d.slots[i], d.names[i], d.values[i]);
   }
   if (s->find_cuda != nullptr) {  // until the training thread's CUDA device is known
     PyObject* r = PyObject_CallNoArgs(s->find_cuda);
@@ -618,40 +616,22 @@ PyObject* step_publish(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   }
   const double t = PyFloat_AsDouble(args[0]);
   if (t == -1.0 && PyErr_Occurred()) return nullptr;
-  PyObject* seq = PySequence_Fast(args[1], "publish: expected a tuple of (name, value)");
-  if (!seq) return nullptr;
   StepData& d = *reinterpret_cast<StepState*>(self)->d;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject** items = PySequence_Fast_ITEMS(seq);
   std::size_t kept = 0;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* pair = items[i];
-    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-        !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
-      Py_DECREF(seq);
-      PyErr_Format(PyExc_TypeError, "publish: item %zd is not a (str, number) tuple", i);
-      return nullptr;
-    }
-    Py_ssize_t size = 0;
-    const char* name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &size);
-    const double value = name ? PyFloat_AsDouble(PyTuple_GET_ITEM(pair, 1)) : 0.0;
-    if (!name || (value == -1.0 && PyErr_Occurred())) {
-      Py_DECREF(seq);
-      return nullptr;
-    }
-    if (d.names.size() <= kept) {
-      d.names.emplace_back();
-      d.values.push_back(0.0);
-      d.slots.push_back(StepData::kUnknownSlot);
-    }
-    const std::string_view v(name, static_cast<std::size_t>(size));
-    if (d.names[kept] != v) {
-      d.names[kept].assign(v);
-      d.slots[kept] = StepData::kUnknownSlot;
-    }
-    d.values[kept++] = value;
-  }
-  Py_DECREF(seq);
+  const bool ok = each_pair(args[1], "publish: expected a tuple of (name, value)", "publish",
+                            [&](std::string_view v, double value) {
+                              if (d.names.size() <= kept) {
+                                d.names.emplace_back();
+                                d.values.push_back(0.0);
+                                d.slots.push_back(StepData::kUnknownSlot);
+                              }
+                              if (d.names[kept] != v) {
+                                d.names[kept].assign(v);
+                                d.slots[kept] = StepData::kUnknownSlot;
+                              }
+                              d.values[kept++] = value;
+                            });
+  if (!ok) return nullptr;
   d.names.resize(kept);
   d.values.resize(kept);
   d.slots.resize(kept);
