@@ -274,11 +274,6 @@ class LAGGARD_API Detector {
     std::int64_t rise_step = -1;  ///< the window where the evidence last rose from 0
     std::int64_t first_flagged_step = -1;
     int episode = -1;  ///< into episodes_, while named
-    /// The intermittent test's slow windows in its current run of evidence: their mean log-ratio,
-    /// how many, and the size bin of the first (counted in the cohort's sizes).
-    float mix_size = 0.0f;
-    int mix_windows = 0;
-    int mix_first_bin = -1;
   };
   /// The materiality gate's sample of one (cohort, stage, rank): the windows of its current run
   /// of statistical confirmation (few pairs have one; it ends when that run does).
@@ -348,11 +343,6 @@ class LAGGARD_API Detector {
     /// Windows in the intermittent test's slow component (over its midpoint) of ranks whose
     /// intermittent evidence was 0, out of such rank-windows: the null's share of slow windows.
     double mix_hits = 0.0, mix_chances = 0.0;
-    /// The sizes (log-ratio, bins of detector_sequential.cc's kSizeBin) of those slow windows:
-    /// how often a healthy rank's unusual window has a given size.
-    static constexpr int kSizeBins = 64;
-    float mix_sizes[kSizeBins] = {};
-    float mix_sizes_total = 0.0f;
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);

@@ -98,10 +98,10 @@ constexpr double kOwnCeiling = 8.0;  // own ceiling (docs/detection.md, The cons
 // Shares of the false-alarm budget where the own-baseline test runs: it, the cohort test for
 // relative_threshold and the cost test; the larger shifts' tests share what is left
 // (docs/detection.md, step 4; docs/notes/detection-absolute.md).
-constexpr double kShareOwn = 0.3;    // shares (docs/detection.md, The constants)
+constexpr double kShareOwn = 0.4;    // shares (docs/detection.md, The constants)
 constexpr double kShareFirst = 0.2;  // shares (docs/detection.md, The constants)
 constexpr double kShareCost = 0.2;   // shares (docs/detection.md, The constants)
-constexpr double kShareMix = 0.2;    // shares (docs/detection.md, The constants)
+constexpr double kShareMix = 0.1;    // shares (docs/detection.md, The constants)
 // The intermittent test (docs/detection.md, Intermittent faults): per (rank, stage), "each window
 // is, with probability kMixShare, slow by what costs the step kCostTarget x min_cost_share on
 // average (and at least kMixRatio over the median), else as the null" against the cost test's
@@ -118,27 +118,6 @@ constexpr double kMixRatio = 1.25;  // (docs/detection.md, Intermittent faults)
 // The null's share of slow windows is at least this x pause_rate (one in 1,000 by default): a
 // cohort that has shown none is not taken to have none (by construction).
 constexpr double kMixNullFloor = 0.1;  // (docs/detection.md, Intermittent faults)
-// The size of a slow window (docs/detection.md, Intermittent faults). A healthy rank's unusual
-// windows (a GC, a checkpoint, a preemption) vary in size from one to the next and come at any
-// rank; a fault of one rank and stage repeats its own size. Within a run of the intermittent
-// test's evidence, each slow window after the first is weighed by the likelihood of its size under
-// "the size of the run's earlier slow windows" (normal around their mean, variance
-// sigma^2 (1 + 1/n)), mixed with "any size" (kSizeAny), against g, the density of the sizes of
-// the cohort's slow windows: F = (1 - a) h(x) / g(x) + a (at most kSizeMost). F has mean at most 1
-// under the null (sizes drawn from g), so the test stays a likelihood ratio; a size unlike the run's takes up to ln(1 / a)
-// away. g is a histogram of the cohort's slow windows that opened a run (bins of kSizeBin, the
-// rank's own first window left out) with pause_rate x kPausePrior windows of prior spread over
-// the sizes above the slow component's midpoint, exponentially with scale kSizeScale (half of
-// them within 2x of it). All three by construction.
-constexpr double kSizeBin = 0.05;
-constexpr double kSizeAny = 0.5;
-constexpr double kSizeScale = 0.6931471805599453;  // ln 2
-// F is at most this (e^2): g is an estimate, and where the cohort has shown few slow windows it is
-// the prior's, which a stage's real pauses may exceed many times (a 0.2 ms stage's pauses spread
-// over x of 1.6-3.2); a repeated size is then worth less than one window at the pause cap, so two
-// pauses of one healthy rank, however alike, stay under every threshold (2 ln(p / r0) + 2 <= 14.4
-// against >= 15.7). By construction.
-constexpr double kSizeMost = 7.38905609893065;
 // The cost test (docs/notes/detection-absolute.md): per (rank, stage), "its excess costs the step
 // kCostTarget x min_cost_share" against "its excess is within healthy_spread or under
 // min_cost_share of the step", each mapped onto the log-ratio x, so that a fault's size in the
@@ -330,11 +309,6 @@ inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
   return !warm ? -1.0f : d >= q.own_jump ? 0.0f : t;
 }
 
-// The pass's marks of a slot for the work after it (attention): named now (1), evidence risen
-// from 0 (2), and a slow window of the intermittent test, with whether its evidence was 0 before
-// and whether the slot was named before the window.
-constexpr int kSlowMark = 4, kOpenMark = 8, kNamedMark = 16;
-
 // What one pass over a (cohort, stage) counts besides the state it updates.
 struct SeqCounts {
   int jumps = 0, jump_base = 0;  // pauses: 1.5x the median after a window under the shift
@@ -448,17 +422,10 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
         std::max(vc > 0.0f ? vc + q.bonus_cost : 0.0f,
                  vm + q.bonus_mix >= threshold ? vm + q.bonus_mix : 0.0f));
     const bool rose = was_zero & (most > 0.0f);
-    const std::uint8_t named_before = named[j];
     const std::uint8_t held_name =
-        static_cast<std::uint8_t>((named_before | (most >= threshold)) & (most != 0.0f));
+        static_cast<std::uint8_t>((named[j] | (most >= threshold)) & (most != 0.0f));
     named[j] = held_name;
-    // A slow window (the intermittent test's slow component) is per-slot work after the pass:
-    // its size is weighed there (kSlowMark), with whether it opened a run (kOpenMark) and the
-    // name held before (kNamedMark).
-    const int slow = mix_l > 0.0f;
-    attention[j] = static_cast<std::uint8_t>(
-        held_name | (rose << 1) |
-        slow * (kSlowMark | (mix_open * kOpenMark) | (named_before * kNamedMark)));
+    attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1));
   }
   return {jumps, jump_base, mix_hits, mix_chances};
 }
@@ -926,64 +893,8 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       track.mix_hits += counts.mix_hits;
       track.mix_chances += counts.mix_chances;
     }
-    // The size of a slow window (kSizeBin): in a run of the intermittent test's evidence, the size
-    // of the run's earlier slow windows against the sizes the cohort's slow windows have
-    // (docs/detection.md, Intermittent faults). Returns whether the slot is named after it.
-    const double inv_ref_ms = log_ratio_ref(f.median_ms);
-    const double size_prior = kPausePrior * options_.pause_rate;
-    auto weigh_size = [&](std::size_t j, std::uint8_t mark) -> bool {
-      const float xj = log_ratio(ms[j], inv_ref_ms);
-      const int bin = std::min(SeqTrack::kSizeBins - 1,
-                               static_cast<int>(std::max(0.0f, xj) / static_cast<float>(kSizeBin)));
-      SeqState& st = track.cold[j];
-      if ((mark & kOpenMark) || st.mix_windows == 0) {
-        // The window that opens a run: no size to compare with yet; it joins the cohort's sizes.
-        st.mix_size = xj;
-        st.mix_windows = 1;
-        st.mix_first_bin = (mark & kOpenMark) ? bin : -1;
-        if (mark & kOpenMark) {
-          track.mix_sizes[bin] += 1.0f;
-          track.mix_sizes_total += 1.0f;
-        }
-        return mark & 1;
-      }
-      // g(x): the cohort's sizes (this run's first window left out) with the prior.
-      const double others = track.mix_sizes[bin] - (st.mix_first_bin == bin ? 1.0 : 0.0);
-      const double all = track.mix_sizes_total - (st.mix_first_bin >= 0 ? 1.0 : 0.0);
-      const double over = std::max(0.0, static_cast<double>(xj) - pass.mix_mid);
-      const double prior = std::exp(-over / kSizeScale) / kSizeScale;
-      const double g = (std::max(0.0, others) / kSizeBin + size_prior * prior) /
-                       (std::max(0.0, all) + size_prior);
-      // h(x): normal around the mean of the run's earlier slow windows.
-      const double earlier = st.mix_windows;
-      const double tau = sigma * std::sqrt(1.0 + 1.0 / earlier);
-      const double z = (static_cast<double>(xj) - st.mix_size) / tau;
-      const double h = std::exp(-0.5 * z * z) / (tau * 2.5066282746310002);
-      const double factor = std::min(kSizeMost, (1.0 - kSizeAny) * h / g + kSizeAny);
-      st.mix_size = static_cast<float>((st.mix_size * earlier + xj) / (earlier + 1.0));
-      st.mix_windows += 1;
-      // The window's likelihood ratio (1 - p + p LR F) / (1 - r0 + r0 LR) for the pass's
-      // (1 - p + p LR) / (1 - r0 + r0 LR).
-      const double lr = std::exp(static_cast<double>(
-          std::min(pass.mix_ceiling, pass.mix_weight * (xj - pass.mix_mid))));
-      const double odds = pass.mix_odds;
-      const double delta = std::log((1.0 + odds * lr * factor) / (1.0 + odds * lr));
-      float& v = track.mix[j];
-      v = std::min(pass.mix_top, std::max(0.0f, v + static_cast<float>(delta)));
-      // The name, as the pass decides it (seq_pass_body), with this evidence.
-      auto with = [](float e, float bonus) { return e > 0.0f ? e + bonus : 0.0f; };
-      float most = with(track.cusum[0][j], pass.bonus0);
-      for (int k = 1; k < kShifts; ++k) most = std::max(most, track.cusum[k][j]);
-      most = std::max(most, with(track.own[j], pass.bonus_own));
-      most = std::max(most, with(track.cost[j], pass.bonus_cost));
-      const float mix = v + pass.bonus_mix;
-      if (mix >= fthreshold) most = std::max(most, mix);
-      const bool named_now = ((mark & kNamedMark) || most >= fthreshold) && most != 0.0f;
-      track.named_bit[j] = named_now;
-      return named_now;
-    };
-    // The slots the pass marked (rare): a rise's step, a slow window's size, the names held now.
-    // Eight slots at a time where none is marked.
+    // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
+    // where none is marked.
     const std::uint8_t* marks = attention.data();
     for (std::size_t j = 0; j < n; ++j) {
       if (j + 8 <= n) {
@@ -996,9 +907,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       }
       if (marks[j] == 0) continue;
       if (marks[j] & 2) track.cold[j].rise_step = window.step;
-      bool named_now = marks[j] & 1;
-      if (marks[j] & kSlowMark) named_now = weigh_size(j, marks[j]);
-      if (named_now && comparable) seq_named_.emplace_back(i, j);
+      if ((marks[j] & 1) && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
       const double window_sigma =

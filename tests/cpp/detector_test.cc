@@ -1351,34 +1351,6 @@ TEST(Sequential, AFaultInAThirdOfTheWindowsIsNamedAndItsVerdictHolds) {
   EXPECT_GE(named, 8);
 }
 
-TEST(Sequential, AFaultThatRepeatsItsSizeIsNamedWithin20Windows) {
-  // Rank 7's backward (400 ms) 1.5x in a random 30 % of the windows from window 20 on, among
-  // pauses of half a step to three (+270 to 1,620 ms) in 1 % of every rank's backward windows:
-  // the fault's slow windows repeat one size, the pauses do not, and the intermittent test names
-  // it within 20 windows of the onset in most runs (7 of these 10; with every slow window weighed
-  // alike, 2).
-  int named = 0;
-  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
-    JitteryRun run(64, 0.02, 400 + seed);
-    Detector d;
-    int confirmed_at = -1;
-    for (int w = 0; w < 40; ++w) {
-      const bool slow = w >= 20 && run.uniform() < 0.3;
-      const Report r = d.observe(run.next(w, [&](Window& win) {
-        for (StepSample& s : win.samples) {
-          if (run.uniform() < 0.01) s.stages[2].ms += 270.0 + 1350.0 * run.uniform();
-          if (s.rank == 7 && slow) s.stages[2].ms *= 1.5;
-        }
-      }));
-      for (const RankFinding& f : r.stragglers)
-        if (f.confirmed && f.rank == 7 && f.stage == "backward" && confirmed_at < 0)
-          confirmed_at = w;
-    }
-    if (confirmed_at >= 20) ++named;
-  }
-  EXPECT_GE(named, 6);
-}
-
 TEST(Sequential, RareSlowWindowsOfHealthyRanksConfirmNobody) {
   // Every rank's backward 1.5x in a random 2 % of its windows (a GC, a preemption): the
   // intermittent test looks for a share of 30 %, and each ordinary window takes away what one
