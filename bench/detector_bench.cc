@@ -6,10 +6,11 @@
 //   BM_EvaluateFresh/<scenario>: evaluate_window returning a new Report each time (mean).
 //   BM_Observe/<scenario>/<rule>: Detector::observe (evaluate + persistence) into a reused
 //     Report, of the window in columns (ColumnarWindow, made ahead as a producer that appends
-//     each sample as it arrives hands it over); rule 0 the default options, 1 the RFC's rule. Scenarios 0 and 1 observe one window
-//     again and again (it stays in the caches as far as they hold it). Scenario 2 is scenario 0
-//     with transient pauses: in each of 8 windows taken in turn, 2 % of the (rank, stage) times
-//     are 1.5x to 3x (every stage then has ranks over the rule, so none skips its MAD).
+//     each sample as it arrives hands it over); rule 0 the default options, 1 the RFC's rule.
+//     Scenarios 0 and 1 observe one window again and again (it stays in the caches as far as
+//     they hold it). Scenario 2 is scenario 0 with transient pauses: in each of 8 windows taken
+//     in turn, 2 % of the (rank, stage) times are 1.5x to 3x (every stage then has ranks over
+//     the rule, so none skips its MAD).
 //     Scenario 3 is the 8 windows of scenario 2 without the pauses: what taking fresh windows
 //     costs by itself.
 //   BM_ObserveWindow/<scenario>/<rule>: the same from the Window (turned into columns first).

@@ -957,7 +957,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     }
   };
   auto state_of = [&](const std::string& cohort, const std::string& stage, int rank) -> Handle {
-    if (!last_cohort || *last_cohort != cohort || *last_stage != stage) {
+    if (!last_cohort || !same_name(*last_cohort, cohort) || !same_name(*last_stage, stage)) {
       auto it = seq_tracks_.find(track_key(cohort, stage));
       last_track = it == seq_tracks_.end() ? nullptr : &it->second;
       last_cohort = &cohort;

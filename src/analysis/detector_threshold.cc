@@ -599,7 +599,7 @@ void Detector::observe_threshold(const ColumnarWindow& window, Report& report) {
   const std::string* last_stage = nullptr;
   Track* track = nullptr;
   auto fill = [&](RankFinding& f) -> History* {
-    if (!last_cohort || *last_cohort != f.cohort || *last_stage != f.stage) {
+    if (!last_cohort || !same_name(*last_cohort, f.cohort) || !same_name(*last_stage, f.stage)) {
       track = track_of(f.cohort, f.stage);
       last_cohort = &f.cohort;
       last_stage = &f.stage;
