@@ -11,6 +11,7 @@
 namespace laggard {
 
 TimingBackend::~TimingBackend() = default;
+RawStepSink::~RawStepSink() = default;
 
 namespace {
 constexpr int kMaxIntervals = 256;  // device intervals per sampled step
@@ -109,7 +110,19 @@ Recorder::StageId Recorder::stage(std::string_view name, StageKind kind) {
   Slot& s = slots_[num_slots_];
   s.name.assign(name);
   s.kind = kind;
+  if (raw_ != nullptr) raw_->name(NameTable::stage, num_slots_, s.name, kind);
   return num_slots_++;
+}
+
+void Recorder::set_raw_sink(RawStepSink* sink) noexcept {
+  raw_ = sink;
+  if (sink == nullptr) return;
+  for (int i = 0; i < num_slots_; ++i)
+    sink->name(NameTable::stage, i, slots_[i].name, slots_[i].kind);
+  for (int i = 0; i < values_.count; ++i)
+    sink->name(NameTable::value, i, values_.names[i], StageKind::compute);
+  for (int i = 0; i < resources_.count; ++i)
+    sink->name(NameTable::resource, i, resources_.names[i], StageKind::compute);
 }
 
 void Recorder::begin_step(std::int64_t step) noexcept {
@@ -242,9 +255,29 @@ void Recorder::end_step() noexcept {
     poll();
     return;
   }
+  calibrate();
+  if (raw_ != nullptr) {  // the numbers alone, straight from the slots into the sink
+    ++counters_.samples_emitted;
+    RawStep* r = raw_->claim();
+    if (r == nullptr) return;  // no room: the sink counted it
+    std::uint32_t entered = 0;
+    for (int i = 0; i < num_slots_; ++i) {
+      const SlotTime& t = times_[i];
+      if (t.calls == 0) continue;
+      entered |= 1u << i;
+      r->ms[i] = static_cast<double>(t.ticks) * ms_per_tick_ + t.added_ms;
+      r->calls[i] = t.calls;
+    }
+    r->step = step_;
+    r->step_ms = step_ms;
+    r->stages = entered;
+    r->values = copy_raw(values_, r->value);
+    r->resources = copy_raw(resources_, r->resource);
+    raw_->commit();
+    return;
+  }
   std::array<double, kMaxStages> ms{};
   std::array<std::uint32_t, kMaxStages> calls{};
-  calibrate();
   for (int i = 0; i < num_slots_; ++i) {
     ms[i] = static_cast<double>(times_[i].ticks) * ms_per_tick_ + times_[i].added_ms;
     calls[i] = times_[i].calls;
@@ -322,6 +355,9 @@ int Recorder::slot_of(NamedSlots& slots, std::string_view name) noexcept {
   }
   slots.set[slots.count] = false;
   slots.waiting[slots.count] = 0;
+  if (raw_ != nullptr)
+    raw_->name(&slots == &values_ ? NameTable::value : NameTable::resource, slots.count,
+               slots.names[slots.count], StageKind::compute);
   hint_next = slots.count + 1;
   return slots.count++;
 }
@@ -395,9 +431,39 @@ void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to,
   to.resize(n);
 }
 
+std::uint32_t Recorder::copy_raw(const NamedSlots& from,
+                                 std::array<double, kMaxValues>& to) noexcept {
+  std::uint32_t recorded = 0;
+  for (int i = 0; i < from.count; ++i) {
+    if (!from.set[i]) continue;
+    recorded |= 1u << i;
+    to[i] = from.value[i];
+  }
+  return recorded;
+}
+
 void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
                     const std::uint32_t* calls, const NamedSlots& values,
                     const NamedSlots& resources) {
+  if (raw_ != nullptr) {
+    ++counters_.samples_emitted;
+    RawStep* r = raw_->claim();
+    if (r == nullptr) return;
+    std::uint32_t entered = 0;
+    for (int i = 0; i < num_slots_; ++i) {
+      if (calls[i] == 0) continue;
+      entered |= 1u << i;
+      r->ms[i] = ms[i];
+      r->calls[i] = calls[i];
+    }
+    r->step = step;
+    r->step_ms = step_ms;
+    r->stages = entered;
+    r->values = copy_raw(values, r->value);
+    r->resources = copy_raw(resources, r->resource);
+    raw_->commit();
+    return;
+  }
   scratch_.rank = options_.rank.rank;
   scratch_.world_size = options_.rank.world_size;
   scratch_.step = step;
