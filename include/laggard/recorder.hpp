@@ -203,13 +203,15 @@ class LAGGARD_API Recorder {
  private:
   /// The named values of the step being recorded: names kept across steps (first-seen order),
   /// `set` cleared at each sampled begin_step.
+  /// What a sampled step reads first (count, awaiting, set: one cache line), then the values;
+  /// the names, read on first sight of a name only, last.
   struct NamedSlots {
-    std::array<std::string, kMaxValues> names{};
-    std::array<double, kMaxValues> value{};
-    std::array<bool, kMaxValues> set{};
-    std::array<DeferToken, kMaxValues> waiting{};  ///< the token a deferred name waits for, or 0
     int count = 0;
     int awaiting = 0;  ///< names with a token in `waiting` (the nonzero entries)
+    std::array<bool, kMaxValues> set{};
+    std::array<double, kMaxValues> value{};
+    std::array<DeferToken, kMaxValues> waiting{};  ///< the token a deferred name waits for, or 0
+    std::array<std::string, kMaxValues> names{};
     void clear_step() noexcept {
       set.fill(false);
       if (awaiting == 0) return;  // no token anywhere: nothing to clear
@@ -237,9 +239,15 @@ class LAGGARD_API Recorder {
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
   /// steady_clock over the recorder's lifetime.
   std::uint64_t ticks() const noexcept;
-  void calibrate() noexcept;
+  /// `now`: steady_clock's, read just before.
+  void calibrate(std::chrono::steady_clock::time_point now) noexcept;
   void begin_slow(StageId id) noexcept;
   void end_slow(StageId id) noexcept;
+  // The device backends' part of begin_step, begin, end and end_step.
+  void begin_device_step(std::int64_t step) noexcept;
+  bool begin_device(StageId id) noexcept;
+  void end_device(StageId id) noexcept;
+  void end_device_step(double step_ms) noexcept;
   void emit(std::int64_t step, double step_ms, const double* ms, const std::uint32_t* calls,
             const NamedSlots& values, const NamedSlots& resources);
 
@@ -248,34 +256,37 @@ class LAGGARD_API Recorder {
     StageKind kind = StageKind::compute;
   };
   /// A stage's timing in the step, apart from its name: what a sampled step touches, packed (the
-  /// step after a training step finds its cache lines cold, one per stage otherwise).
+  /// step after a training step finds its cache lines cold): two stages a cache line.
   struct SlotTime {
     std::uint64_t started = 0;  ///< ticks()
     std::uint64_t ticks = 0;    ///< accumulated host ticks this step
     double added_ms = 0.0;      ///< durations given through add()
     std::uint32_t calls = 0;
-    std::uint32_t open_mark = 0;  ///< device: the start mark of the open interval
     bool open = false;
   };
   struct Pending;  // device intervals of one sampled step, waiting for completion
 
-  RecorderOptions options_;
-  std::unique_ptr<TimingBackend> backend_;
-  std::array<Slot, kMaxStages> slots_{};
-  std::array<SlotTime, kMaxStages> times_{};
-  int num_slots_ = 0;
-  bool sampled_ = false;
-  std::int64_t step_ = 0;
-  std::chrono::steady_clock::time_point step_started_{};
+  // What every sampled step reads and writes, in one cache line (after a training step each line
+  // a step touches is a cache miss), then the counters and the clock's calibration.
+  alignas(64) bool sampled_ = false;
   bool use_tsc_ = false;
+  int interval_ = 0;  ///< options_.interval
+  int num_slots_ = 0;
+  std::int64_t step_ = 0;
+  std::unique_ptr<TimingBackend> backend_;
+  RawStepSink* raw_ = nullptr;  ///< set: samples go there as RawSteps (no scratch_)
+  std::chrono::steady_clock::time_point step_started_{};
+  double ms_per_tick_ = 1e-6;
   std::uint64_t calib_ticks0_ = 0;
   std::chrono::steady_clock::time_point calib_time0_{};
-  double ms_per_tick_ = 1e-6;
   RecorderCounters counters_;
+  std::array<SlotTime, kMaxStages> times_{};
   NamedSlots values_;
   NamedSlots resources_;
+  RecorderOptions options_;
+  std::array<Slot, kMaxStages> slots_{};
+  std::array<std::uint32_t, kMaxStages> open_marks_{};  ///< device: an open interval's start mark
   SampleCallback callback_;
-  RawStepSink* raw_ = nullptr;  ///< set: samples go there as RawSteps (no scratch_)
   StepSample scratch_;  ///< reused for every emitted sample
   CopiedFrom values_copied_{};     ///< of scratch_.values (set as each entry is made)
   CopiedFrom resources_copied_{};  ///< of scratch_.resources

@@ -37,13 +37,13 @@ void hot_handle_dealloc(PyObject* self) {
   Py_DECREF(type);  // heap type instances own a reference to their type
 }
 
-PyObject* hot_begin(PyObject* self, PyObject* const*, Py_ssize_t) {
+LAGGARD_HOT PyObject* hot_begin(PyObject* self, PyObject* const*, Py_ssize_t) {
   auto* h = reinterpret_cast<HotHandle*>(self);
   h->target->rec().begin(h->id);
   Py_RETURN_NONE;
 }
 
-PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
+LAGGARD_HOT PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
   auto* h = reinterpret_cast<HotHandle*>(self);
   h->target->rec().end(h->id);
   Py_RETURN_NONE;
@@ -148,9 +148,9 @@ PyObject* hot_resolve(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       reinterpret_cast<HotHandle*>(self)->target->rec().resolve(token, value));
 }
 
-PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
+LAGGARD_HOT PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
 
-PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
+LAGGARD_HOT PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
   reinterpret_cast<HotHandle*>(self)->target->rec().end(reinterpret_cast<HotHandle*>(self)->id);
   Py_RETURN_FALSE;  // exceptions of the with-body pass through
 }
@@ -167,7 +167,7 @@ bool section_args_ok(Py_ssize_t nargs, PyObject* kwnames) {
          PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "kind") == 0;
 }
 
-PyObject* noop_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+LAGGARD_HOT PyObject* noop_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                        PyObject* kwnames) {
   if (section_args_ok(nargs, kwnames)) {
     PyObject* noop = PyTuple_GET_ITEM(self, 0);
@@ -177,7 +177,7 @@ PyObject* noop_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
   return PyObject_Vectorcall(PyTuple_GET_ITEM(self, 1), args, nargs, kwnames);
 }
 
-PyObject* sampled_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+LAGGARD_HOT PyObject* sampled_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                           PyObject* kwnames) {
   if (section_args_ok(nargs, kwnames)) {
     PyObject* hit = PyDict_GetItemWithError(PyTuple_GET_ITEM(self, 0), args[0]);
@@ -388,14 +388,14 @@ PyObject* g_k_step = nullptr;  // interned attribute names
 PyObject* g_k_sampled = nullptr;
 PyObject* g_k_section = nullptr;
 
-double monotonic_s() noexcept {  // time.monotonic()'s and time.perf_counter()'s clock
+LAGGARD_HOT double monotonic_s() noexcept {  // time.monotonic()'s and time.perf_counter()'s clock
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // The exception being raised, handed to report(kind, exception); nothing raises from here.
-void report_raised(StepState* s, const char* kind) {
+LAGGARD_COLD void report_raised(StepState* s, const char* kind) {
   PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
@@ -411,7 +411,7 @@ void report_raised(StepState* s, const char* kind) {
 }
 
 // Analyzer._call_hooks: a true result or an exception is counted, never raised.
-void call_hooks(StepState* s, PyObject* hooks, const char* where, const char* done) {
+LAGGARD_COLD void call_hooks(StepState* s, PyObject* hooks, const char* where, const char* done) {
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(hooks); ++i) {
     PyObject* fn = PyList_GET_ITEM(hooks, i);
     Py_INCREF(fn);
@@ -432,13 +432,20 @@ void set_attr(PyObject* an, PyObject* name, PyObject* value) {
   if (PyObject_SetAttr(an, name, value) < 0) PyErr_Clear();
 }
 
-void gc_attach(StepState* s) {
+LAGGARD_HOT void gc_attach(StepState* s) {
   StepData& d = *s->d;
   if (!d.resources || d.gc_attached || s->gc_list == nullptr) return;
   auto* g = reinterpret_cast<GcPauses*>(s->gc_cb);
   g->pause_s = g->collections = 0.0;
   g->running = false;
-  if (PyList_Append(s->gc_list, s->gc_cb) < 0) {
+  // gc.callbacks.append(cb): in place where the list has room (what list.append does, without
+  // its code, cold after a training step), else through PyList_Append.
+  auto* list = reinterpret_cast<PyListObject*>(s->gc_list);
+  const Py_ssize_t n = Py_SIZE(list);
+  if (LAGGARD_LIKELY(n < list->allocated)) {
+    list->ob_item[n] = Py_NewRef(s->gc_cb);
+    Py_SET_SIZE(list, n + 1);
+  } else if (PyList_Append(s->gc_list, s->gc_cb) < 0) {
     PyErr_Clear();
     return;
   }
@@ -446,11 +453,20 @@ void gc_attach(StepState* s) {
 }
 
 // Takes the GC callback out (wherever it is now: someone may have cleared gc.callbacks).
-bool gc_detach(StepState* s) {
+LAGGARD_HOT bool gc_detach(StepState* s) {
   StepData& d = *s->d;
   if (!d.gc_attached) return false;
   d.gc_attached = false;
-  for (Py_ssize_t i = PyList_GET_SIZE(s->gc_list) - 1; i >= 0; --i)
+  auto* list = reinterpret_cast<PyListObject*>(s->gc_list);
+  const Py_ssize_t n = Py_SIZE(list);
+  if (LAGGARD_LIKELY(n > 0 && list->ob_item[n - 1] == s->gc_cb)) {
+    // Still the last (as a sampled step leaves it): shortened in place, as list.pop() does
+    // (the allocation kept for the next append). The list still holds gc_cb's reference here.
+    Py_SET_SIZE(list, n - 1);
+    Py_DECREF(s->gc_cb);
+    return true;
+  }
+  for (Py_ssize_t i = n - 1; i >= 0; --i)
     if (PyList_GET_ITEM(s->gc_list, i) == s->gc_cb) {
       if (PyList_SetSlice(s->gc_list, i, i + 1, nullptr) < 0) PyErr_Clear();
       break;
@@ -463,7 +479,7 @@ void resources_begin(StepState* s) { gc_attach(s); }
 // A reading into the sampled step by its slot, the name registered (in the order of first
 // sight, as record_resource does) the first time; a name without a slot (kMaxValues taken) is
 // tried, and counted, again each step, as record_resource counts it.
-void record_at(Recorder& rec, int& slot, std::string_view name, double value) noexcept {
+LAGGARD_HOT void record_at(Recorder& rec, int& slot, std::string_view name, double value) noexcept {
   if (slot == StepData::kUnknownSlot) {
     const int got = rec.resource_slot(name);
     if (got < 0) return;
@@ -472,11 +488,20 @@ void record_at(Recorder& rec, int& slot, std::string_view name, double value) no
   rec.record_resource_at(slot, value);
 }
 
+// Until the training thread's CUDA device is known: the sampler's _find_cuda_device.
+LAGGARD_COLD void find_cuda(StepState* s) {
+  PyObject* r = PyObject_CallNoArgs(s->find_cuda);
+  const int found = r == nullptr ? -1 : PyObject_IsTrue(r);
+  Py_XDECREF(r);
+  if (found < 0) report_raised(s, "resources");
+  if (found != 0) Py_CLEAR(s->find_cuda);
+}
+
 // A sampled step's resources, into the recorder before its end_step (in the order
 // ResourceSampler.step_end hands them over): the GC figures, the data wait, the latest
 // readings unless stale (the sampler has not published for 4 periods and at least 5 s); then
 // the period follows the time between sampled steps.
-void resources_end(StepState* s) {
+LAGGARD_HOT void resources_end(StepState* s) {
   StepData& d = *s->d;
   if (!d.resources) return;
   Recorder& rec = s->target->rec();
@@ -497,13 +522,7 @@ void resources_end(StepState* s) {
       for (std::size_t i = 0; i < d.slots.size(); ++i)
         record_at(rec, d.slots[i], d.names[i], d.values[i]);
   }
-  if (s->find_cuda != nullptr) {  // until the training thread's CUDA device is known
-    PyObject* r = PyObject_CallNoArgs(s->find_cuda);
-    const int found = r == nullptr ? -1 : PyObject_IsTrue(r);
-    Py_XDECREF(r);
-    if (found < 0) report_raised(s, "resources");
-    if (found != 0) Py_CLEAR(s->find_cuda);
-  }
+  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
   const bool had_last = d.has_last_sampled;
   const double last = d.last_sampled;
   d.last_sampled = now;
@@ -521,27 +540,30 @@ PyObject* call_python(PyObject* fn, PyObject* an, PyObject* arg) {
   return PyObject_Vectorcall(fn, args, arg ? 2 : 1, nullptr);
 }
 
+// A step that is not an exact non-negative int: the method says what is wrong with it.
+LAGGARD_COLD PyObject* begin_step_python(StepState* s, PyObject* self, PyObject* step) {
+  PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
+  if (an == Py_None) Py_RETURN_NONE;
+  Py_INCREF(an);
+  PyObject* r = call_python(s->begin_py, an, step);
+  s->sampled = s->target != nullptr && s->target->rec().sampled();
+  PyObject* section = PyCFunction_NewEx(&kStepSection, self, nullptr);
+  if (section != nullptr) set_attr(an, g_k_section, section);  // the method swapped its own in
+  Py_XDECREF(section);
+  PyErr_Clear();
+  Py_DECREF(an);
+  return r;
+}
+
 // A step that is not sampled touches this object alone: the step, one flag, the interval.
-PyObject* step_begin_step(PyObject* self, PyObject* step) {
+LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (s->target == nullptr) Py_RETURN_NONE;
   Py_INCREF(step);
   Py_XSETREF(s->step, step);
   int overflow = 1;
   const long long k = PyLong_CheckExact(step) ? PyLong_AsLongLongAndOverflow(step, &overflow) : -1;
-  if (overflow != 0 || k < 0) {  // the method says what is wrong with it
-    PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
-    if (an == Py_None) Py_RETURN_NONE;
-    Py_INCREF(an);
-    PyObject* r = call_python(s->begin_py, an, step);
-    s->sampled = s->target != nullptr && s->target->rec().sampled();
-    PyObject* section = PyCFunction_NewEx(&kStepSection, self, nullptr);
-    if (section != nullptr) set_attr(an, g_k_section, section);  // the method swapped its own in
-    Py_XDECREF(section);
-    PyErr_Clear();
-    Py_DECREF(an);
-    return r;
-  }
+  if (LAGGARD_UNLIKELY(overflow != 0 || k < 0)) return begin_step_python(s, self, step);
   if (!s->sampled && s->skip_every >= 0 && (s->skip_every == 0 || k % s->skip_every != 0))
     Py_RETURN_NONE;  // not sampled, nothing open: the recorder has nothing to do
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
@@ -552,13 +574,14 @@ PyObject* step_begin_step(PyObject* self, PyObject* step) {
   set_attr(an, g_k_sampled, sampled ? Py_True : Py_False);
   if (sampled) {
     resources_begin(s);
-    if (PyList_GET_SIZE(s->on_begin) > 0) call_hooks(s, s->on_begin, "begin_step", "attached");
+    if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_begin) > 0))
+      call_hooks(s, s->on_begin, "begin_step", "attached");
   }
   Py_DECREF(an);
   Py_RETURN_NONE;
 }
 
-PyObject* step_end_step(PyObject* self, PyObject*) {
+LAGGARD_HOT PyObject* step_end_step(PyObject* self, PyObject*) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (!s->sampled || s->target == nullptr) Py_RETURN_NONE;
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
@@ -568,15 +591,16 @@ PyObject* step_end_step(PyObject* self, PyObject*) {
   s->sampled = false;
   set_attr(an, g_k_sampled, Py_False);
   s->target->end_step();
-  if (PyList_GET_SIZE(s->on_end) > 0) call_hooks(s, s->on_end, "end_step", "detached");
+  if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_end) > 0))
+    call_hooks(s, s->on_end, "end_step", "detached");
   Py_DECREF(an);
   Py_RETURN_NONE;
 }
 
 // The Analyzer's section(name, kind=None) while the builtins are in place: not sampled, the
 // no-op section; sampled, the name's SectionScope; anything else, the Python section().
-PyObject* step_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                       PyObject* kwnames) {
+LAGGARD_HOT PyObject* step_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                   PyObject* kwnames) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (section_args_ok(nargs, kwnames)) {
     if (!s->sampled) return Py_NewRef(s->noop);

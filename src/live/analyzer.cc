@@ -1395,7 +1395,7 @@ Analyzer::StageId Analyzer::stage(std::string_view name, StageKind kind) noexcep
   }
 }
 
-void Analyzer::begin_step(std::int64_t step) noexcept {
+LAGGARD_HOT void Analyzer::begin_step(std::int64_t step) noexcept {
   if (recorder_ == nullptr) {
     if (LAGGARD_UNLIKELY(impl_ != nullptr && impl_->forked)) forked_step();
     return;
@@ -1404,7 +1404,7 @@ void Analyzer::begin_step(std::int64_t step) noexcept {
   sampled_ = recorder_->sampled();
 }
 
-void Analyzer::end_sampled_step() noexcept {
+LAGGARD_HOT void Analyzer::end_sampled_step() noexcept {
   sampled_ = false;
   recorder_->end_step();
   Impl& im = *impl_;

@@ -167,7 +167,7 @@ class StepRing final : public RawStepSink {
     wake_ = wake;
   }
 
-  Recorder::RawStep* claim() noexcept override {
+  LAGGARD_HOT Recorder::RawStep* claim() noexcept override {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
     if (tail - head_.load(std::memory_order_acquire) >= capacity_) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
@@ -178,7 +178,7 @@ class StepRing final : public RawStepSink {
   }
 
   /// The push, then the consumer woken if it sleeps deeply (else a fence and a load).
-  void commit() noexcept override {
+  LAGGARD_HOT void commit() noexcept override {
     tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     if (wake_ != nullptr) wake_->wake_on_data();
   }
