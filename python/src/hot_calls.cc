@@ -580,6 +580,26 @@ PyObject* call_python(PyObject* fn, PyObject* an, PyObject* arg) {
   return PyObject_Vectorcall(fn, args, arg ? 2 : 1, nullptr);
 }
 
+// An exact int >= 0 that fits a long long: its value; else -1. A step below 2**30 is read from
+// the object (no call into the interpreter's long code, cold after a training step).
+LAGGARD_HOT inline long long exact_step(PyObject* step) noexcept {
+  if (!PyLong_CheckExact(step)) return -1;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+  // 3.11's PyLongObject: the sign and the number of digits in ob_size, 30-bit digits.
+  const Py_ssize_t size = Py_SIZE(step);
+  if (size == 0) return 0;
+  if (size == 1) return static_cast<long long>(reinterpret_cast<PyLongObject*>(step)->ob_digit[0]);
+#elif PY_VERSION_HEX >= 0x030C0000
+  if (PyUnstable_Long_IsCompact(reinterpret_cast<PyLongObject*>(step))) {
+    const Py_ssize_t v = PyUnstable_Long_CompactValue(reinterpret_cast<PyLongObject*>(step));
+    return v < 0 ? -1 : static_cast<long long>(v);
+  }
+#endif
+  int overflow = 0;
+  const long long k = PyLong_AsLongLongAndOverflow(step, &overflow);
+  return overflow != 0 || k < 0 ? -1 : k;
+}
+
 // A step that is not an exact non-negative int: the method says what is wrong with it.
 LAGGARD_COLD PyObject* begin_step_python(StepState* s, PyObject* self, PyObject* step) {
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
@@ -601,9 +621,8 @@ LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   if (s->target == nullptr) Py_RETURN_NONE;
   Py_INCREF(step);
   Py_XSETREF(s->step, step);
-  int overflow = 1;
-  const long long k = PyLong_CheckExact(step) ? PyLong_AsLongLongAndOverflow(step, &overflow) : -1;
-  if (LAGGARD_UNLIKELY(overflow != 0 || k < 0)) return begin_step_python(s, self, step);
+  const long long k = exact_step(step);
+  if (LAGGARD_UNLIKELY(k < 0)) return begin_step_python(s, self, step);
   if (!s->sampled && s->skip_every >= 0 && (s->skip_every == 0 || k % s->skip_every != 0))
     Py_RETURN_NONE;  // not sampled, nothing open: the recorder has nothing to do
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
