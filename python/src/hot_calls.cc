@@ -408,6 +408,7 @@ struct StepState {
   PyObject* step;         // the step begun last (the Analyzer's `step` reads it)
   long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
   bool sampled;           // the recorder's, as the builtins left it: no cold read of it
+  bool dict_sampled;      // `_sampled` is a plain instance attribute: stored into the dict
   StepData* d;
 };
 
@@ -470,6 +471,22 @@ LAGGARD_COLD void call_hooks(StepState* s, PyObject* hooks, const char* where, c
 
 void set_attr(PyObject* an, PyObject* name, PyObject* value) {
   if (PyObject_SetAttr(an, name, value) < 0) PyErr_Clear();
+}
+
+LAGGARD_HOT // an._sampled = value. Where the Analyzer's class has nothing of that name and the default
+// __setattr__ (checked when the StepState is made), straight into the instance dict: what
+// PyObject_SetAttr would do, without its type lookup (cold code after a training step).
+LAGGARD_HOT void set_sampled(StepState* s, PyObject* an, PyObject* value) {
+#if PY_VERSION_HEX < 0x030D0000
+  if (LAGGARD_LIKELY(s->dict_sampled)) {
+    PyObject** dict = _PyObject_GetDictPtr(an);
+    if (LAGGARD_LIKELY(dict != nullptr && *dict != nullptr && PyDict_CheckExact(*dict))) {
+      if (PyDict_SetItem(*dict, g_k_sampled, value) < 0) PyErr_Clear();
+      return;
+    }
+  }
+#endif
+  set_attr(an, g_k_sampled, value);
 }
 
 LAGGARD_HOT void gc_attach(StepState* s) {
@@ -630,7 +647,7 @@ LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   Py_INCREF(an);
   const bool sampled = s->target->begin_step(k);
   s->sampled = sampled;
-  set_attr(an, g_k_sampled, sampled ? Py_True : Py_False);
+  set_sampled(s, an, sampled ? Py_True : Py_False);
   if (sampled) {
     resources_begin(s);
     if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_begin) > 0))
@@ -648,7 +665,7 @@ LAGGARD_HOT PyObject* step_end_step(PyObject* self, PyObject*) {
   Py_INCREF(an);
   resources_end(s);
   s->sampled = false;
-  set_attr(an, g_k_sampled, Py_False);
+  set_sampled(s, an, Py_False);
   s->target->end_step();
   if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_end) > 0))
     call_hooks(s, s->on_end, "end_step", "detached");
@@ -976,6 +993,9 @@ py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::han
   s->on_begin = Py_NewRef(on_begin.ptr());
   s->on_end = Py_NewRef(on_end.ptr());
   s->skip_every = skip_every;
+  PyTypeObject* cls = Py_TYPE(analyzer.ptr());
+  s->dict_sampled = cls->tp_setattro == PyObject_GenericSetAttr &&
+                    _PyType_Lookup(cls, g_k_sampled) == nullptr;
   auto state = py::reinterpret_steal<py::object>(obj);
   return state;
 }
