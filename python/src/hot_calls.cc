@@ -26,47 +26,26 @@ struct HotHandle {
   PyObject_HEAD
   PyObject* owner;  // the _core.Recorder or _core.Engine, kept alive
   HotTarget* target;
-  Recorder* rec;    // target->rec(), which never changes: no virtual call on the hot path
   int id;
 };
 
-/// A SectionScope: a handle, and its __enter__ and __exit__ made once (builtins bound to a
-/// handle of their own, not to the scope: no reference cycle). `with` looks both up on every
-/// entry; the type's ScopeCall descriptors hand these out instead of binding a new method
-/// object each time (an allocation, GC-tracked, and its cold code, twice per sampled section).
-struct HotScope {
-  HotHandle h;
-  PyObject* enter;
-  PyObject* exit;
-};
-
-void hot_handle_type_free(PyObject* self) {
+void hot_handle_dealloc(PyObject* self) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  Py_XDECREF(h->owner);
   PyTypeObject* type = Py_TYPE(self);
   type->tp_free(self);
   Py_DECREF(type);  // heap type instances own a reference to their type
 }
 
-void hot_handle_dealloc(PyObject* self) {
-  Py_XDECREF(reinterpret_cast<HotHandle*>(self)->owner);
-  hot_handle_type_free(self);
-}
-
-void hot_scope_dealloc(PyObject* self) {
-  auto* sc = reinterpret_cast<HotScope*>(self);
-  Py_XDECREF(sc->enter);
-  Py_XDECREF(sc->exit);
-  hot_handle_dealloc(self);
-}
-
 LAGGARD_HOT PyObject* hot_begin(PyObject* self, PyObject* const*, Py_ssize_t) {
   auto* h = reinterpret_cast<HotHandle*>(self);
-  h->rec->begin(h->id);
+  h->target->rec().begin(h->id);
   Py_RETURN_NONE;
 }
 
 LAGGARD_HOT PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
   auto* h = reinterpret_cast<HotHandle*>(self);
-  h->rec->end(h->id);
+  h->target->rec().end(h->id);
   Py_RETURN_NONE;
 }
 
@@ -96,7 +75,7 @@ PyObject* hot_end_step(PyObject* self, PyObject*) {
 PyObject* hot_set_stream(PyObject* self, PyObject* arg) {
   const unsigned long long handle = PyLong_AsUnsignedLongLong(arg);
   if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
-  if (TimingBackend* b = reinterpret_cast<HotHandle*>(self)->rec->backend())
+  if (TimingBackend* b = reinterpret_cast<HotHandle*>(self)->target->rec().backend())
     b->set_stream(reinterpret_cast<void*>(static_cast<std::uintptr_t>(handle)));
   Py_RETURN_NONE;
 }
@@ -135,7 +114,7 @@ bool each_pair(PyObject* arg, const char* not_a_sequence, const char* what, Fn&&
 // pybind11 calls, ~27 µs right after a training step; bench/resources_overhead.py). A pair that
 // is not (str, number) raises TypeError; the pairs before it are recorded.
 PyObject* hot_record_resources(PyObject* self, PyObject* arg) {
-  Recorder& rec = *reinterpret_cast<HotHandle*>(self)->rec;
+  Recorder& rec = reinterpret_cast<HotHandle*>(self)->target->rec();
   if (!each_pair(arg, "record_resources: expected a tuple of (name, value)", "record_resources",
                  [&](std::string_view name, double value) { rec.record_resource(name, value); }))
     return nullptr;
@@ -150,7 +129,7 @@ PyObject* hot_defer(PyObject* self, PyObject* arg) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "defer: the name must be a str");
     return nullptr;
   }
-  const Recorder::DeferToken token = reinterpret_cast<HotHandle*>(self)->rec->defer(
+  const Recorder::DeferToken token = reinterpret_cast<HotHandle*>(self)->target->rec().defer(
       std::string_view(name, static_cast<std::size_t>(size)));
   return PyLong_FromUnsignedLongLong(token);
 }
@@ -166,27 +145,14 @@ PyObject* hot_resolve(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   const double value = PyFloat_AsDouble(args[1]);
   if (value == -1.0 && PyErr_Occurred()) return nullptr;
   return PyBool_FromLong(
-      reinterpret_cast<HotHandle*>(self)->rec->resolve(token, value));
+      reinterpret_cast<HotHandle*>(self)->target->rec().resolve(token, value));
 }
 
 LAGGARD_HOT PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
 
 LAGGARD_HOT PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
-  reinterpret_cast<HotHandle*>(self)->rec->end(reinterpret_cast<HotHandle*>(self)->id);
+  reinterpret_cast<HotHandle*>(self)->target->rec().end(reinterpret_cast<HotHandle*>(self)->id);
   Py_RETURN_FALSE;  // exceptions of the with-body pass through
-}
-
-// SectionScope.__enter__ / __exit__: a descriptor that gives the scope's own builtin (see
-// HotScope); on the class, itself.
-struct ScopeCall {
-  PyObject_HEAD
-  int exit;  // 0: __enter__, 1: __exit__
-};
-
-LAGGARD_HOT PyObject* scope_call_get(PyObject* self, PyObject* obj, PyObject*) {
-  if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
-  auto* sc = reinterpret_cast<HotScope*>(obj);
-  return Py_NewRef(reinterpret_cast<ScopeCall*>(self)->exit ? sc->exit : sc->enter);
 }
 
 // The Analyzer's per-instance `section(name, kind=None)`: two builtins whose `self` is a tuple
@@ -260,10 +226,11 @@ PyMethodDef kSampledSection = {
     METH_FASTCALL | METH_KEYWORDS,
     "section(name, kind=None): the name's section scope (a sampled step)."};
 
-PyMethodDef kScopeEnter = {"__enter__", hot_enter, METH_NOARGS, "Begins the stage."};
-PyMethodDef kScopeExit = {
-    "__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_exit)),
-    METH_FASTCALL, "Ends the stage; exceptions pass through."};
+PyMethodDef kScopeMethods[] = {
+    {"__enter__", hot_enter, METH_NOARGS, nullptr},
+    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_exit)),
+     METH_FASTCALL, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
 PyGetSetDef kScopeGetSet[] = {{"id", hot_scope_id, nullptr, "The stage id.", nullptr},
                               {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
@@ -274,20 +241,14 @@ PyType_Slot kHandleSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(hot_handle
 PyType_Spec kHandleSpec = {"laggard._core.RecorderHandle", sizeof(HotHandle), 0,
                            Py_TPFLAGS_DEFAULT, kHandleSlots};
 PyType_Slot kScopeSlots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(hot_scope_dealloc)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(hot_handle_dealloc)},
+    {Py_tp_methods, kScopeMethods},
     {Py_tp_getset, kScopeGetSet},
     {Py_tp_doc, const_cast<char*>("Context manager of one stage (Recorder.section): begin on "
                                   "enter, end on exit.")},
     {0, nullptr}};
-PyType_Spec kScopeSpec = {"laggard._core.SectionScope", sizeof(HotScope), 0, Py_TPFLAGS_DEFAULT,
+PyType_Spec kScopeSpec = {"laggard._core.SectionScope", sizeof(HotHandle), 0, Py_TPFLAGS_DEFAULT,
                           kScopeSlots};
-PyType_Slot kScopeCallSlots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(hot_handle_type_free)},
-    {Py_tp_descr_get, reinterpret_cast<void*>(scope_call_get)},
-    {Py_tp_doc, const_cast<char*>("SectionScope's __enter__/__exit__: the scope's own builtin.")},
-    {0, nullptr}};
-PyType_Spec kScopeCallSpec = {"laggard._core.ScopeCall", sizeof(ScopeCall), 0, Py_TPFLAGS_DEFAULT,
-                              kScopeCallSlots};
 
 PyTypeObject* g_handle_type = nullptr;  // set at module init, alive as long as the module
 PyTypeObject* g_scope_type = nullptr;
@@ -298,7 +259,6 @@ py::object new_handle(PyTypeObject* type, const py::object& owner, HotTarget& ta
   auto* h = reinterpret_cast<HotHandle*>(obj);
   h->owner = owner.inc_ref().ptr();
   h->target = &target;
-  h->rec = &target.rec();
   h->id = id;
   return py::reinterpret_steal<py::object>(obj);
 }
@@ -1005,20 +965,6 @@ py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::han
 void init_hot_types(py::module_& m) {
   g_handle_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHandleSpec));
   g_scope_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeSpec));
-  if (g_scope_type != nullptr) {  // __enter__ and __exit__: the scope's own builtins
-    auto* call_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeCallSpec));
-    if (!call_type) throw py::error_already_set();
-    for (int exit = 0; exit < 2; ++exit) {
-      PyObject* d = call_type->tp_alloc(call_type, 0);
-      if (!d) throw py::error_already_set();
-      reinterpret_cast<ScopeCall*>(d)->exit = exit;
-      const int err = PyObject_SetAttrString(reinterpret_cast<PyObject*>(g_scope_type),
-                                             exit ? "__exit__" : "__enter__", d);
-      Py_DECREF(d);
-      if (err < 0) throw py::error_already_set();
-    }
-    Py_DECREF(call_type);  // the descriptors keep it
-  }
   g_step_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kStepSpec));
   g_gc_pauses_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kGcPausesSpec));
   g_k_step = PyUnicode_InternFromString("step");
@@ -1063,12 +1009,7 @@ void init_hot_types(py::module_& m) {
 }
 
 py::object section_scope(const py::object& owner, HotTarget& target, int id) {
-  py::object scope = new_handle(g_scope_type, owner, target, id);
-  py::object h = new_handle(g_handle_type, owner, target, id);
-  auto* sc = reinterpret_cast<HotScope*>(scope.ptr());
-  sc->enter = new_builtin(&kScopeEnter, h).release().ptr();
-  sc->exit = new_builtin(&kScopeExit, h).release().ptr();
-  return scope;
+  return new_handle(g_scope_type, owner, target, id);
 }
 
 py::tuple stage_marks(const py::object& owner, HotTarget& target, int id) {
