@@ -4,8 +4,13 @@
 #   --skip-long   leave out the long tests (CTest label `long`, pytest marker `long`: the 256-rank
 #                 gather, the repetitions after the first of a repeated real-rank test, the runs
 #                 under a loaded machine); scripts/long-tests.sh runs exactly those. CI passes it.
-#   --jobs N      Python test processes (pytest-xdist, a test file per process; default 1). The
-#                 real-rank tests mostly sleep, so 2 on a 2-core machine fill the idle cores.
+#   --jobs N      Python test processes (default 1). With 2 or more, two pytest runs at once: the
+#                 tests that start real rank processes (marker `multiproc`) one after another in
+#                 one, every other test in the other (pytest-xdist with N-1 workers where N > 2);
+#                 their output is prefixed [ranks] and [other]. The real-rank tests mostly sleep,
+#                 so the other run fills the idle core of a 2-core machine; two real-rank jobs at
+#                 once would put six or more rank processes on it, beyond the load the detector
+#                 is held to (tests/python/test_loaded_healthy.py: a job beside two busy processes).
 #   -- ARGS...    more arguments for pytest (CI: --durations=25, the slowest tests' times)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,14 +27,33 @@ while [ $# -gt 0 ]; do
 done
 ctest_args=()
 pytest_args=("$@")
+marks=()
 if [ "$skip_long" = yes ]; then
   ctest_args=(-LE long)
-  pytest_args+=(-m "not long")
-fi
-if [ "$jobs" -gt 1 ]; then
-  pytest_args+=(-n "$jobs" --dist loadfile)
+  marks=("not long")
 fi
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j2 "${ctest_args[@]}"
-PYTHONPATH="$PWD/python" OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/python -q \
-  -p no:cacheprovider "${pytest_args[@]}"
+pytest() {  # pytest MARK_EXPRESSION ARGS...
+  local expr=$1
+  shift
+  PYTHONPATH="$PWD/python" OMP_NUM_THREADS=1 .venv/bin/python -u -m pytest tests/python -q \
+    -p no:cacheprovider ${expr:+-m "$expr"} "$@" "${pytest_args[@]}"
+}
+if [ "$jobs" -le 1 ]; then
+  pytest "${marks[*]:-}"
+  exit
+fi
+join() { local IFS=; echo "$*"; }
+ranks_expr=$(join "multiproc" "${marks[@]/#/ and }")
+other_expr=$(join "not multiproc" "${marks[@]/#/ and }")
+other_args=()
+if [ "$jobs" -gt 2 ]; then other_args=(-n $(( jobs - 1 )) --dist loadfile); fi
+rc_ranks=0 rc_other=0
+pytest "$ranks_expr" > >(sed -u 's/^/[ranks] /') 2>&1 &
+ranks_pid=$!
+pytest "$other_expr" "${other_args[@]}" > >(sed -u 's/^/[other] /') 2>&1 || rc_other=$?
+wait "$ranks_pid" || rc_ranks=$?
+sleep 0.2  # the prefixing sed processes flush
+echo "test: real-rank tests exit $rc_ranks, other tests exit $rc_other"
+[ "$rc_ranks" -eq 0 ] && [ "$rc_other" -eq 0 ]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from laggard.launch import worst_exit_code
 
 import testenv
@@ -89,12 +91,11 @@ def test_worst_exit_code():
 
 # -- torchrun ------------------------------------------------------------------------------------
 
+@pytest.mark.multiproc
 def test_example_trains_under_torchrun_and_each_rank_logs(tmp_path):
     # torchrun (PyTorch >= 2.1) is the launcher the docs show: its environment reaches laggard,
     # each rank logs as itself, and the injected 30 ms of rank 1's forward is in its samples.
     import statistics
-
-    import pytest
 
     pytest.importorskip("torch")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

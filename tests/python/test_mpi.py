@@ -39,6 +39,7 @@ def mpirun(out, *args):
 
 
 @needs_mpi
+@pytest.mark.multiproc
 def test_mpi_ranks_deliver_every_window_and_name_the_slow_rank(tmp_path):
     results, stderr = mpirun(tmp_path, "--slow-rank", "3", "--slow-ms", "10")
     assert [r["rank"] for r in results] == list(range(WORLD))
@@ -55,12 +56,14 @@ def test_mpi_ranks_deliver_every_window_and_name_the_slow_rank(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.multiproc
 def test_a_healthy_mpi_run_names_nobody(tmp_path):
     results, _ = mpirun(tmp_path)
     m = results[0]["latest_metrics"]
     assert m["straggler/confirmed"] == "" and m["straggler/ranks"] == WORLD
 
 
+@pytest.mark.multiproc
 def test_without_the_mpi_module_the_rank_still_logs_under_the_launchers_rank(tmp_path,
                                                                              monkeypatch):
     def unavailable():

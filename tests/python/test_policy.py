@@ -73,6 +73,7 @@ def check_stopped_together(results, shown):
     return stop
 
 
+@pytest.mark.multiproc
 def test_stop_policy_stops_every_rank_of_a_ddp_loop_at_the_same_step(tmp_path):
     store = tmp_path / "fleet.db"
     results, shown, consoles = run(tmp_path, "torch", "stop", raising=True,
@@ -111,6 +112,7 @@ def test_stop_policy_stops_every_rank_of_a_ddp_loop_at_the_same_step(tmp_path):
         assert r["fleet_run"] is None, r  # only the analysis rank adds it
 
 
+@pytest.mark.multiproc
 def test_a_callable_policy_and_callbacks_get_the_verdict_on_every_rank(tmp_path):
     results, shown, consoles = run(tmp_path, "torch", "callable", steps=70)
     for r in results:
@@ -128,6 +130,7 @@ def test_a_callable_policy_and_callbacks_get_the_verdict_on_every_rank(tmp_path)
     assert all("stopping before step" not in c for c in consoles), shown
 
 
+@pytest.mark.multiproc
 def test_stop_policy_stops_a_lightning_fit_on_every_rank_at_the_same_step(tmp_path):
     results, shown, consoles = run(tmp_path, "lightning", "stop")
     stop = check_stopped_together(results, shown)
@@ -152,6 +155,7 @@ def test_stop_policy_stops_a_lightning_fit_on_every_rank_at_the_same_step(tmp_pa
         assert "laggard: stopping before step %d" % stop in c, shown
 
 
+@pytest.mark.multiproc
 def test_stop_policy_stops_an_hf_trainer_run_on_every_rank_at_the_same_step(tmp_path):
     results, shown, consoles = run(tmp_path, "transformers", "stop")
     stop = check_stopped_together(results, shown)

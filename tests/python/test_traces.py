@@ -26,6 +26,7 @@ def _record(out, *args):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.multiproc
 def test_recorded_traces_name_the_slow_rank(tmp_path):
     pytest.importorskip("torch")
     cli = testenv.cli()
