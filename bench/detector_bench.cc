@@ -5,12 +5,16 @@
 //     waiting (8,192 waiting findings: the allocation-heavy case).
 //   BM_EvaluateFresh/<scenario>: evaluate_window returning a new Report each time (mean).
 //   BM_Observe/<scenario>/<rule>: Detector::observe (evaluate + persistence) into a reused
-//     Report; rule 0 the default options, 1 the RFC's rule. Scenarios 0 and 1 observe one window
-//     again and again (it stays in the caches as far as they hold it). Scenario 2 is scenario 0
-//     with transient pauses: in each of 8 windows taken in turn, 2 % of the (rank, stage) times
-//     are 1.5x to 3x (every stage then has ranks over the rule, so none skips its MAD).
+//     Report, of the window in columns (ColumnarWindow, made ahead as a producer that appends
+//     each sample as it arrives hands it over); rule 0 the default options, 1 the RFC's rule.
+//     Scenarios 0 and 1 observe one window again and again (it stays in the caches as far as
+//     they hold it). Scenario 2 is scenario 0 with transient pauses: in each of 8 windows taken
+//     in turn, 2 % of the (rank, stage) times are 1.5x to 3x (every stage then has ranks over
+//     the rule, so none skips its MAD).
 //     Scenario 3 is the 8 windows of scenario 2 without the pauses: what taking fresh windows
 //     costs by itself.
+//   BM_ObserveWindow/<scenario>/<rule>: the same from the Window (turned into columns first).
+//   BM_Columns/<scenario>: turning the Window into columns alone (ColumnarWindow::assign).
 //   Every rank's step_ms is its stages' time and about 0.5 ms more (the "untimed" stage).
 //   BM_Median/<how>: the median of one stage's 16,384 times; 0 the sampled selection the
 //     detector uses (median_of), 1 a copy and a quickselect (median_inplace), as before.
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/median.hpp"
@@ -137,9 +142,45 @@ void BM_EvaluateFresh(benchmark::State& state) {
 }
 BENCHMARK(BM_EvaluateFresh)->Arg(0)->Unit(benchmark::kMillisecond);
 
+// The windows of `window` and `fresh_window` in columns, as a producer that appends each sample as
+// it arrives (ColumnarWindow::add) hands them to the detector.
+const laggard::ColumnarWindow& columns_of(const laggard::Window& w) {
+  static std::vector<std::pair<const laggard::Window*, laggard::ColumnarWindow>> made;
+  for (const auto& [from, columns] : made)
+    if (from == &w) return columns;
+  made.emplace_back(&w, laggard::ColumnarWindow{});
+  made.back().second.assign(w);
+  return made.back().second;
+}
+
 // Detector::observe with the defaults (the sequential method: a log and five CUSUMs per rank and
-// stage, a median per stage) and, with a second argument of 1, the RFC's threshold rule.
+// stage, a median per stage) and, with a second argument of 1, the RFC's threshold rule, over
+// windows in columns (observe(const ColumnarWindow&)).
 void BM_Observe(benchmark::State& state) {
+  laggard::Detector detector(state.range(1) ? laggard::DetectorOptions::rfc()
+                                            : laggard::DetectorOptions{});
+  const int scenario = static_cast<int>(state.range(0));
+  if (scenario >= 2)
+    for (int k = 0; k < kFreshWindows; ++k) columns_of(fresh_window(scenario, k));
+  else
+    columns_of(window(scenario));
+  auto next = [scenario, k = 0]() mutable -> const laggard::ColumnarWindow& {
+    return columns_of(scenario >= 2 ? fresh_window(scenario, k++) : window(scenario));
+  };
+  laggard::Report r;
+  detector.observe(next(), r);  // first window sizes the histories
+  for (auto _ : state) {
+    detector.observe(next(), r);
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["confirmed"] = static_cast<double>(detector.confirmed().size());
+  state.counters["findings"] = static_cast<double>(r.stragglers.size() + r.waiting.size());
+  state.SetItemsProcessed(state.iterations() * kRanks * kStages);
+}
+BENCHMARK(BM_Observe)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond);
+
+// The same from Windows (observe(const Window&)): each window turned into columns first.
+void BM_ObserveWindow(benchmark::State& state) {
   laggard::Detector detector(state.range(1) ? laggard::DetectorOptions::rfc()
                                             : laggard::DetectorOptions{});
   const int scenario = static_cast<int>(state.range(0));
@@ -156,7 +197,21 @@ void BM_Observe(benchmark::State& state) {
   state.counters["findings"] = static_cast<double>(r.stragglers.size() + r.waiting.size());
   state.SetItemsProcessed(state.iterations() * kRanks * kStages);
 }
-BENCHMARK(BM_Observe)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ObserveWindow)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond);
+
+// Turning a Window into columns alone (ColumnarWindow::assign): scenario 0 one window again and
+// again, 3 the eight fresh windows in turn.
+void BM_Columns(benchmark::State& state) {
+  const int scenario = static_cast<int>(state.range(0));
+  laggard::ColumnarWindow columns;
+  int k = 0;
+  for (auto _ : state) {
+    columns.assign(scenario >= 2 ? fresh_window(scenario, k++) : window(scenario));
+    benchmark::DoNotOptimize(columns);
+  }
+  state.SetItemsProcessed(state.iterations() * kRanks * kStages);
+}
+BENCHMARK(BM_Columns)->Arg(0)->Arg(3)->Unit(benchmark::kMillisecond);
 
 void BM_Median(benchmark::State& state) {
   const laggard::Window& w = window(0);

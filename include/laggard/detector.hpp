@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "laggard/columnar_window.hpp"
 #include "laggard/export.hpp"
 #include "laggard/model.hpp"
 
@@ -202,6 +203,10 @@ LAGGARD_API Report evaluate_window(const Window& window, const DetectorOptions& 
 /// valid but unspecified.
 LAGGARD_API void evaluate_window(const Window& window, const DetectorOptions& options,
                                  Report& out);
+/// The same over a window already in columns: what the Window forms do after turning the window
+/// into columns (ColumnarWindow::assign), the same report.
+LAGGARD_API void evaluate_window(const ColumnarWindow& window, const DetectorOptions& options,
+                                 Report& out);
 
 /// The analysis over a run: evaluates each window and tracks persistence per (cohort, stage,
 /// rank), so a finding is `confirmed` once slow in k of the last n windows. Not thread-safe.
@@ -216,6 +221,10 @@ class LAGGARD_API Detector {
   /// The same, written into `out` and reusing its storage (see evaluate_window): the form to
   /// call once per window in a loop.
   void observe(const Window& window, Report& out);
+  /// The same over a window already in columns (the same report and state as the Window form):
+  /// at thousands of ranks turning a Window into columns is a third of the cost, which a
+  /// producer that appends each sample as it arrives (ColumnarWindow::add) does not pay.
+  void observe(const ColumnarWindow& window, Report& out);
 
   /// Findings confirmed at any point so far, the latest figures of each (rank, stage). The
   /// figures start with the windows of the run of statistical confirmation in which it became
@@ -356,8 +365,9 @@ class LAGGARD_API Detector {
                  : -1;
     }
   };
-  void observe_threshold(const Window& window, Report& report);
-  void observe_sequential(const Window& window, Report& report);
+  void observe_columns(const ColumnarWindow& window, Report& report, bool take_times);
+  void observe_threshold(const ColumnarWindow& window, Report& report);
+  void observe_sequential(const ColumnarWindow& window, Report& report);
   static void catch_up(const Track& track, History& h);
   /// Ranks at or above this are not tracked (histories are indexed by rank).
   static constexpr int kMaxTrackedRank = 1 << 22;
@@ -382,6 +392,7 @@ class LAGGARD_API Detector {
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)
   std::vector<std::pair<std::size_t, std::size_t>> seq_named_;  ///< (stage, position) named now
   std::vector<std::uint8_t> seq_stat_named_;  ///< per straggler finding: named (before the gate)
+  ColumnarWindow columns_;  ///< observe(const Window&): the window in columns
 };
 
 /// The lesson's rule over one vector of per-stage times in pipeline order. `limit` is

@@ -206,7 +206,16 @@ void Detector::catch_up(const Track& track, History& h) {
 }
 
 void Detector::observe(const Window& window, Report& report) {
-  evaluate_window(window, options_, report);
+  columns_.assign(window);
+  observe_columns(columns_, report, true);
+}
+
+void Detector::observe(const ColumnarWindow& window, Report& report) {
+  observe_columns(window, report, false);
+}
+
+void Detector::observe_columns(const ColumnarWindow& window, Report& report, bool take_times) {
+  evaluate_columns(window, options_, report, take_times);
   ++windows_;
   if (options_.method == Method::sequential)
     observe_sequential(window, report);

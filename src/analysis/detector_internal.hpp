@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -38,5 +39,38 @@ inline const std::string& stage_key(std::string& key, std::string_view cohort,
   key += stage;
   return key;
 }
+
+// Stage names are short: compare them inline, eight bytes at a time, instead of calling memcmp.
+inline bool same_name(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size();
+  if (n != b.size()) return false;
+  const char* p = a.data();
+  const char* q = b.data();
+  auto same8 = [](const char* x, const char* y) {
+    std::uint64_t u, v;
+    std::memcpy(&u, x, 8);
+    std::memcpy(&v, y, 8);
+    return u == v;
+  };
+  auto same4 = [](const char* x, const char* y) {
+    std::uint32_t u, v;
+    std::memcpy(&u, x, 4);
+    std::memcpy(&v, y, 4);
+    return u == v;
+  };
+  if (n >= 8) {
+    for (std::size_t i = 0; i + 8 < n; i += 8)
+      if (!same8(p + i, q + i)) return false;
+    return same8(p + n - 8, q + n - 8);  // the last 8 bytes, overlapping the loop's
+  }
+  if (n >= 4) return same4(p, q) & same4(p + n - 4, q + n - 4);  // two overlapping halves
+  if (n == 0) return true;
+  return (p[0] == q[0]) & (p[n / 2] == q[n / 2]) & (p[n - 1] == q[n - 1]);  // 1 to 3 bytes
+}
+
+// evaluate_window over columns; `take_times`: the columns are the caller's scratch, whose times'
+// buffers the report may take (detector_threshold.cc).
+void evaluate_columns(const ColumnarWindow& window, const DetectorOptions& options, Report& out,
+                      bool take_times);
 
 }  // namespace laggard::detector_detail

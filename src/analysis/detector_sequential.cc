@@ -522,7 +522,7 @@ std::optional<Detector::SequentialState> Detector::sequential_state(const std::s
   return s;
 }
 
-void Detector::observe_sequential(const Window& window, Report& report) {
+void Detector::observe_sequential(const ColumnarWindow& window, Report& report) {
   const double log_slow = std::log(options_.relative_threshold);
   const double log_healthy = std::log(options_.healthy_spread);
   // The slowdowns the test looks for: relative_threshold and those of 1.25, 1.5 and 2 above
@@ -906,7 +906,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
         }
       }
       if (marks[j] == 0) continue;
-      if (marks[j] & 2) track.cold[j].rise_step = window.step;
+      if (marks[j] & 2) track.cold[j].rise_step = window.step();
       if ((marks[j] & 1) && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
@@ -928,7 +928,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
       if (slot < 0) continue;
       SeqState& st = track.cold[static_cast<std::size_t>(slot)];
       ++st.flagged;
-      if (st.first_flagged_step < 0) st.first_flagged_step = window.step;
+      if (st.first_flagged_step < 0) st.first_flagged_step = window.step();
     }
   }
 
@@ -957,7 +957,7 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     }
   };
   auto state_of = [&](const std::string& cohort, const std::string& stage, int rank) -> Handle {
-    if (!last_cohort || *last_cohort != cohort || *last_stage != stage) {
+    if (!last_cohort || !same_name(*last_cohort, cohort) || !same_name(*last_stage, stage)) {
       auto it = seq_tracks_.find(track_key(cohort, stage));
       last_track = it == seq_tracks_.end() ? nullptr : &it->second;
       last_cohort = &cohort;
@@ -1009,11 +1009,12 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     const Handle st = state_of(f.cohort, f.stage, rank);
     if (!st) continue;
     RankFinding r;
-    for (const StepSample& s : window.samples)
-      if (s.rank == rank && s.cohort == f.cohort) {
-        r.host = s.host;
-        break;
-      }
+    if (const ColumnarWindow::Cohort* c = window.find_cohort(f.cohort))
+      for (std::size_t m = 0; m < c->members; ++m)
+        if (c->ranks[m] == rank) {
+          r.host = c->hosts[m];
+          break;
+        }
     r.rank = rank;
     r.cohort = f.cohort;
     r.stage = f.stage;
@@ -1100,10 +1101,10 @@ void Detector::observe_sequential(const Window& window, Report& report) {
     if (st->confirmed_index < 0) {
       if (!f.confirmed) continue;
       st->confirmed_index = static_cast<int>(confirmed_.size());
-      publish(f, st->episode, window.step,
+      publish(f, st->episode, window.step(),
               st->first_flagged_step >= 0 ? st->first_flagged_step
               : st->rise_step >= 0        ? st->rise_step
-                                          : window.step,
+                                          : window.step(),
               stage_key(key, f.cohort, f.stage));
       continue;
     }

@@ -31,29 +31,19 @@ using namespace detector_detail;
 
 namespace {
 
-// One stage of one cohort: the times of the ranks that reported it, in sample order. While every
-// member so far reported the stage the column is dense (entry i is member i) and keeps no member
-// list; the first member that skips it makes it sparse.
-struct Column {
-  std::string_view name;
-  StageKind kind = StageKind::compute;
-  std::size_t count = 0;    // entries in use; ms (and member, once sparse) hold every member
-  bool dense = true;
-  std::vector<int> member;  // sparse only: position in Cohort::members of entry i
-  std::vector<double> ms;
+using Column = ColumnarWindow::Column;
 
-  int member_at(std::size_t i) const {
-    return dense ? static_cast<int>(i) : member[i];
-  }
-};
-
+// One cohort of the window as the evaluator reads it: the window's per-member arrays, and its
+// columns with the untimed one the evaluator adds.
 struct Cohort {
   std::string_view name;
-  std::vector<int> members;  // indices into Window::samples, in sample order
-  std::vector<int> ranks;    // ranks[m] = samples[members[m]].rank
+  std::size_t size = 0;  // members
+  const int* ranks = nullptr;
+  const std::string* hosts = nullptr;
+  const double* step_ms = nullptr;
+  const double* untimed_ms = nullptr;
   bool ranks_ascending = true;  // ranks[m] <= ranks[m + 1]: columns are in rank order
-  std::vector<Column> stages;  // the first `used` are this window's; the rest keep capacity
-  std::size_t used = 0;
+  std::vector<Column*> stages;  // mutated only where the evaluator may take their times
 };
 
 // What the rule found in one column, before it becomes StageFigures.
@@ -68,59 +58,18 @@ struct ColumnResult {
 // faults were the largest item after the evaluator itself in a profile of
 // bench/detector_bench.cc.
 struct Workspace {
-  std::vector<Cohort> cohorts;  // the first `cohorts_used` are this window's
-  std::size_t cohorts_used = 0;
+  Cohort cohort;
+  Column untimed;  // the cohort's untimed column, when it has one
   std::vector<double> scratch;
   std::vector<double> own_work, capped_work;
-  std::vector<double> untimed;
-  std::vector<double> step;  // per member: its step time (step_of), for the cohort's median
   std::vector<int> host_of_member;
   std::vector<int> host_size;             // members per host
   std::vector<int> flagged_on, ranks_on;  // per host, for group_hosts
   std::vector<std::string_view> host_names;
   std::vector<ColumnResult> results;
-  // The fast path's view of a cohort's columns: names and where their times go.
-  std::vector<std::string_view> layout_names;
-  std::vector<double*> layout_ms;
+  // evaluate_window(const Window&): the window turned into columns.
+  ColumnarWindow columns;
 };
-
-// Stage names are short: compare them inline, eight bytes at a time, instead of calling memcmp.
-inline bool same_name(std::string_view a, std::string_view b) {
-  const std::size_t n = a.size();
-  if (n != b.size()) return false;
-  const char* p = a.data();
-  const char* q = b.data();
-  auto same8 = [](const char* x, const char* y) {
-    std::uint64_t u, v;
-    std::memcpy(&u, x, 8);
-    std::memcpy(&v, y, 8);
-    return u == v;
-  };
-  auto same4 = [](const char* x, const char* y) {
-    std::uint32_t u, v;
-    std::memcpy(&u, x, 4);
-    std::memcpy(&v, y, 4);
-    return u == v;
-  };
-  if (n >= 8) {
-    for (std::size_t i = 0; i + 8 < n; i += 8)
-      if (!same8(p + i, q + i)) return false;
-    return same8(p + n - 8, q + n - 8);  // the last 8 bytes, overlapping the loop's
-  }
-  if (n >= 4) return same4(p, q) & same4(p + n - 4, q + n - 4);  // two overlapping halves
-  if (n == 0) return true;
-  return (p[0] == q[0]) & (p[n / 2] == q[n / 2]) & (p[n - 1] == q[n - 1]);  // 1 to 3 bytes
-}
-
-constexpr std::size_t kPrefetchAhead = 4;  // samples: about the loads' latency at a sample's work
-
-int find_stage(const Cohort& cohort, std::size_t pos, std::string_view name) {
-  // Fast path: most ranks report the same stages in the same order.
-  if (pos < cohort.used && same_name(cohort.stages[pos].name, name)) return static_cast<int>(pos);
-  for (std::size_t i = 0; i < cohort.used; ++i)
-    if (same_name(cohort.stages[i].name, name)) return static_cast<int>(i);
-  return -1;
-}
 
 Workspace& thread_workspace() {
   thread_local Workspace workspace;
@@ -129,17 +78,19 @@ Workspace& thread_workspace() {
 
 class WindowEvaluator {
  public:
-  WindowEvaluator(const Window& window, const DetectorOptions& options, Report& report,
-                  Workspace& ws)
-      : samples_(window.samples), options_(options), report_(report), ws_(ws) {}
+  // `take_times`: the window's columns are the caller's scratch, and their times' buffers may be
+  // traded for the report's (no copy of the per-rank times into StageFigures::rank_ms).
+  WindowEvaluator(const ColumnarWindow& window, const DetectorOptions& options, Report& report,
+                  Workspace& ws, bool take_times)
+      : window_(window), options_(options), report_(report), ws_(ws), take_times_(take_times) {}
 
   void run() {
     reset_report();
-    group_by_cohort();
+    report_.world_size = window_.world_size();
+    report_.ranks_seen = window_.distinct_ranks();
     double best_gap = 0.0;
-    for (std::size_t c = 0; c < ws_.cohorts_used; ++c) {
-      Cohort& cohort = ws_.cohorts[c];
-      build_columns(cohort);
+    for (std::size_t c = 0; c < window_.cohort_count(); ++c) {
+      Cohort& cohort = view(window_.cohort(c));
       add_untimed(cohort);
       evaluate_cohort(cohort, best_gap);
     }
@@ -163,208 +114,52 @@ class WindowEvaluator {
     figures_used_ = 0;
   }
 
-  Cohort& add_cohort(std::string_view name) {
-    if (ws_.cohorts_used == ws_.cohorts.size()) ws_.cohorts.emplace_back();
-    Cohort& c = ws_.cohorts[ws_.cohorts_used++];
-    c.name = name;
-    c.members.clear();
-    c.ranks.clear();
-    c.ranks_ascending = true;
-    c.used = 0;
+  Cohort& view(const ColumnarWindow::Cohort& data) {
+    Cohort& c = ws_.cohort;
+    c.name = data.name;
+    c.size = data.members;
+    c.ranks = data.ranks.data();
+    c.hosts = data.hosts.data();
+    c.step_ms = data.step_ms.data();
+    c.untimed_ms = data.untimed_ms.data();
+    c.ranks_ascending = data.ranks_ascending;
+    c.stages.clear();
+    for (std::size_t p = 0; p < data.used; ++p)
+      c.stages.push_back(const_cast<Column*>(&data.columns[p]));
     return c;
-  }
-
-  void group_by_cohort() {
-    ws_.cohorts_used = 0;
-    std::unordered_map<std::string_view, int> index;
-    int last = -1;
-    int world = 0;
-    bool ranks_sorted_unique = true;
-    for (std::size_t i = 0; i < samples_.size(); ++i) {
-      const StepSample& s = samples_[i];
-      world = std::max(world, s.world_size);
-      if (i > 0 && s.rank <= samples_[i - 1].rank) ranks_sorted_unique = false;
-      int c = last;
-      if (c < 0 || ws_.cohorts[static_cast<std::size_t>(c)].name != s.cohort) {
-        auto [it, inserted] = index.emplace(s.cohort, static_cast<int>(ws_.cohorts_used));
-        if (inserted) add_cohort(s.cohort);
-        c = it->second;
-      }
-      Cohort& cohort = ws_.cohorts[static_cast<std::size_t>(c)];
-      cohort.members.push_back(static_cast<int>(i));
-      if (!cohort.ranks.empty() && s.rank < cohort.ranks.back()) cohort.ranks_ascending = false;
-      cohort.ranks.push_back(s.rank);
-      last = c;
-    }
-    report_.world_size = world;
-    if (ranks_sorted_unique) {
-      report_.ranks_seen = static_cast<int>(samples_.size());
-    } else {
-      std::vector<int> ranks;
-      ranks.reserve(samples_.size());
-      for (const StepSample& s : samples_) ranks.push_back(s.rank);
-      std::sort(ranks.begin(), ranks.end());
-      report_.ranks_seen =
-          static_cast<int>(std::unique(ranks.begin(), ranks.end()) - ranks.begin());
-    }
-  }
-
-  // A fresh column (or a reused one) for `name`, first reported by member `m`.
-  Column& add_column(Cohort& cohort, const StageTime& st, std::size_t m) {
-    if (cohort.used == cohort.stages.size()) cohort.stages.emplace_back();
-    Column& col = cohort.stages[cohort.used++];
-    col.name = st.name;
-    col.kind = st.kind;
-    col.count = 0;
-    col.dense = m == 0;
-    const std::size_t members = cohort.members.size();
-    if (col.ms.size() < members) col.ms.resize(members);
-    if (!col.dense && col.member.size() < members) col.member.resize(members);
-    return col;
-  }
-
-  static void append(Column& col, std::size_t members, int m, double ms) {
-    if (col.dense) {
-      if (col.count == static_cast<std::size_t>(m)) {
-        col.ms[col.count++] = ms;
-        return;
-      }
-      // A member skipped the stage: from here on, entries name their member.
-      if (col.member.size() < members) col.member.resize(members);
-      for (std::size_t i = 0; i < col.count; ++i) col.member[i] = static_cast<int>(i);
-      col.dense = false;
-    }
-    col.member[col.count] = m;
-    col.ms[col.count++] = ms;
-  }
-
-  // Member m's stages, when they are exactly the layout (the cohort's columns, in order) and
-  // every column so far is dense: written straight to each column at position m, with no name
-  // lookup, duplicate check or count update (counts catch up in sync_counts). False, with
-  // nothing counted, when the sample differs; the slow path then takes it.
-  bool append_layout_row(const StepSample& s, std::size_t m) {
-    const std::size_t n = s.stages.size();
-    if (n != ws_.layout_names.size()) return false;
-    const StageTime* st = s.stages.data();
-    double sum = 0.0;
-    for (std::size_t p = 0; p < n; ++p) {
-      if (!same_name(ws_.layout_names[p], st[p].name) || !std::isfinite(st[p].ms)) return false;
-      ws_.layout_ms[p][m] = st[p].ms;
-      sum += st[p].ms;
-    }
-    ws_.untimed[m] = untimed_ms(s, sum);
-    ws_.step[m] = step_of(s, sum);
-    return true;
-  }
-
-  // A sample's step time: its step_ms, or without one the sum of its stage times (`timed`).
-  static double step_of(const StepSample& s, double timed) {
-    return std::isfinite(s.step_ms) && s.step_ms > 0.0 ? s.step_ms : timed;
-  }
-
-  // The part of a sample's step_ms that its stages (`timed`, the sum of their finite times) do
-  // not cover, at least 0; -1 without a step time or without stages.
-  static double untimed_ms(const StepSample& s, double timed) {
-    if (!(std::isfinite(s.step_ms) && s.step_ms > 0.0) || s.stages.empty()) return -1.0;
-    return std::max(0.0, s.step_ms - timed);
-  }
-
-  // Leaves the fast path: every column holds the dense rows [0, rows).
-  void sync_counts(Cohort& cohort, std::size_t rows) {
-    for (std::size_t p = 0; p < cohort.used; ++p) cohort.stages[p].count = rows;
-  }
-
-  // After member m went the slow way: if every column is dense and holds members [0, m], the
-  // fast path can take over again with the columns as the layout.
-  bool enter_layout(Cohort& cohort, std::size_t m) {
-    ws_.layout_names.clear();
-    ws_.layout_ms.clear();
-    for (std::size_t p = 0; p < cohort.used; ++p) {
-      Column& col = cohort.stages[p];
-      if (!col.dense || col.count != m + 1) return false;
-      ws_.layout_names.push_back(col.name);
-      ws_.layout_ms.push_back(col.ms.data());
-    }
-    return cohort.used > 0;
-  }
-
-  // Also writes each member's untimed part (untimed_ms) to ws_.untimed, in the same pass: the
-  // window's stages are read once.
-  void build_columns(Cohort& cohort) {
-    const std::size_t members = cohort.members.size();
-    ws_.untimed.resize(members);
-    ws_.step.resize(members);
-    bool fast = false;
-    std::size_t rows = 0;  // on the fast path: members [0, rows) are in every column
-    for (std::size_t m = 0; m < members; ++m) {
-      const StepSample& s = samples_[static_cast<std::size_t>(cohort.members[m])];
-      // The window is read once, sample after sample, each sample's stages an allocation of
-      // their own: the stages a few samples ahead are fetched while this one is copied (the
-      // columns are bound by these loads, not by the work on them).
-      if (m + kPrefetchAhead < members) {
-        const StepSample& ahead =
-            samples_[static_cast<std::size_t>(cohort.members[m + kPrefetchAhead])];
-        const char* p = reinterpret_cast<const char*>(ahead.stages.data());
-        const std::size_t bytes = ahead.stages.size() * sizeof(StageTime);
-        for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
-      }
-      if (fast) {
-        if (append_layout_row(s, m)) {
-          rows = m + 1;
-          continue;
-        }
-        sync_counts(cohort, rows);
-        fast = false;
-      }
-      double timed = 0.0;
-      for (std::size_t p = 0; p < s.stages.size(); ++p) {
-        const StageTime& st = s.stages[p];
-        if (!std::isfinite(st.ms)) continue;  // no usable time: as if the stage were missing
-        timed += st.ms;
-        int idx = find_stage(cohort, p, st.name);
-        Column& col = idx >= 0 ? cohort.stages[static_cast<std::size_t>(idx)]
-                               : add_column(cohort, st, m);
-        if (col.count > 0 && col.member_at(col.count - 1) == static_cast<int>(m))
-          col.ms[col.count - 1] += st.ms;  // the same stage twice in one sample: accumulate
-        else
-          append(col, members, static_cast<int>(m), st.ms);
-      }
-      ws_.untimed[m] = untimed_ms(s, timed);
-      ws_.step[m] = step_of(s, timed);
-      if (enter_layout(cohort, m)) {
-        fast = true;
-        rows = m + 1;
-      }
-    }
-    if (fast) sync_counts(cohort, rows);
   }
 
   // The part of each member's step_ms that no stage covers, as a stage of kind `other` (unless a
   // stage of that name was reported). Members without a step time are left out. Stages nested in
   // others (module stages inside forward) make the sum too large: the value is clamped at 0.
-  // Added only when some member has untimed time. The values come from build_columns.
+  // Added only when some member has untimed time. The values come with the window's columns.
   void add_untimed(Cohort& cohort) {
-    for (std::size_t p = 0; p < cohort.used; ++p)
-      if (same_name(cohort.stages[p].name, kUntimedStage)) return;
-    const std::size_t members = cohort.members.size();
-    const std::vector<double>& values = ws_.untimed;
+    for (const Column* col : cohort.stages)
+      if (same_name(col->name, kUntimedStage)) return;
+    const std::size_t members = cohort.size;
+    const double* values = cohort.untimed_ms;
     bool any = false;
     for (std::size_t m = 0; m < members; ++m) any |= values[m] > 0.0;
     if (!any) return;
-    Column* col = nullptr;
+    Column& col = ws_.untimed;
+    col.count = 0;
     for (std::size_t m = 0; m < members; ++m) {
       if (values[m] < 0.0) continue;
-      if (!col) {
-        if (cohort.used == cohort.stages.size()) cohort.stages.emplace_back();
-        col = &cohort.stages[cohort.used++];
-        col->name = kUntimedStage;
-        col->kind = StageKind::other;
-        col->count = 0;
-        col->dense = m == 0;
-        if (col->ms.size() < members) col->ms.resize(members);
-        if (!col->dense && col->member.size() < members) col->member.resize(members);
+      if (col.count == 0) {
+        col.name.assign(kUntimedStage);
+        col.kind = StageKind::other;
+        col.dense = m == 0;
+        if (col.ms.size() < members) col.ms.resize(members);
+        if (!col.dense && col.member.size() < members) col.member.resize(members);
+        cohort.stages.push_back(&col);
       }
-      append(*col, members, static_cast<int>(m), values[m]);
+      if (col.dense && col.count != m) {  // a member without a step time: entries name theirs
+        if (col.member.size() < members) col.member.resize(members);
+        for (std::size_t i = 0; i < col.count; ++i) col.member[i] = static_cast<int>(i);
+        col.dense = false;
+      }
+      if (!col.dense) col.member[col.count] = static_cast<int>(m);
+      col.ms[col.count++] = values[m];
     }
   }
 
@@ -373,9 +168,6 @@ class WindowEvaluator {
   }
   int rank_at(const Cohort& cohort, const Column& col, std::size_t i) const {
     return rank_of(cohort, col.member_at(i));
-  }
-  const StepSample& sample_of(const Cohort& cohort, int member) const {
-    return samples_[static_cast<std::size_t>(cohort.members[static_cast<std::size_t>(member)])];
   }
 
   void evaluate_column(const Cohort& cohort, const Column& col, ColumnResult& r) {
@@ -447,9 +239,9 @@ class WindowEvaluator {
   void fill_finding(RankFinding& f, const Cohort& cohort, const Column& col,
                     const ColumnResult& r, int pos) const {
     const std::size_t p = static_cast<std::size_t>(pos);
-    const StepSample& s = sample_of(cohort, col.member_at(p));
-    f.rank = s.rank;
-    f.host.assign(s.host);
+    const std::size_t m = static_cast<std::size_t>(col.member_at(p));
+    f.rank = cohort.ranks[m];
+    f.host.assign(cohort.hosts[m]);
     f.cohort.assign(cohort.name);
     f.stage.assign(col.name);
     f.kind = col.kind;
@@ -462,7 +254,7 @@ class WindowEvaluator {
   }
 
   void hint_missing(const Cohort& cohort, const Column& col) {
-    std::vector<char> present(cohort.members.size(), 0);
+    std::vector<char> present(cohort.size, 0);
     for (std::size_t i = 0; i < col.count; ++i)
       present[static_cast<std::size_t>(col.member_at(i))] = 1;
     std::vector<int> missing;
@@ -481,11 +273,11 @@ class WindowEvaluator {
     std::vector<std::string_view>& host_names = ws_.host_names;
     if (hosts_known_) return host_of_member;
     hosts_known_ = true;
-    host_of_member.resize(cohort.members.size());
+    host_of_member.resize(cohort.size);
     host_names.clear();
     std::unordered_map<std::string_view, int> index;
-    for (std::size_t m = 0; m < cohort.members.size(); ++m) {
-      std::string_view host = sample_of(cohort, static_cast<int>(m)).host;
+    for (std::size_t m = 0; m < cohort.size; ++m) {
+      std::string_view host = cohort.hosts[m];
       if (!host_names.empty() && host_names.back() == host) {
         host_of_member[m] = static_cast<int>(host_names.size()) - 1;
         continue;
@@ -514,7 +306,7 @@ class WindowEvaluator {
       any_pair |= ++flagged_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(
                       col.member_at(static_cast<std::size_t>(pos)))])] >= 2;
     if (!any_pair) return;
-    const bool dense = col.count == cohort.members.size();
+    const bool dense = col.count == cohort.size;
     if (!dense) {
       ws_.ranks_on.assign(hosts, 0);
       for (std::size_t i = 0; i < col.count; ++i)
@@ -564,7 +356,7 @@ class WindowEvaluator {
     }
     const int shortest_rank = rank_at(cohort, col, shortest);
     int longest = -1;  // member with the longest own (non-communication) work
-    for (std::size_t m = 0; m < cohort.members.size(); ++m) {
+    for (std::size_t m = 0; m < cohort.size; ++m) {
       const int rank = rank_of(cohort, static_cast<int>(m));
       if (longest < 0 || own_work[m] > own_work[static_cast<std::size_t>(longest)] ||
           (own_work[m] == own_work[static_cast<std::size_t>(longest)] &&
@@ -593,12 +385,12 @@ class WindowEvaluator {
   }
 
   void evaluate_cohort(Cohort& cohort, double& best_gap) {
-    const std::size_t members = cohort.members.size();
-    const std::size_t stages = cohort.used;
+    const std::size_t members = cohort.size;
+    const std::size_t stages = cohort.stages.size();
     hosts_known_ = false;
     // The step time the findings' costs are shares of: the cohort's median (a straggler lengthens
     // every rank's step_ms alike in a synchronous job, so the median is the job's step).
-    cohort_step_ = members > 0 ? detail::median_of(ws_.step.data(), members, ws_.scratch) : 0.0;
+    cohort_step_ = members > 0 ? detail::median_of(cohort.step_ms, members, ws_.scratch) : 0.0;
     if (members == 1)
       report_.hints.push_back("only one rank in cohort " + cohort_label(cohort.name) +
                               ": nothing to compare");
@@ -611,7 +403,7 @@ class WindowEvaluator {
     std::vector<ColumnResult>& results = ws_.results;
     if (results.size() < stages) results.resize(stages);
     for (std::size_t s = 0; s < stages; ++s) {
-      const Column& col = cohort.stages[s];
+      const Column& col = *cohort.stages[s];
       evaluate_column(cohort, col, results[s]);
       if (col.kind == StageKind::communication) continue;
       const double ref = results[s].ref;
@@ -631,7 +423,7 @@ class WindowEvaluator {
     }
 
     for (std::size_t s = 0; s < stages; ++s) {
-      const Column& col = cohort.stages[s];
+      const Column& col = *cohort.stages[s];
       const ColumnResult& r = results[s];
       if (col.count < members) hint_missing(cohort, col);
       if (!r.flagged.empty()) {
@@ -662,7 +454,7 @@ class WindowEvaluator {
     }
 
     for (std::size_t s = 0; s < stages; ++s) {
-      Column& col = cohort.stages[s];
+      Column& col = *cohort.stages[s];
       const ColumnResult& r = results[s];
       StageFigures& f = next_figures();
       f.cohort = std::string(cohort.name);
@@ -683,14 +475,15 @@ class WindowEvaluator {
       for (int pos : r.flagged)
         f.flagged_ranks.push_back(rank_at(cohort, col, static_cast<std::size_t>(pos)));
       if (col.count == members) {
-        f.rank_ids.assign(cohort.ranks.begin(), cohort.ranks.end());  // entry i is member i
+        f.rank_ids.assign(cohort.ranks, cohort.ranks + members);  // entry i is member i
       } else {
         f.rank_ids.resize(col.count);
         for (std::size_t i = 0; i < col.count; ++i) f.rank_ids[i] = rank_at(cohort, col, i);
       }
-      if (f.rank_ms.capacity() >= members) {
-        // A report reused from an earlier window: trade buffers with the column instead of
-        // copying (the column takes the report's old one for the next window).
+      if (f.rank_ms.capacity() >= members && (take_times_ || &col == &ws_.untimed)) {
+        // A report reused from an earlier window and a column of the evaluator's own: trade
+        // buffers with the column instead of copying (the column takes the report's old one for
+        // the next window).
         f.rank_ms.swap(col.ms);
         f.rank_ms.resize(col.count);
         col.ms.resize(std::max(col.ms.size(), members));
@@ -719,10 +512,11 @@ class WindowEvaluator {
     return f;
   }
 
-  const std::vector<StepSample>& samples_;
+  const ColumnarWindow& window_;
   const DetectorOptions& options_;
   Report& report_;
   Workspace& ws_;
+  bool take_times_;
   bool hosts_known_ = false;  // ws_.host_of_member holds the current cohort's hosts
   double cohort_step_ = 0.0;  // the current cohort's step time (StageFigures::step_ms)
   std::size_t figures_used_ = 0;  // report_.stages in use; the rest are left from before
@@ -730,10 +524,25 @@ class WindowEvaluator {
 
 }  // namespace
 
-void evaluate_window(const Window& window, const DetectorOptions& options, Report& out) {
+namespace detector_detail {
+
+void evaluate_columns(const ColumnarWindow& window, const DetectorOptions& options, Report& out,
+                      bool take_times) {
   options.validate();
-  out.step = window.step;
-  WindowEvaluator(window, options, out, thread_workspace()).run();
+  out.step = window.step();
+  WindowEvaluator(window, options, out, thread_workspace(), take_times).run();
+}
+
+}  // namespace detector_detail
+
+void evaluate_window(const ColumnarWindow& window, const DetectorOptions& options, Report& out) {
+  evaluate_columns(window, options, out, false);
+}
+
+void evaluate_window(const Window& window, const DetectorOptions& options, Report& out) {
+  ColumnarWindow& columns = thread_workspace().columns;
+  columns.assign(window);
+  evaluate_columns(columns, options, out, true);
 }
 
 Report evaluate_window(const Window& window, const DetectorOptions& options) {
@@ -742,7 +551,7 @@ Report evaluate_window(const Window& window, const DetectorOptions& options) {
   return report;
 }
 
-void Detector::observe_threshold(const Window& window, Report& report) {
+void Detector::observe_threshold(const ColumnarWindow& window, Report& report) {
   const std::uint32_t mask =
       options_.confirm_n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << options_.confirm_n) - 1u;
   auto in_range = [](int rank) { return rank >= 0 && rank < kMaxTrackedRank; };
@@ -780,7 +589,7 @@ void Detector::observe_threshold(const Window& window, Report& report) {
       catch_up(track, h);
       h.bits |= 1u;
       ++h.flagged;
-      if (h.first_flagged_step < 0) h.first_flagged_step = window.step;
+      if (h.first_flagged_step < 0) h.first_flagged_step = window.step();
     }
   }
 
@@ -790,7 +599,7 @@ void Detector::observe_threshold(const Window& window, Report& report) {
   const std::string* last_stage = nullptr;
   Track* track = nullptr;
   auto fill = [&](RankFinding& f) -> History* {
-    if (!last_cohort || *last_cohort != f.cohort || *last_stage != f.stage) {
+    if (!last_cohort || !same_name(*last_cohort, f.cohort) || !same_name(*last_stage, f.stage)) {
       track = track_of(f.cohort, f.stage);
       last_cohort = &f.cohort;
       last_stage = &f.stage;
@@ -817,7 +626,7 @@ void Detector::observe_threshold(const Window& window, Report& report) {
       c.cost_shares.push_back(f.cost_share);
     } else if (f.confirmed) {
       h->confirmed_index = static_cast<int>(confirmed_.size());
-      publish(f, h->episode, window.step, h->first_flagged_step, key);
+      publish(f, h->episode, window.step(), h->first_flagged_step, key);
     }
   }
   end_lapsed_episodes();

@@ -1536,3 +1536,131 @@ TEST(Materiality, TheSettingsAreChecked) {
 
 }  // namespace
 }  // namespace laggard
+
+namespace laggard {
+namespace {
+
+// Windows of every irregular shape the columns must keep as the Window had them: two cohorts
+// interleaved, ranks out of order and repeated, a stage some ranks skip, one reported twice, one
+// without a finite time, stages in another order, a sample without stages or without a step
+// time, windows whose ranks change.
+std::vector<Window> irregular_windows(int count) {
+  std::uint64_t state = 11;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>(state >> 33);
+  };
+  std::vector<Window> out;
+  for (int step = 0; step < count; ++step) {
+    Window w;
+    w.step = step;
+    const bool stable = (step / 8) % 2 == 0;
+    for (int i = 0; i < 16; ++i) {
+      const int r = stable ? i : (i * 7 + step) % 16;
+      if (!stable && next() % 6 == 0) continue;
+      StepSample s;
+      s.rank = r;
+      s.world_size = 16;
+      s.step = step;
+      s.host = "node-" + std::to_string(r / 4);
+      s.cohort = !stable && r % 2 ? "pp1" : "";
+      const double noise = 1.0 + 0.03 * (next() % 100) / 100.0;
+      const bool slow = r == 5 && step >= 20;
+      std::vector<StageTime> stages = {
+          {"dataloader", StageKind::data, 2.0 * noise, 1},
+          {"forward", StageKind::compute, (slow ? 15.0 : 10.0) * noise, 1},
+          {"communication", StageKind::communication, (slow ? 3.0 : 8.0) * noise, 1},
+          {"optimizer", StageKind::compute, 4.0 * noise, 1}};
+      if (!stable && next() % 4 == 0) std::swap(stages[0], stages[3]);
+      if (!stable && r == 9) stages.erase(stages.begin() + 1);
+      if (!stable && next() % 9 == 0) stages[0].ms = std::nan("");
+      if (!stable && next() % 7 == 0) stages.push_back({"forward", StageKind::compute, 1.5, 2});
+      if (!stable && next() % 13 == 0) stages.clear();
+      s.stages = stages;
+      double timed = 0.0;
+      for (const StageTime& st : s.stages)
+        if (std::isfinite(st.ms)) timed += st.ms;
+      s.step_ms = next() % 10 == 0 ? 0.0 : timed + 0.6 * noise;
+      w.samples.push_back(std::move(s));
+    }
+    if (!stable && step % 3 == 0 && !w.samples.empty())
+      w.samples.push_back(w.samples.front());  // a rank twice
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+TEST(ColumnarWindow, HoldsEachStageOnceAndItsTimesInSampleOrder) {
+  Window w = make_window({{"forward", StageKind::compute, {10, 11, 12}},
+                          {"communication", StageKind::communication, {3, 2, 1}}},
+                         4, {"a", "a", "b"});
+  w.samples[1].stages.erase(w.samples[1].stages.begin() + 1);  // rank 1 skips communication
+  w.samples[2].stages.push_back({"forward", StageKind::compute, 0.5, 1});  // twice
+  w.samples[0].step_ms = 20.0;
+  ColumnarWindow c;
+  c.assign(w);
+  EXPECT_EQ(c.step(), 4);
+  EXPECT_EQ(c.samples(), 3u);
+  EXPECT_EQ(c.world_size(), 3);
+  EXPECT_EQ(c.distinct_ranks(), 3);
+  ASSERT_EQ(c.cohort_count(), 1u);
+  const ColumnarWindow::Cohort& k = c.cohort(0);
+  ASSERT_EQ(k.members, 3u);
+  ASSERT_EQ(k.used, 2u);
+  const ColumnarWindow::Column& fwd = k.columns[0];
+  EXPECT_EQ(fwd.name, "forward");
+  EXPECT_TRUE(fwd.dense);
+  ASSERT_EQ(fwd.count, 3u);
+  EXPECT_EQ(std::vector<double>(fwd.ms.begin(), fwd.ms.begin() + 3),
+            (std::vector<double>{10, 11, 12.5}));
+  const ColumnarWindow::Column& comm = k.columns[1];
+  EXPECT_EQ(comm.kind, StageKind::communication);
+  EXPECT_FALSE(comm.dense);
+  ASSERT_EQ(comm.count, 2u);
+  EXPECT_EQ(comm.member_at(0), 0);
+  EXPECT_EQ(comm.member_at(1), 2);
+  EXPECT_EQ(comm.ms[1], 1.0);
+  EXPECT_EQ(k.hosts[2], "b");
+  EXPECT_EQ(k.step_ms[0], 20.0);
+  EXPECT_EQ(k.untimed_ms[0], 7.0);
+  EXPECT_EQ(k.step_ms[1], 11.0);  // no step time: the sum of its stages
+  EXPECT_EQ(k.untimed_ms[1], -1.0);
+}
+
+TEST(ColumnarWindow, TheDetectorReportsTheSameFromColumnsAsFromTheWindow) {
+  const std::vector<Window> windows = irregular_windows(60);
+  for (const DetectorOptions& o : {DetectorOptions{}, DetectorOptions::rfc()}) {
+    Detector from_window(o), from_assign(o), from_add(o);
+    Report a, b, c;
+    ColumnarWindow assigned, added;
+    for (const Window& w : windows) {
+      from_window.observe(w, a);
+      assigned.assign(w);
+      from_assign.observe(assigned, b);
+      added.clear(w.step);
+      for (const StepSample& s : w.samples) added.add(s);
+      from_add.observe(added, c);
+      expect_same(a, b);
+      expect_same(a, c);
+      ASSERT_EQ(a.stragglers.size(), c.stragglers.size());
+      for (std::size_t i = 0; i < a.stragglers.size(); ++i) {
+        EXPECT_EQ(a.stragglers[i].evidence, c.stragglers[i].evidence);
+        EXPECT_EQ(a.stragglers[i].cost_ms, c.stragglers[i].cost_ms);
+      }
+      Report e;
+      evaluate_window(added, o, e);
+      expect_same(evaluate_window(w, o), e);
+    }
+    ASSERT_EQ(from_window.confirmed().size(), from_add.confirmed().size());
+    for (std::size_t i = 0; i < from_window.confirmed().size(); ++i) {
+      EXPECT_EQ(from_window.confirmed()[i].finding.rank, from_add.confirmed()[i].finding.rank);
+      EXPECT_EQ(from_window.confirmed()[i].slowdowns, from_add.confirmed()[i].slowdowns);
+    }
+    if (o.method == Method::sequential) {
+      EXPECT_FALSE(from_window.confirmed().empty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace laggard

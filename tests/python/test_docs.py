@@ -36,8 +36,10 @@ import testenv
 
 ROOT = testenv.ROOT
 ALLOWED_NOT_RUN = ("install", "gpu", "multi-node", "interactive")
+# Commands that start rank processes (a launcher, Lightning's own with --devices N, a script that
+# calls mpirun): marked `multiproc`, so that scripts/test.sh runs them one at a time.
 SLOW = re.compile(r"\b(torchrun|mpirun|mpiexec|laggard demo|laggard\.demo|laggard launch|"
-                  r"laggard\.launch|nproc)\b")
+                  r"laggard\.launch|nproc|cpp_mpi\.sh)\b|--devices [2-9]")
 RUN_TIMEOUT = 300      # one run command or page (several ranks on a busy 2-core machine)
 LINKED = ("examples", "tests", "docs", "deploy", "bench", "python", "scripts")
 
