@@ -222,8 +222,9 @@ struct AnalyzerCounters {
 ///
 /// Cost on the training thread: disabled, or a step that is not sampled: one predictable branch
 /// per call. A sampled section: two clock reads (or two CUDA event records). A sampled
-/// end_step: the sample is built and copied into a preallocated ring slot (no allocation after
-/// the first sampled steps, no lock, no system call): about a microsecond for 8 stages
+/// end_step: the step's times and readings are written by slot number into a preallocated ring
+/// slot (no name compared or copied, no allocation, no lock, no system call; the log writer
+/// thread builds the sample with the names): about a microsecond for 8 stages
 /// (docs/performance.md).
 ///
 /// fork(): the child's copy records nothing. Its begin_step counts the step

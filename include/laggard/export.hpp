@@ -13,10 +13,16 @@
 #define LAGGARD_API __attribute__((visibility("default")))
 #endif
 
+// LAGGARD_HOT: a function of the training thread's sampled step (the compiler keeps these
+// together, .text.hot); LAGGARD_COLD: one that step does not run (kept apart, .text.unlikely).
 #if defined(__GNUC__) || defined(__clang__)
 #define LAGGARD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LAGGARD_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LAGGARD_HOT __attribute__((hot))
+#define LAGGARD_COLD __attribute__((cold, noinline))
 #else
 #define LAGGARD_LIKELY(x) (x)
 #define LAGGARD_UNLIKELY(x) (x)
+#define LAGGARD_HOT
+#define LAGGARD_COLD
 #endif

@@ -61,6 +61,8 @@ struct RecorderCounters {
   std::uint64_t deferred_dropped = 0;
 };
 
+class RawStepSink;
+
 /// Records stage times on sampled steps. One per training thread; not thread-safe.
 ///
 /// Cost: a section on a step that is not sampled (or with interval 0) is one predictable branch.
@@ -84,6 +86,30 @@ class LAGGARD_API Recorder {
 
   /// Called with each finished sample (from end_step or poll, on the calling thread).
   void on_sample(SampleCallback callback) { callback_ = std::move(callback); }
+
+  /// A finished sampled step by slot: what the recorder writes into a RawStepSink instead of
+  /// building a StepSample (no name copied or compared, no string touched). Bit i of `stages`:
+  /// stage id i was entered in the step (ms[i], calls[i]); of `values` / `resources`: the
+  /// value / resource reading of slot i was recorded (value[i] / resource[i]). Entries whose
+  /// bit is clear hold anything. The names are the sink's (RawStepSink::name).
+  struct RawStep {
+    std::int64_t step = 0;
+    double step_ms = 0.0;
+    std::uint32_t stages = 0;
+    std::uint32_t values = 0;
+    std::uint32_t resources = 0;
+    std::array<std::uint32_t, kMaxStages> calls;
+    std::array<double, kMaxStages> ms;
+    std::array<double, kMaxValues> resource;
+    std::array<double, kMaxValues> value;
+  };
+  /// Which of the recorder's name tables a RawStepSink::name call is about.
+  enum class NameTable { stage, value, resource };
+  /// Every sampled step goes into `sink` as a RawStep from now on (the on_sample callback is no
+  /// longer called); each name the recorder has registered so far is given to it at once, each
+  /// later one when it is registered (before any step that uses it). nullptr: back to
+  /// on_sample. The sink must outlive the recorder's use of it. Training thread.
+  void set_raw_sink(RawStepSink* sink) noexcept;
 
   /// Registers (or finds) a stage and returns its id; -1 when all kMaxStages slots are taken
   /// (its sections are then dropped and counted). Allocates on first sight of a name only.
@@ -177,13 +203,15 @@ class LAGGARD_API Recorder {
  private:
   /// The named values of the step being recorded: names kept across steps (first-seen order),
   /// `set` cleared at each sampled begin_step.
+  /// What a sampled step reads first (count, awaiting, set: one cache line), then the values;
+  /// the names, read on first sight of a name only, last.
   struct NamedSlots {
-    std::array<std::string, kMaxValues> names{};
-    std::array<double, kMaxValues> value{};
-    std::array<bool, kMaxValues> set{};
-    std::array<DeferToken, kMaxValues> waiting{};  ///< the token a deferred name waits for, or 0
     int count = 0;
     int awaiting = 0;  ///< names with a token in `waiting` (the nonzero entries)
+    std::array<bool, kMaxValues> set{};
+    std::array<double, kMaxValues> value{};
+    std::array<DeferToken, kMaxValues> waiting{};  ///< the token a deferred name waits for, or 0
+    std::array<std::string, kMaxValues> names{};
     void clear_step() noexcept {
       set.fill(false);
       if (awaiting == 0) return;  // no token anywhere: nothing to clear
@@ -204,13 +232,22 @@ class LAGGARD_API Recorder {
   using CopiedFrom = std::array<std::int8_t, kMaxValues>;
   static void copy_named(const NamedSlots& from, std::vector<NamedValue>& to,
                          CopiedFrom& copied);
+  /// The recorded entries of `from` into `to` by slot; returns the bits of the slots recorded.
+  static std::uint32_t copy_raw(const NamedSlots& from,
+                                std::array<double, kMaxValues>& to) noexcept;
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
   /// steady_clock over the recorder's lifetime.
   std::uint64_t ticks() const noexcept;
-  void calibrate() noexcept;
+  /// `now`: steady_clock's, read just before.
+  void calibrate(std::chrono::steady_clock::time_point now) noexcept;
   void begin_slow(StageId id) noexcept;
   void end_slow(StageId id) noexcept;
+  // The device backends' part of begin_step, begin, end and end_step.
+  void begin_device_step(std::int64_t step) noexcept;
+  bool begin_device(StageId id) noexcept;
+  void end_device(StageId id) noexcept;
+  void end_device_step(double step_ms) noexcept;
   void emit(std::int64_t step, double step_ms, const double* ms, const std::uint32_t* calls,
             const NamedSlots& values, const NamedSlots& resources);
 
@@ -219,32 +256,36 @@ class LAGGARD_API Recorder {
     StageKind kind = StageKind::compute;
   };
   /// A stage's timing in the step, apart from its name: what a sampled step touches, packed (the
-  /// step after a training step finds its cache lines cold, one per stage otherwise).
+  /// step after a training step finds its cache lines cold): two stages a cache line.
   struct SlotTime {
     std::uint64_t started = 0;  ///< ticks()
     std::uint64_t ticks = 0;    ///< accumulated host ticks this step
     double added_ms = 0.0;      ///< durations given through add()
     std::uint32_t calls = 0;
-    std::uint32_t open_mark = 0;  ///< device: the start mark of the open interval
     bool open = false;
   };
   struct Pending;  // device intervals of one sampled step, waiting for completion
 
-  RecorderOptions options_;
-  std::unique_ptr<TimingBackend> backend_;
-  std::array<Slot, kMaxStages> slots_{};
-  std::array<SlotTime, kMaxStages> times_{};
-  int num_slots_ = 0;
-  bool sampled_ = false;
-  std::int64_t step_ = 0;
-  std::chrono::steady_clock::time_point step_started_{};
+  // What every sampled step reads and writes, in one cache line (after a training step each line
+  // a step touches is a cache miss), then the counters and the clock's calibration.
+  alignas(64) bool sampled_ = false;
   bool use_tsc_ = false;
+  int interval_ = 0;  ///< options_.interval
+  int num_slots_ = 0;
+  std::int64_t step_ = 0;
+  std::unique_ptr<TimingBackend> backend_;
+  RawStepSink* raw_ = nullptr;  ///< set: samples go there as RawSteps (no scratch_)
+  std::chrono::steady_clock::time_point step_started_{};
+  double ms_per_tick_ = 1e-6;
   std::uint64_t calib_ticks0_ = 0;
   std::chrono::steady_clock::time_point calib_time0_{};
-  double ms_per_tick_ = 1e-6;
   RecorderCounters counters_;
+  std::array<SlotTime, kMaxStages> times_{};
   NamedSlots values_;
   NamedSlots resources_;
+  RecorderOptions options_;
+  std::array<Slot, kMaxStages> slots_{};
+  std::array<std::uint32_t, kMaxStages> open_marks_{};  ///< device: an open interval's start mark
   SampleCallback callback_;
   StepSample scratch_;  ///< reused for every emitted sample
   CopiedFrom values_copied_{};     ///< of scratch_.values (set as each entry is made)
@@ -254,6 +295,23 @@ class LAGGARD_API Recorder {
   int pending_count_ = 0;
   std::uint32_t next_mark_ = 0;
   DeferToken defer_seq_ = 0;  ///< defer() calls so far: a token is (seq << 8) | name slot
+};
+
+/// Where a Recorder writes its sampled steps by slot (Recorder::set_raw_sink): a single
+/// consumer that keeps the names and builds the samples on its own thread (laggard's Analyzer
+/// hands them to its log writer this way: the training thread writes a few cache lines of
+/// numbers per sampled step). Called on the training thread only.
+class LAGGARD_API RawStepSink {
+ public:
+  virtual ~RawStepSink();
+  /// The name of slot `slot` of `table` (a stage's with its kind), given once, before any step
+  /// that uses it is committed; a slot's name never changes.
+  virtual void name(Recorder::NameTable table, int slot, std::string_view name,
+                    StageKind kind) noexcept = 0;
+  /// Where the next step goes, or nullptr when there is no room (the sink counts the loss).
+  virtual Recorder::RawStep* claim() noexcept = 0;
+  /// The step written into the last claim() is complete.
+  virtual void commit() noexcept = 0;
 };
 
 /// RAII section scope: times one entry of a stage. Cannot be copied or moved.

@@ -458,11 +458,11 @@ class PyEngine final : public HotTarget {
   }
 
   Recorder& rec() override { return *recorder_; }
-  bool begin_step(std::int64_t step) override {
+  LAGGARD_HOT bool begin_step(std::int64_t step) override {
     analyzer_->begin_step(step);
     return analyzer_->sampled();
   }
-  void end_step() override { analyzer_->end_step(); }
+  LAGGARD_HOT void end_step() override { analyzer_->end_step(); }
 
   Analyzer& an() { return *analyzer_; }
 

@@ -37,13 +37,13 @@ void hot_handle_dealloc(PyObject* self) {
   Py_DECREF(type);  // heap type instances own a reference to their type
 }
 
-PyObject* hot_begin(PyObject* self, PyObject* const*, Py_ssize_t) {
+LAGGARD_HOT PyObject* hot_begin(PyObject* self, PyObject* const*, Py_ssize_t) {
   auto* h = reinterpret_cast<HotHandle*>(self);
   h->target->rec().begin(h->id);
   Py_RETURN_NONE;
 }
 
-PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
+LAGGARD_HOT PyObject* hot_end(PyObject* self, PyObject* const*, Py_ssize_t) {
   auto* h = reinterpret_cast<HotHandle*>(self);
   h->target->rec().end(h->id);
   Py_RETURN_NONE;
@@ -148,9 +148,9 @@ PyObject* hot_resolve(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       reinterpret_cast<HotHandle*>(self)->target->rec().resolve(token, value));
 }
 
-PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
+LAGGARD_HOT PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
 
-PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
+LAGGARD_HOT PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
   reinterpret_cast<HotHandle*>(self)->target->rec().end(reinterpret_cast<HotHandle*>(self)->id);
   Py_RETURN_FALSE;  // exceptions of the with-body pass through
 }
@@ -167,7 +167,7 @@ bool section_args_ok(Py_ssize_t nargs, PyObject* kwnames) {
          PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "kind") == 0;
 }
 
-PyObject* noop_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+LAGGARD_HOT PyObject* noop_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                        PyObject* kwnames) {
   if (section_args_ok(nargs, kwnames)) {
     PyObject* noop = PyTuple_GET_ITEM(self, 0);
@@ -177,7 +177,7 @@ PyObject* noop_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
   return PyObject_Vectorcall(PyTuple_GET_ITEM(self, 1), args, nargs, kwnames);
 }
 
-PyObject* sampled_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+LAGGARD_HOT PyObject* sampled_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                           PyObject* kwnames) {
   if (section_args_ok(nargs, kwnames)) {
     PyObject* hit = PyDict_GetItemWithError(PyTuple_GET_ITEM(self, 0), args[0]);
@@ -368,6 +368,7 @@ struct StepState {
   PyObject* step;         // the step begun last (the Analyzer's `step` reads it)
   long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
   bool sampled;           // the recorder's, as the builtins left it: no cold read of it
+  bool dict_sampled;      // `_sampled` is a plain instance attribute: stored into the dict
   StepData* d;
 };
 
@@ -388,14 +389,14 @@ PyObject* g_k_step = nullptr;  // interned attribute names
 PyObject* g_k_sampled = nullptr;
 PyObject* g_k_section = nullptr;
 
-double monotonic_s() noexcept {  // time.monotonic()'s and time.perf_counter()'s clock
+LAGGARD_HOT double monotonic_s() noexcept {  // time.monotonic()'s and time.perf_counter()'s clock
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // The exception being raised, handed to report(kind, exception); nothing raises from here.
-void report_raised(StepState* s, const char* kind) {
+LAGGARD_COLD void report_raised(StepState* s, const char* kind) {
   PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
@@ -411,7 +412,7 @@ void report_raised(StepState* s, const char* kind) {
 }
 
 // Analyzer._call_hooks: a true result or an exception is counted, never raised.
-void call_hooks(StepState* s, PyObject* hooks, const char* where, const char* done) {
+LAGGARD_COLD void call_hooks(StepState* s, PyObject* hooks, const char* where, const char* done) {
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(hooks); ++i) {
     PyObject* fn = PyList_GET_ITEM(hooks, i);
     Py_INCREF(fn);
@@ -432,13 +433,36 @@ void set_attr(PyObject* an, PyObject* name, PyObject* value) {
   if (PyObject_SetAttr(an, name, value) < 0) PyErr_Clear();
 }
 
-void gc_attach(StepState* s) {
+LAGGARD_HOT // an._sampled = value. Where the Analyzer's class has nothing of that name and the default
+// __setattr__ (checked when the StepState is made), straight into the instance dict: what
+// PyObject_SetAttr would do, without its type lookup (cold code after a training step).
+LAGGARD_HOT void set_sampled(StepState* s, PyObject* an, PyObject* value) {
+#if PY_VERSION_HEX < 0x030D0000
+  if (LAGGARD_LIKELY(s->dict_sampled)) {
+    PyObject** dict = _PyObject_GetDictPtr(an);
+    if (LAGGARD_LIKELY(dict != nullptr && *dict != nullptr && PyDict_CheckExact(*dict))) {
+      if (PyDict_SetItem(*dict, g_k_sampled, value) < 0) PyErr_Clear();
+      return;
+    }
+  }
+#endif
+  set_attr(an, g_k_sampled, value);
+}
+
+LAGGARD_HOT void gc_attach(StepState* s) {
   StepData& d = *s->d;
   if (!d.resources || d.gc_attached || s->gc_list == nullptr) return;
   auto* g = reinterpret_cast<GcPauses*>(s->gc_cb);
   g->pause_s = g->collections = 0.0;
   g->running = false;
-  if (PyList_Append(s->gc_list, s->gc_cb) < 0) {
+  // gc.callbacks.append(cb): in place where the list has room (what list.append does, without
+  // its code, cold after a training step), else through PyList_Append.
+  auto* list = reinterpret_cast<PyListObject*>(s->gc_list);
+  const Py_ssize_t n = Py_SIZE(list);
+  if (LAGGARD_LIKELY(n < list->allocated)) {
+    list->ob_item[n] = Py_NewRef(s->gc_cb);
+    Py_SET_SIZE(list, n + 1);
+  } else if (PyList_Append(s->gc_list, s->gc_cb) < 0) {
     PyErr_Clear();
     return;
   }
@@ -446,11 +470,20 @@ void gc_attach(StepState* s) {
 }
 
 // Takes the GC callback out (wherever it is now: someone may have cleared gc.callbacks).
-bool gc_detach(StepState* s) {
+LAGGARD_HOT bool gc_detach(StepState* s) {
   StepData& d = *s->d;
   if (!d.gc_attached) return false;
   d.gc_attached = false;
-  for (Py_ssize_t i = PyList_GET_SIZE(s->gc_list) - 1; i >= 0; --i)
+  auto* list = reinterpret_cast<PyListObject*>(s->gc_list);
+  const Py_ssize_t n = Py_SIZE(list);
+  if (LAGGARD_LIKELY(n > 0 && list->ob_item[n - 1] == s->gc_cb)) {
+    // Still the last (as a sampled step leaves it): shortened in place, as list.pop() does
+    // (the allocation kept for the next append). The list still holds gc_cb's reference here.
+    Py_SET_SIZE(list, n - 1);
+    Py_DECREF(s->gc_cb);
+    return true;
+  }
+  for (Py_ssize_t i = n - 1; i >= 0; --i)
     if (PyList_GET_ITEM(s->gc_list, i) == s->gc_cb) {
       if (PyList_SetSlice(s->gc_list, i, i + 1, nullptr) < 0) PyErr_Clear();
       break;
@@ -463,7 +496,7 @@ void resources_begin(StepState* s) { gc_attach(s); }
 // A reading into the sampled step by its slot, the name registered (in the order of first
 // sight, as record_resource does) the first time; a name without a slot (kMaxValues taken) is
 // tried, and counted, again each step, as record_resource counts it.
-void record_at(Recorder& rec, int& slot, std::string_view name, double value) noexcept {
+LAGGARD_HOT void record_at(Recorder& rec, int& slot, std::string_view name, double value) noexcept {
   if (slot == StepData::kUnknownSlot) {
     const int got = rec.resource_slot(name);
     if (got < 0) return;
@@ -472,11 +505,20 @@ void record_at(Recorder& rec, int& slot, std::string_view name, double value) no
   rec.record_resource_at(slot, value);
 }
 
+// Until the training thread's CUDA device is known: the sampler's _find_cuda_device.
+LAGGARD_COLD void find_cuda(StepState* s) {
+  PyObject* r = PyObject_CallNoArgs(s->find_cuda);
+  const int found = r == nullptr ? -1 : PyObject_IsTrue(r);
+  Py_XDECREF(r);
+  if (found < 0) report_raised(s, "resources");
+  if (found != 0) Py_CLEAR(s->find_cuda);
+}
+
 // A sampled step's resources, into the recorder before its end_step (in the order
 // ResourceSampler.step_end hands them over): the GC figures, the data wait, the latest
 // readings unless stale (the sampler has not published for 4 periods and at least 5 s); then
 // the period follows the time between sampled steps.
-void resources_end(StepState* s) {
+LAGGARD_HOT void resources_end(StepState* s) {
   StepData& d = *s->d;
   if (!d.resources) return;
   Recorder& rec = s->target->rec();
@@ -497,13 +539,7 @@ void resources_end(StepState* s) {
       for (std::size_t i = 0; i < d.slots.size(); ++i)
         record_at(rec, d.slots[i], d.names[i], d.values[i]);
   }
-  if (s->find_cuda != nullptr) {  // until the training thread's CUDA device is known
-    PyObject* r = PyObject_CallNoArgs(s->find_cuda);
-    const int found = r == nullptr ? -1 : PyObject_IsTrue(r);
-    Py_XDECREF(r);
-    if (found < 0) report_raised(s, "resources");
-    if (found != 0) Py_CLEAR(s->find_cuda);
-  }
+  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
   const bool had_last = d.has_last_sampled;
   const double last = d.last_sampled;
   d.last_sampled = now;
@@ -521,27 +557,49 @@ PyObject* call_python(PyObject* fn, PyObject* an, PyObject* arg) {
   return PyObject_Vectorcall(fn, args, arg ? 2 : 1, nullptr);
 }
 
+// An exact int >= 0 that fits a long long: its value; else -1. A step below 2**30 is read from
+// the object (no call into the interpreter's long code, cold after a training step).
+LAGGARD_HOT inline long long exact_step(PyObject* step) noexcept {
+  if (!PyLong_CheckExact(step)) return -1;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+  // 3.11's PyLongObject: the sign and the number of digits in ob_size, 30-bit digits.
+  const Py_ssize_t size = Py_SIZE(step);
+  if (size == 0) return 0;
+  if (size == 1) return static_cast<long long>(reinterpret_cast<PyLongObject*>(step)->ob_digit[0]);
+#elif PY_VERSION_HEX >= 0x030C0000
+  if (PyUnstable_Long_IsCompact(reinterpret_cast<PyLongObject*>(step))) {
+    const Py_ssize_t v = PyUnstable_Long_CompactValue(reinterpret_cast<PyLongObject*>(step));
+    return v < 0 ? -1 : static_cast<long long>(v);
+  }
+#endif
+  int overflow = 0;
+  const long long k = PyLong_AsLongLongAndOverflow(step, &overflow);
+  return overflow != 0 || k < 0 ? -1 : k;
+}
+
+// A step that is not an exact non-negative int: the method says what is wrong with it.
+LAGGARD_COLD PyObject* begin_step_python(StepState* s, PyObject* self, PyObject* step) {
+  PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
+  if (an == Py_None) Py_RETURN_NONE;
+  Py_INCREF(an);
+  PyObject* r = call_python(s->begin_py, an, step);
+  s->sampled = s->target != nullptr && s->target->rec().sampled();
+  PyObject* section = PyCFunction_NewEx(&kStepSection, self, nullptr);
+  if (section != nullptr) set_attr(an, g_k_section, section);  // the method swapped its own in
+  Py_XDECREF(section);
+  PyErr_Clear();
+  Py_DECREF(an);
+  return r;
+}
+
 // A step that is not sampled touches this object alone: the step, one flag, the interval.
-PyObject* step_begin_step(PyObject* self, PyObject* step) {
+LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (s->target == nullptr) Py_RETURN_NONE;
   Py_INCREF(step);
   Py_XSETREF(s->step, step);
-  int overflow = 1;
-  const long long k = PyLong_CheckExact(step) ? PyLong_AsLongLongAndOverflow(step, &overflow) : -1;
-  if (overflow != 0 || k < 0) {  // the method says what is wrong with it
-    PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
-    if (an == Py_None) Py_RETURN_NONE;
-    Py_INCREF(an);
-    PyObject* r = call_python(s->begin_py, an, step);
-    s->sampled = s->target != nullptr && s->target->rec().sampled();
-    PyObject* section = PyCFunction_NewEx(&kStepSection, self, nullptr);
-    if (section != nullptr) set_attr(an, g_k_section, section);  // the method swapped its own in
-    Py_XDECREF(section);
-    PyErr_Clear();
-    Py_DECREF(an);
-    return r;
-  }
+  const long long k = exact_step(step);
+  if (LAGGARD_UNLIKELY(k < 0)) return begin_step_python(s, self, step);
   if (!s->sampled && s->skip_every >= 0 && (s->skip_every == 0 || k % s->skip_every != 0))
     Py_RETURN_NONE;  // not sampled, nothing open: the recorder has nothing to do
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
@@ -549,16 +607,17 @@ PyObject* step_begin_step(PyObject* self, PyObject* step) {
   Py_INCREF(an);
   const bool sampled = s->target->begin_step(k);
   s->sampled = sampled;
-  set_attr(an, g_k_sampled, sampled ? Py_True : Py_False);
+  set_sampled(s, an, sampled ? Py_True : Py_False);
   if (sampled) {
     resources_begin(s);
-    if (PyList_GET_SIZE(s->on_begin) > 0) call_hooks(s, s->on_begin, "begin_step", "attached");
+    if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_begin) > 0))
+      call_hooks(s, s->on_begin, "begin_step", "attached");
   }
   Py_DECREF(an);
   Py_RETURN_NONE;
 }
 
-PyObject* step_end_step(PyObject* self, PyObject*) {
+LAGGARD_HOT PyObject* step_end_step(PyObject* self, PyObject*) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (!s->sampled || s->target == nullptr) Py_RETURN_NONE;
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
@@ -566,17 +625,18 @@ PyObject* step_end_step(PyObject* self, PyObject*) {
   Py_INCREF(an);
   resources_end(s);
   s->sampled = false;
-  set_attr(an, g_k_sampled, Py_False);
+  set_sampled(s, an, Py_False);
   s->target->end_step();
-  if (PyList_GET_SIZE(s->on_end) > 0) call_hooks(s, s->on_end, "end_step", "detached");
+  if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_end) > 0))
+    call_hooks(s, s->on_end, "end_step", "detached");
   Py_DECREF(an);
   Py_RETURN_NONE;
 }
 
 // The Analyzer's section(name, kind=None) while the builtins are in place: not sampled, the
 // no-op section; sampled, the name's SectionScope; anything else, the Python section().
-PyObject* step_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                       PyObject* kwnames) {
+LAGGARD_HOT PyObject* step_section(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                   PyObject* kwnames) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (section_args_ok(nargs, kwnames)) {
     if (!s->sampled) return Py_NewRef(s->noop);
@@ -893,6 +953,9 @@ py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::han
   s->on_begin = Py_NewRef(on_begin.ptr());
   s->on_end = Py_NewRef(on_end.ptr());
   s->skip_every = skip_every;
+  PyTypeObject* cls = Py_TYPE(analyzer.ptr());
+  s->dict_sampled = cls->tp_setattro == PyObject_GenericSetAttr &&
+                    _PyType_Lookup(cls, g_k_sampled) == nullptr;
   auto state = py::reinterpret_steal<py::object>(obj);
   return state;
 }

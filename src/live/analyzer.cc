@@ -124,7 +124,7 @@ struct Background {
   int rank = 0;
   int world_size = 1;
   bool analysis_rank = false;
-  SampleRing ring;     // training thread -> log writer
+  StepRing ring;       // training thread -> log writer (numbers by slot; the writer names them)
   SampleRing handoff;  // log writer -> background thread (full: analysis_dropped)
   // Wake-on-data. The log writer looks at `ring` every poll_interval_s while samples come, and
   // once it has found it empty for kDeepAfterPolls polls in a row it sleeps on `*log_wake`
@@ -1285,13 +1285,9 @@ Analyzer::Analyzer(AnalyzerOptions options) {
     if (options.flush_on_signal && bg->log_dir_set())
       bg->flush_slot = signal_flush::attach(bg->rank);
     if (bg->flush_slot != nullptr) bg->log_wake = &bg->flush_slot->wake;
-    SampleRing* ring = &bg->ring;
-    WakeWord* log_wake = bg->log_wake;
-    // The push, then the writer woken if it sleeps deeply (else a fence and a load).
-    impl->recorder->on_sample([ring, log_wake](const StepSample& s) {
-      ring->push(s);
-      log_wake->wake_on_data();
-    });
+    // Sampled steps go into the ring as numbers; the log writer builds the samples.
+    bg->ring.set_source(options.rank, bg->log_wake);
+    impl->recorder->set_raw_sink(&bg->ring);
     // laggard's threads never take a signal that the flush handler waits on them for.
     signal_flush::BlockInScope block_signals;
     impl->log_thread = std::thread([bg] { bg->write_loop(); });
@@ -1409,7 +1405,7 @@ Analyzer::StageId Analyzer::stage(std::string_view name, StageKind kind) noexcep
   }
 }
 
-void Analyzer::begin_step(std::int64_t step) noexcept {
+LAGGARD_HOT void Analyzer::begin_step(std::int64_t step) noexcept {
   if (recorder_ == nullptr) {
     if (LAGGARD_UNLIKELY(impl_ != nullptr && impl_->forked)) forked_step();
     return;
@@ -1418,7 +1414,7 @@ void Analyzer::begin_step(std::int64_t step) noexcept {
   sampled_ = recorder_->sampled();
 }
 
-void Analyzer::end_sampled_step() noexcept {
+LAGGARD_HOT void Analyzer::end_sampled_step() noexcept {
   sampled_ = false;
   recorder_->end_step();
   Impl& im = *impl_;

@@ -1,16 +1,20 @@
 // The bounded hand-off from the training thread to the background thread. Private.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "laggard/model.hpp"
 #include "laggard/recorder.hpp"
+#include "live/wake_word.hpp"
 
 namespace laggard {
 
@@ -123,6 +127,144 @@ class SampleRing {
 
   const std::size_t capacity_;
   std::unique_ptr<StepSample[]> slots_;
+  alignas(64) std::atomic<std::uint64_t> head_{0};  // consumer
+  alignas(64) std::atomic<std::uint64_t> tail_{0};  // producer
+  alignas(64) std::atomic<std::uint64_t> dropped_{0};
+};
+
+/// The training thread's ring to the log writer: a single-producer, single-consumer ring of
+/// Recorder::RawStep slots (numbers by slot, no strings), fed by the Recorder as its RawStepSink.
+///
+/// The producer writes a sampled step's times and readings straight into a free slot (a few
+/// cache lines: no name compared or copied, no allocation); when the ring is full the step is
+/// dropped and counted, and the producer never waits. The names live in tables here, written by
+/// the producer once per name (before any step that uses it is committed; never changed after)
+/// and read by the consumer, which builds the StepSample on its own thread (pop).
+class StepRing final : public RawStepSink {
+ public:
+  explicit StepRing(std::size_t capacity)
+      : capacity_(capacity), slots_(new Recorder::RawStep[capacity]) {
+    for (Names& table : names_)
+      for (std::string& n : table) n.reserve(32);
+  }
+
+  void name(Recorder::NameTable table, int slot, std::string_view name,
+            StageKind kind) noexcept override {
+    if (slot < 0 || slot >= Recorder::kMaxStages) return;
+    const auto t = static_cast<std::size_t>(table);
+    try {
+      names_[t][static_cast<std::size_t>(slot)].assign(name.data(), name.size());
+    } catch (...) {  // out of memory for a long name: its entries are left out of the samples
+      missing_[t].fetch_or(1u << slot, std::memory_order_relaxed);
+    }
+    if (table == Recorder::NameTable::stage) stage_kinds_[static_cast<std::size_t>(slot)] = kind;
+  }
+
+  /// Who the samples are from (rank, world size, host, cohort), and the consumer's WakeWord
+  /// (wake_on_data after each push; may be null). Before the producer and consumer start.
+  void set_source(RankInfo rank, WakeWord* wake) {
+    rank_ = std::move(rank);
+    wake_ = wake;
+  }
+
+  LAGGARD_HOT Recorder::RawStep* claim() noexcept override {
+    const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+    if (tail - head_.load(std::memory_order_acquire) >= capacity_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      if (wake_ != nullptr) wake_->wake_on_data();
+      return nullptr;
+    }
+    return &slots_[tail % capacity_];
+  }
+
+  /// The push, then the consumer woken if it sleeps deeply (else a fence and a load).
+  LAGGARD_HOT void commit() noexcept override {
+    tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    if (wake_ != nullptr) wake_->wake_on_data();
+  }
+
+  /// Consumer only: builds the oldest step's sample into `out` (its buffers reused: no
+  /// allocation once they hold names seen before). False when empty.
+  bool pop(StepSample& out) noexcept {
+    const std::uint64_t head = head_.load(std::memory_order_relaxed);
+    if (head == tail_.load(std::memory_order_acquire)) return false;
+    const Recorder::RawStep& r = slots_[head % capacity_];
+    bool ok = true;
+    try {
+      build(r, out);
+    } catch (...) {  // out of memory for a longer name than before: the sample is lost
+      ok = false;
+    }
+    head_.store(head + 1, std::memory_order_release);
+    if (!ok) dropped_.fetch_add(1, std::memory_order_relaxed);
+    return ok || pop(out);
+  }
+
+  /// Consumer only: nothing to pop (a push that is under way may not be seen).
+  bool empty() const noexcept {
+    return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_acquire);
+  }
+
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  std::size_t capacity() const noexcept { return capacity_; }
+
+ private:
+  using Names = std::array<std::string, Recorder::kMaxStages>;
+  static_assert(Recorder::kMaxStages == Recorder::kMaxValues, "one size of name table");
+
+  void build(const Recorder::RawStep& r, StepSample& out) {
+    out.rank = rank_.rank;
+    out.world_size = rank_.world_size;
+    out.step = r.step;
+    if (out.host != rank_.host) out.host = rank_.host;
+    if (out.cohort != rank_.cohort) out.cohort = rank_.cohort;
+    out.step_ms = r.step_ms;
+    out.work = std::numeric_limits<double>::quiet_NaN();
+    const Names& stage_names = names_[static_cast<std::size_t>(Recorder::NameTable::stage)];
+    std::size_t n = 0;
+    for (std::uint32_t bits = r.stages & ~missing(Recorder::NameTable::stage); bits != 0;
+         bits &= bits - 1) {
+      const auto i = static_cast<std::size_t>(__builtin_ctz(bits));
+      if (out.stages.size() <= n) out.stages.emplace_back();
+      StageTime& t = out.stages[n++];
+      if (t.name != stage_names[i]) t.name = stage_names[i];
+      t.kind = stage_kinds_[i];
+      t.ms = r.ms[i];
+      t.calls = r.calls[i];
+    }
+    out.stages.resize(n);
+    named(r.values & ~missing(Recorder::NameTable::value), r.value,
+          names_[static_cast<std::size_t>(Recorder::NameTable::value)], out.values);
+    named(r.resources & ~missing(Recorder::NameTable::resource), r.resource,
+          names_[static_cast<std::size_t>(Recorder::NameTable::resource)], out.resources);
+  }
+
+  std::uint32_t missing(Recorder::NameTable table) const noexcept {
+    return missing_[static_cast<std::size_t>(table)].load(std::memory_order_relaxed);
+  }
+
+  static void named(std::uint32_t bits, const std::array<double, Recorder::kMaxValues>& value,
+                    const Names& names, std::vector<NamedValue>& out) {
+    std::size_t n = 0;
+    for (; bits != 0; bits &= bits - 1) {
+      const auto i = static_cast<std::size_t>(__builtin_ctz(bits));
+      if (out.size() <= n) out.emplace_back();
+      NamedValue& v = out[n++];
+      if (v.name != names[i]) v.name = names[i];
+      v.value = value[i];
+    }
+    out.resize(n);
+  }
+
+  const std::size_t capacity_;
+  std::unique_ptr<Recorder::RawStep[]> slots_;
+  RankInfo rank_;
+  WakeWord* wake_ = nullptr;
+  // By Recorder::NameTable: written by the producer once a slot, before the first step that
+  // uses the slot is committed (so the consumer reads them after the acquire in pop).
+  std::array<Names, 3> names_;
+  std::array<std::atomic<std::uint32_t>, 3> missing_{};  // slots whose name could not be kept
+  std::array<StageKind, Recorder::kMaxStages> stage_kinds_{};
   alignas(64) std::atomic<std::uint64_t> head_{0};  // consumer
   alignas(64) std::atomic<std::uint64_t> tail_{0};  // producer
   alignas(64) std::atomic<std::uint64_t> dropped_{0};

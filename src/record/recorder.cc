@@ -11,6 +11,7 @@
 namespace laggard {
 
 TimingBackend::~TimingBackend() = default;
+RawStepSink::~RawStepSink() = default;
 
 namespace {
 constexpr int kMaxIntervals = 256;  // device intervals per sampled step
@@ -50,7 +51,8 @@ struct Recorder::Pending {
 };
 
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backend)
-    : options_(std::move(options)), backend_(std::move(backend)) {
+    : backend_(std::move(backend)), options_(std::move(options)) {
+  interval_ = options_.interval;
   if (options_.interval < 0)
     throw std::invalid_argument("Recorder: interval must be >= 0 (0 = off), got " +
                                 std::to_string(options_.interval));
@@ -78,7 +80,7 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backe
   calib_ticks0_ = ticks();
 }
 
-std::uint64_t Recorder::ticks() const noexcept {
+LAGGARD_HOT std::uint64_t Recorder::ticks() const noexcept {
 #ifdef LAGGARD_HAVE_TSC
   if (use_tsc_) return __rdtsc();
 #endif
@@ -87,11 +89,11 @@ std::uint64_t Recorder::ticks() const noexcept {
                                         .count());
 }
 
-void Recorder::calibrate() noexcept {
+LAGGARD_HOT void Recorder::calibrate(std::chrono::steady_clock::time_point now) noexcept {
   if (!use_tsc_) return;  // ticks are nanoseconds already
   // Recalibrated on every sampled step: the longer the baseline, the more exact the rate.
   const auto now_ticks = ticks();
-  const double elapsed_ms = ms_between(calib_time0_, std::chrono::steady_clock::now());
+  const double elapsed_ms = ms_between(calib_time0_, now);
   if (now_ticks > calib_ticks0_ && elapsed_ms > 0.0)
     ms_per_tick_ = elapsed_ms / static_cast<double>(now_ticks - calib_ticks0_);
 }
@@ -109,14 +111,29 @@ Recorder::StageId Recorder::stage(std::string_view name, StageKind kind) {
   Slot& s = slots_[num_slots_];
   s.name.assign(name);
   s.kind = kind;
+  if (raw_ != nullptr) raw_->name(NameTable::stage, num_slots_, s.name, kind);
   return num_slots_++;
 }
 
-void Recorder::begin_step(std::int64_t step) noexcept {
-  if (backend_) poll();
+void Recorder::set_raw_sink(RawStepSink* sink) noexcept {
+  raw_ = sink;
+  if (sink == nullptr) return;
+  for (int i = 0; i < num_slots_; ++i)
+    sink->name(NameTable::stage, i, slots_[i].name, slots_[i].kind);
+  for (int i = 0; i < values_.count; ++i)
+    sink->name(NameTable::value, i, values_.names[i], StageKind::compute);
+  for (int i = 0; i < resources_.count; ++i)
+    sink->name(NameTable::resource, i, resources_.names[i], StageKind::compute);
+}
+
+// The host clock's sampled step is the training thread's hot path: its functions are kept
+// together (LAGGARD_HOT) and the device backends' work is in functions of its own
+// (LAGGARD_COLD), so that the step after a training step reads few cache lines of code.
+LAGGARD_HOT void Recorder::begin_step(std::int64_t step) noexcept {
+  if (LAGGARD_UNLIKELY(backend_ != nullptr)) poll();
   if (sampled_) end_step();  // a step that was never ended: close it
   step_ = step;
-  sampled_ = options_.interval > 0 && step % options_.interval == 0;
+  sampled_ = interval_ > 0 && step % interval_ == 0;
   if (!sampled_) return;
   ++counters_.sampled_steps;
   for (int i = 0; i < num_slots_; ++i) {
@@ -127,59 +144,66 @@ void Recorder::begin_step(std::int64_t step) noexcept {
   }
   values_.clear_step();
   resources_.clear_step();
-  if (backend_) {
-    const int regions = options_.max_pending_steps + 1;
-    // The queue is full: the oldest step goes now. Its marks complete, it is emitted without
-    // the deferred values it still waits for (counted); else the device fell behind and it is
-    // dropped.
-    if (pending_count_ == options_.max_pending_steps && !retire_oldest(/*force=*/true)) {
-      pending_head_ = (pending_head_ + 1) % regions;
-      --pending_count_;
-      ++counters_.dropped_steps;
-    }
-    const int open = (pending_head_ + pending_count_) % regions;
-    Pending& p = pending_[open];
-    p.step = step;
-    p.intervals = 0;
-    p.resolved = 0;
-    p.waited_polls = 0;
-    p.ms.fill(0.0);
-    p.calls.fill(0);
-    const std::uint32_t per_region = backend_->capacity() / static_cast<std::uint32_t>(regions);
-    p.first_mark = static_cast<std::uint32_t>(open) * per_region;
-    next_mark_ = 0;
-  }
+  if (LAGGARD_UNLIKELY(backend_ != nullptr)) begin_device_step(step);
   step_started_ = std::chrono::steady_clock::now();
 }
 
-void Recorder::begin_slow(StageId id) noexcept {
-  if (id < 0 || id >= num_slots_) {
+LAGGARD_COLD void Recorder::begin_device_step(std::int64_t step) noexcept {
+  const int regions = options_.max_pending_steps + 1;
+  // The queue is full: the oldest step goes now. Its marks complete, it is emitted without
+  // the deferred values it still waits for (counted); else the device fell behind and it is
+  // dropped.
+  if (pending_count_ == options_.max_pending_steps && !retire_oldest(/*force=*/true)) {
+    pending_head_ = (pending_head_ + 1) % regions;
+    --pending_count_;
+    ++counters_.dropped_steps;
+  }
+  const int open = (pending_head_ + pending_count_) % regions;
+  Pending& p = pending_[open];
+  p.step = step;
+  p.intervals = 0;
+  p.resolved = 0;
+  p.waited_polls = 0;
+  p.ms.fill(0.0);
+  p.calls.fill(0);
+  const std::uint32_t per_region = backend_->capacity() / static_cast<std::uint32_t>(regions);
+  p.first_mark = static_cast<std::uint32_t>(open) * per_region;
+  next_mark_ = 0;
+}
+
+LAGGARD_HOT void Recorder::begin_slow(StageId id) noexcept {
+  if (LAGGARD_UNLIKELY(id < 0 || id >= num_slots_)) {
     ++counters_.dropped_stages;
     return;
   }
   SlotTime& s = times_[id];
-  if (s.open) {  // re-entered without end: keep the outer entry
+  if (LAGGARD_UNLIKELY(s.open)) {  // re-entered without end: keep the outer entry
     ++counters_.unbalanced;
     return;
   }
-  if (backend_) {
-    const int regions = options_.max_pending_steps + 1;
-    Pending& p = pending_[(pending_head_ + pending_count_) % regions];
-    const std::uint32_t per_region = backend_->capacity() / static_cast<std::uint32_t>(regions);
-    if (p.intervals >= kMaxIntervals || next_mark_ + 2 > per_region) {
-      ++counters_.dropped_intervals;
-      return;
-    }
-    s.open_mark = p.first_mark + next_mark_;
-    if (!backend_->record(s.open_mark)) {
-      ++counters_.dropped_intervals;
-      return;
-    }
-    next_mark_ += 2;
+  if (LAGGARD_UNLIKELY(backend_ != nullptr)) {
+    if (!begin_device(id)) return;
   } else {
     s.started = ticks();
   }
   s.open = true;
+}
+
+LAGGARD_COLD bool Recorder::begin_device(StageId id) noexcept {
+  const int regions = options_.max_pending_steps + 1;
+  Pending& p = pending_[(pending_head_ + pending_count_) % regions];
+  const std::uint32_t per_region = backend_->capacity() / static_cast<std::uint32_t>(regions);
+  if (p.intervals >= kMaxIntervals || next_mark_ + 2 > per_region) {
+    ++counters_.dropped_intervals;
+    return false;
+  }
+  open_marks_[id] = p.first_mark + next_mark_;
+  if (!backend_->record(open_marks_[id])) {
+    ++counters_.dropped_intervals;
+    return false;
+  }
+  next_mark_ += 2;
+  return true;
 }
 
 void Recorder::add(StageId id, double ms, std::uint32_t calls) noexcept {
@@ -198,58 +222,94 @@ void Recorder::add(StageId id, double ms, std::uint32_t calls) noexcept {
   }
 }
 
-void Recorder::end_slow(StageId id) noexcept {
-  if (id < 0 || id >= num_slots_) return;  // counted at begin
+LAGGARD_HOT void Recorder::end_slow(StageId id) noexcept {
+  if (LAGGARD_UNLIKELY(id < 0 || id >= num_slots_)) return;  // counted at begin
   SlotTime& s = times_[id];
-  if (!s.open) {
+  if (LAGGARD_UNLIKELY(!s.open)) {
     ++counters_.unbalanced;
     return;
   }
   s.open = false;
   ++s.calls;
-  if (backend_) {
-    const int regions = options_.max_pending_steps + 1;
-    Pending& p = pending_[(pending_head_ + pending_count_) % regions];
-    if (!backend_->record(s.open_mark + 1)) {
-      ++counters_.dropped_intervals;
-      return;
-    }
-    p.slot[p.intervals] = static_cast<std::int8_t>(id);
-    p.start_mark[p.intervals++] = s.open_mark;
-    ++p.calls[id];
-  } else {
+  if (LAGGARD_UNLIKELY(backend_ != nullptr))
+    end_device(id);
+  else
     s.ticks += ticks() - s.started;
+}
+
+LAGGARD_COLD void Recorder::end_device(StageId id) noexcept {
+  const int regions = options_.max_pending_steps + 1;
+  Pending& p = pending_[(pending_head_ + pending_count_) % regions];
+  if (!backend_->record(open_marks_[id] + 1)) {
+    ++counters_.dropped_intervals;
+    return;
+  }
+  p.slot[p.intervals] = static_cast<std::int8_t>(id);
+  p.start_mark[p.intervals++] = open_marks_[id];
+  ++p.calls[id];
+}
+
+LAGGARD_HOT void Recorder::end_step() noexcept {
+  if (!sampled_) return;
+  sampled_ = false;
+  const auto now = std::chrono::steady_clock::now();
+  const double step_ms = ms_between(step_started_, now);
+  if (LAGGARD_UNLIKELY(backend_ != nullptr)) {
+    end_device_step(step_ms);
+    return;
+  }
+  calibrate(now);
+  RawStep* r = nullptr;
+  if (raw_ != nullptr) {  // the numbers alone, straight from the slots into the sink
+    ++counters_.samples_emitted;
+    r = raw_->claim();  // nullptr: no room (the sink counted it)
+  }
+  std::array<double, kMaxStages> ms;
+  std::array<std::uint32_t, kMaxStages> calls;
+  std::uint32_t entered = 0;
+  for (int i = 0; i < num_slots_; ++i) {
+    SlotTime& t = times_[i];
+    if (LAGGARD_UNLIKELY(t.open)) {  // a section still open at end of step: its entry is dropped
+      ++counters_.unbalanced;
+      t.open = false;
+    }
+    const double t_ms = static_cast<double>(t.ticks) * ms_per_tick_ + t.added_ms;
+    if (r != nullptr) {
+      if (t.calls == 0) continue;
+      entered |= 1u << i;
+      r->ms[i] = t_ms;
+      r->calls[i] = t.calls;
+    } else {
+      ms[i] = t_ms;
+      calls[i] = t.calls;
+    }
+  }
+  if (r != nullptr) {
+    r->step = step_;
+    r->step_ms = step_ms;
+    r->stages = entered;
+    r->values = copy_raw(values_, r->value);
+    r->resources = copy_raw(resources_, r->resource);
+    raw_->commit();
+  } else if (raw_ == nullptr) {
+    emit(step_, step_ms, ms.data(), calls.data(), values_, resources_);
   }
 }
 
-void Recorder::end_step() noexcept {
-  if (!sampled_) return;
-  sampled_ = false;
-  const double step_ms = ms_between(step_started_, std::chrono::steady_clock::now());
+LAGGARD_COLD void Recorder::end_device_step(double step_ms) noexcept {
   for (int i = 0; i < num_slots_; ++i) {
     if (times_[i].open) {  // a section still open at end of step: its partial entry is dropped
       ++counters_.unbalanced;
       times_[i].open = false;
     }
   }
-  if (backend_) {
-    const int regions = options_.max_pending_steps + 1;
-    Pending& p = pending_[(pending_head_ + pending_count_) % regions];
-    p.step_ms = step_ms;
-    p.values = values_;
-    p.resources = resources_;
-    ++pending_count_;
-    poll();
-    return;
-  }
-  std::array<double, kMaxStages> ms{};
-  std::array<std::uint32_t, kMaxStages> calls{};
-  calibrate();
-  for (int i = 0; i < num_slots_; ++i) {
-    ms[i] = static_cast<double>(times_[i].ticks) * ms_per_tick_ + times_[i].added_ms;
-    calls[i] = times_[i].calls;
-  }
-  emit(step_, step_ms, ms.data(), calls.data(), values_, resources_);
+  const int regions = options_.max_pending_steps + 1;
+  Pending& p = pending_[(pending_head_ + pending_count_) % regions];
+  p.step_ms = step_ms;
+  p.values = values_;
+  p.resources = resources_;
+  ++pending_count_;
+  poll();
 }
 
 bool Recorder::retire_oldest(bool force) noexcept {
@@ -322,11 +382,14 @@ int Recorder::slot_of(NamedSlots& slots, std::string_view name) noexcept {
   }
   slots.set[slots.count] = false;
   slots.waiting[slots.count] = 0;
+  if (raw_ != nullptr)
+    raw_->name(&slots == &values_ ? NameTable::value : NameTable::resource, slots.count,
+               slots.names[slots.count], StageKind::compute);
   hint_next = slots.count + 1;
   return slots.count++;
 }
 
-void Recorder::record_resource_at(int slot, double value) noexcept {
+LAGGARD_HOT void Recorder::record_resource_at(int slot, double value) noexcept {
   if (!sampled_ || slot < 0 || slot >= resources_.count) return;
   resources_.value[slot] = value;
   resources_.set[slot] = true;  // (resources are never deferred: no token to clear)
@@ -395,9 +458,39 @@ void Recorder::copy_named(const NamedSlots& from, std::vector<NamedValue>& to,
   to.resize(n);
 }
 
+LAGGARD_HOT std::uint32_t Recorder::copy_raw(const NamedSlots& from,
+                                 std::array<double, kMaxValues>& to) noexcept {
+  std::uint32_t recorded = 0;
+  for (int i = 0; i < from.count; ++i) {
+    if (!from.set[i]) continue;
+    recorded |= 1u << i;
+    to[i] = from.value[i];
+  }
+  return recorded;
+}
+
 void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
                     const std::uint32_t* calls, const NamedSlots& values,
                     const NamedSlots& resources) {
+  if (raw_ != nullptr) {
+    ++counters_.samples_emitted;
+    RawStep* r = raw_->claim();
+    if (r == nullptr) return;
+    std::uint32_t entered = 0;
+    for (int i = 0; i < num_slots_; ++i) {
+      if (calls[i] == 0) continue;
+      entered |= 1u << i;
+      r->ms[i] = ms[i];
+      r->calls[i] = calls[i];
+    }
+    r->step = step;
+    r->step_ms = step_ms;
+    r->stages = entered;
+    r->values = copy_raw(values, r->value);
+    r->resources = copy_raw(resources, r->resource);
+    raw_->commit();
+    return;
+  }
   scratch_.rank = options_.rank.rank;
   scratch_.world_size = options_.rank.world_size;
   scratch_.step = step;

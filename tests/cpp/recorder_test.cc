@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "live/sample_ring.hpp"
 
 namespace laggard {
 namespace {
@@ -552,6 +556,134 @@ TEST(RecorderDefer, NegativePollBoundIsRejected) {
   RecorderOptions o;
   o.max_deferred_polls = -1;
   EXPECT_THROW(Recorder r(o), std::invalid_argument);
+}
+
+
+// The Analyzer's path: sampled steps as numbers by slot into a StepRing, the samples built by
+// the consumer from the names it was given. They must equal what on_sample hands out.
+void expect_same_sample(const StepSample& a, const StepSample& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.host, b.host);
+  EXPECT_EQ(a.cohort, b.cohort);
+  EXPECT_TRUE(std::isnan(a.work) && std::isnan(b.work));
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (std::size_t i = 0; i < a.stages.size(); ++i) {
+    EXPECT_EQ(a.stages[i].name, b.stages[i].name);
+    EXPECT_EQ(a.stages[i].kind, b.stages[i].kind);
+    EXPECT_EQ(a.stages[i].calls, b.stages[i].calls);
+    EXPECT_GE(a.stages[i].ms, 0.0);
+    EXPECT_GE(b.stages[i].ms, 0.0);
+  }
+  for (const auto* pair : {&a.values, &a.resources}) {
+    const auto& other = pair == &a.values ? b.values : b.resources;
+    ASSERT_EQ(pair->size(), other.size());
+    for (std::size_t i = 0; i < pair->size(); ++i) {
+      EXPECT_EQ((*pair)[i].name, other[i].name);
+      EXPECT_EQ(std::memcmp(&(*pair)[i].value, &other[i].value, sizeof(double)), 0);
+    }
+  }
+}
+
+// Runs the same calls on a recorder with on_sample and on one with a StepRing; returns both
+// recorders' samples (the ring's popped after each step, as the log writer would).
+void run_twins(std::unique_ptr<TimingBackend> dev_a, std::unique_ptr<TimingBackend> dev_b,
+               ManualBackend* complete_a, ManualBackend* complete_b) {
+  const RankInfo who{3, 8, 1, "node-b", "tp1"};
+  Recorder a({2, who, 4}, std::move(dev_a));
+  Recorder b({2, who, 4}, std::move(dev_b));
+  std::vector<StepSample> got_a, got_b;
+  a.on_sample([&got_a](const StepSample& s) { got_a.push_back(s); });
+  b.on_sample([](const StepSample&) { ADD_FAILURE() << "on_sample called with a raw sink"; });
+  StepRing ring(4);
+  ring.set_source(who, nullptr);
+  const std::string long_name(70, 'x');  // beyond the names' reserved 32 characters
+  // Names registered before the sink is set are handed over at once, later ones as they come.
+  for (Recorder* r : {&a, &b}) {
+    r->stage("dataloader");
+    r->stage("forward");
+  }
+  b.set_raw_sink(&ring);
+  StepSample popped;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int step = 0; step < 12; ++step) {
+    for (Recorder* r : {&a, &b}) {
+      r->begin_step(step);
+      const auto fwd = r->stage("forward");
+      const auto comm = r->stage("communication", StageKind::communication);
+      { Section s(*r, fwd); }
+      if (step % 4 == 0) {  // some steps enter a stage the others leave out
+        Section s(*r, comm);
+        r->add(comm, 0.25);
+      }
+      if (step == 6) r->begin(r->stage(long_name));  // never ended: dropped, counted
+      r->record("loss", step == 4 ? nan : 1.0 / (step + 1));
+      if (step >= 4) r->record(long_name, -0.0);
+      r->record_resource("host_cpu_util_pct", 12.5);
+      const int slot = r->resource_slot("host_gc_collections");
+      if (step != 8) r->record_resource_at(slot, step);
+      r->end_step();
+    }
+    if (complete_a != nullptr) {
+      complete_a->complete = complete_b->complete = true;
+      a.poll();
+      b.poll();
+    }
+    while (ring.pop(popped)) got_b.push_back(popped);
+  }
+  ASSERT_EQ(got_a.size(), 6u);
+  ASSERT_EQ(got_b.size(), got_a.size());
+  for (std::size_t i = 0; i < got_a.size(); ++i) expect_same_sample(got_a[i], got_b[i]);
+  EXPECT_EQ(got_b[2].stages.size(), 2u);  // step 4: forward and communication
+  EXPECT_EQ(got_b[2].stages[1].kind, StageKind::communication);
+  EXPECT_TRUE(std::isnan(got_b[2].values[0].value));
+  EXPECT_EQ(got_b[3].values[1].name, long_name);
+  EXPECT_TRUE(std::signbit(got_b[3].values[1].value));
+  EXPECT_EQ(got_b[4].resources.size(), 1u);  // step 8: host_gc_collections not recorded
+  EXPECT_EQ(a.counters().samples_emitted, b.counters().samples_emitted);
+  EXPECT_EQ(a.counters().unbalanced, b.counters().unbalanced);
+  EXPECT_EQ(ring.dropped(), 0u);
+}
+
+TEST(RecorderRawSink, HostClockSamplesEqualOnSample) { run_twins(nullptr, nullptr, nullptr, nullptr); }
+
+TEST(RecorderRawSink, DeviceSamplesEqualOnSample) {
+  auto dev_a = std::make_unique<ManualBackend>();
+  auto dev_b = std::make_unique<ManualBackend>();
+  ManualBackend* a = dev_a.get();
+  ManualBackend* b = dev_b.get();
+  run_twins(std::move(dev_a), std::move(dev_b), a, b);
+}
+
+TEST(RecorderRawSink, FullRingDropsAndCountsTheStepNeverWaits) {
+  Recorder r({1, {0, 1, 0, "h", ""}, 4});
+  StepRing ring(2);
+  ring.set_source({0, 1, 0, "h", ""}, nullptr);
+  r.set_raw_sink(&ring);
+  const auto fwd = r.stage("forward");
+  for (int step = 0; step < 5; ++step) {
+    r.begin_step(step);
+    { Section s(r, fwd); }
+    r.end_step();
+  }
+  EXPECT_EQ(r.counters().samples_emitted, 5u);
+  EXPECT_EQ(ring.dropped(), 3u);
+  StepSample s;
+  ASSERT_TRUE(ring.pop(s));
+  EXPECT_EQ(s.step, 0);
+  EXPECT_EQ(s.host, "h");
+  ASSERT_EQ(s.stages.size(), 1u);
+  EXPECT_EQ(s.stages[0].name, "forward");
+  ASSERT_TRUE(ring.pop(s));
+  EXPECT_EQ(s.step, 1);
+  EXPECT_FALSE(ring.pop(s));
+  EXPECT_TRUE(ring.empty());
+  r.begin_step(5);  // room again
+  r.end_step();
+  ASSERT_TRUE(ring.pop(s));
+  EXPECT_EQ(s.step, 5);
+  EXPECT_TRUE(s.stages.empty());
 }
 
 }  // namespace
