@@ -113,6 +113,8 @@ struct AnalyzerOptions {
   std::size_t max_unacked_samples = 256;  ///< per rank, in flight to its parent in the tree
   /// A batch of samples goes to the parent this long after its first sample (0: at the
   /// background thread's next turn); fewer, larger messages where each costs more (Python).
+  /// The analysis rank's verdicts go to each child at most this often too (the latest wins),
+  /// but at once when the confirmed set or the stop step changes, and at close.
   double batch_period_s = 0.0;
   double window_timeout_s = 5.0;  ///< a window missing some ranks is analysed after this ...
   std::size_t max_pending_windows = 32;  ///< ... or once this many windows are waiting

@@ -954,8 +954,9 @@ class Analyzer:
         """A copy of the latest straggler/* metrics, on every rank; {} before the first verdict.
 
         The analysis rank has the latest report's metrics (what its sinks get). Every other rank
-        has the verdict the analysis rank sends down the gather tree after each report (it
-        arrives a few background turns later, within a window in practice):
+        has the latest verdict the analysis rank sent down the gather tree (at most one per
+        0.25 s, and at once one whose confirmed set or stop step changed; it arrives a few
+        background turns later):
         straggler/num_confirmed, straggler/confirmed ("rank:stage,...", the 16 costliest),
         straggler/likely_bottleneck, straggler/whatif_step_saving_ms, straggler/ranks and
         straggler/step_ms. Every rank also gets its own part: straggler/verdict_step (the step

@@ -448,7 +448,6 @@ void Background::tick(bool final) noexcept {
         stop_step_seen.store(incoming.stop_step, std::memory_order_release);
       }
       if (analysing()) deliver();
-      mirror_counts();
     }
     if (transport) {
       const bool healthy = transport->healthy();
@@ -467,6 +466,12 @@ void Background::tick(bool final) noexcept {
       }
     }
     if (analysing()) analyse(false);
+    if (gather) {
+      // Acknowledgements and verdicts, the ones of the windows just analysed included (an
+      // acknowledgement rides on a verdict to the same child).
+      gather->send_down(Clock::now(), final);
+      mirror_counts();
+    }
   } catch (...) {
     errors.report("background", what(std::current_exception()));
     mirror_counts();
@@ -1020,6 +1025,10 @@ void Background::finish() noexcept {
         errors.warn("close", "closed before every rank sent its last samples; the last "
                              "windows are analysed without them");
       analyse(true);
+      if (gather) {
+        gather->send_down(Clock::now(), true);  // the last verdict goes at once
+        mirror_counts();
+      }
       while (gather && Clock::now() < until && !gather->settled() && healthy()) {
         tick(true);  // acknowledgements still owed
         std::this_thread::sleep_for(nap);
@@ -1223,6 +1232,7 @@ Analyzer::Analyzer(AnalyzerOptions options) {
       go.max_unacked_samples = options.max_unacked_samples;
       go.peer_timeout = seconds(options.side_channel_timeout_s);
       go.batch_period = seconds(options.batch_period_s);
+      go.verdict_period = go.batch_period;  // verdicts to a child at most as often as batches
       go.max_batch_samples = std::min<std::size_t>(64, options.max_unacked_samples);
       try {
         bg->gather.emplace(*bg->transport, bg->rank, bg->world_size, go, bg->errors);

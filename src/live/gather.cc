@@ -54,8 +54,6 @@ void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>
   broken_.clear();
   transport_.broken_links(broken_);
   receive(now, samples, used, counts);
-  send_acks();
-  send_verdicts();
   for (const auto& [peer, why] : broken_) {
     const auto child = children_.find(peer);
     if (child != children_.end()) child->second.gone = true;
@@ -105,11 +103,19 @@ void Gather::tick(Clock::time_point now, bool flush_now, std::vector<StepSample>
 Gather::Clock::time_point Gather::next_due(Clock::time_point now,
                                            Clock::duration retry) const noexcept {
   Clock::time_point due = Clock::time_point::max();
-  for (const auto& [peer, child] : children_)
-    if (!child.gone && (child.received > child.acked || (child.verdict_due && !child.final))) {
-      due = now + retry;
-      break;
+  const bool healthy = transport_.healthy();
+  const Clock::duration period = root() ? options_.verdict_period : Clock::duration::zero();
+  for (const auto& [peer, child] : children_) {
+    if (child.gone) continue;
+    if (child.received > child.acked) due = std::min(due, now + retry);  // refused
+    if (healthy && child.verdict_due && !child.final) {
+      // Held back until two periods after the last (an acknowledgement may take it sooner);
+      // one that should have gone already was refused.
+      const Clock::time_point at =
+          child.sent_key != down_key_ ? now : child.verdict_sent + 2 * period;
+      due = std::min(due, at > now ? at : now + retry);
     }
+  }
   if (root()) return due;
   if (batch_open_)
     due = std::min(due, encoder_.samples() >= options_.max_batch_samples
@@ -195,6 +201,7 @@ void Gather::receive(Clock::time_point now, std::vector<StepSample>& samples, st
       if (m.peer == links_.parent) on_ack(h.seq, now);
       continue;
     }
+    if (h.ack > 0 && m.peer == links_.parent) on_ack(h.ack, now);  // riding on a verdict
     if (h.kind == wire::Kind::verdict) {
       on_verdict(m);
       continue;
@@ -263,14 +270,6 @@ void Gather::on_ack(std::uint64_t seq, Clock::time_point now) {
   }
 }
 
-void Gather::send_acks() {
-  for (auto& [peer, child] : children_) {
-    if (child.received <= child.acked || child.gone) continue;
-    std::string msg = wire::ack_message(child.received);
-    if (transport_.send(peer, msg)) child.acked = child.received;
-  }
-}
-
 void Gather::on_verdict(const TransportMessage& m) {
   if (m.peer != links_.parent) {
     ++malformed_verdicts_;
@@ -293,32 +292,69 @@ void Gather::on_verdict(const TransportMessage& m) {
   send_verdict(verdict_, verdict_scores_);
 }
 
-void Gather::send_verdict(const StragglerVerdict& verdict, const std::vector<wire::RankScore>& scores) {
-  if (children_.empty()) return;
-  for (auto& [peer, child] : children_) child.scores.clear();
-  for (const wire::RankScore& s : scores) {
-    if (s.rank < 0 || s.rank >= world_size_) continue;
-    const int via = via_[static_cast<std::size_t>(s.rank)];
-    if (via < 0) continue;
-    const auto it = children_.find(via);
-    if (it != children_.end()) it->second.scores.push_back(s);
-  }
-  for (auto& [peer, child] : children_) {
-    if (child.final) continue;  // it is closing: it reads no more verdicts
-    wire::encode_verdict(verdict, child.scores, child.verdict);
-    child.verdict_due = true;
-  }
-  send_verdicts();
+namespace {
+
+// What makes a verdict go at once: its confirmed (rank, cohort, stage)s in any order, their
+// number, the confirmed ranks among the scores, and the stop step.
+void confirmed_key(const StragglerVerdict& v, const std::vector<wire::RankScore>& scores,
+                   std::vector<std::string>& parts, std::string& key) {
+  parts.clear();
+  for (const VerdictFinding& f : v.confirmed)
+    parts.push_back(std::to_string(f.rank) + '\x1f' + f.cohort + '\x1f' + f.stage + '\x1e');
+  std::sort(parts.begin(), parts.end());
+  key = std::to_string(v.stop_step) + ' ' + std::to_string(v.num_confirmed) + '\x1e';
+  for (const std::string& p : parts) key += p;
+  for (const wire::RankScore& s : scores)
+    if (s.confirmed) key += std::to_string(s.rank) + ' ';
 }
 
-void Gather::send_verdicts() {
-  if (!transport_.healthy()) return;
+}  // namespace
+
+void Gather::send_verdict(const StragglerVerdict& verdict, const std::vector<wire::RankScore>& scores) {
+  if (children_.empty()) return;
+  down_ = verdict;
+  down_scores_ = scores;
+  confirmed_key(down_, down_scores_, key_parts_, down_key_);
+  for (auto& [peer, child] : children_)
+    if (!child.final) child.verdict_due = true;  // one that is closing reads no more verdicts
+}
+
+void Gather::send_down(Clock::time_point now, bool flush) {
+  const bool healthy = transport_.healthy();
+  const Clock::duration period = root() ? options_.verdict_period : Clock::duration::zero();
+  bool bucketed = false;
   for (auto& [peer, child] : children_) {
-    if (!child.verdict_due || child.final) continue;
-    std::string message = child.verdict;  // the transport may take it
-    if (transport_.send(peer, message)) {
-      child.verdict_due = false;
-      ++verdicts_sent_;
+    if (child.gone) continue;
+    const bool ack = child.received > child.acked;
+    const bool verdict = healthy && child.verdict_due && !child.final &&
+                         (flush || child.sent_key != down_key_ ||
+                          now - child.verdict_sent >= 2 * period ||
+                          (ack && now - child.verdict_sent >= period));
+    if (verdict) {
+      if (!bucketed) {  // each child's subtree's scores, by the subtrees known now
+        bucketed = true;
+        for (auto& [p, c] : children_) c.scores.clear();
+        for (const wire::RankScore& s : down_scores_) {
+          if (s.rank < 0 || s.rank >= world_size_) continue;
+          const int via = via_[static_cast<std::size_t>(s.rank)];
+          if (via < 0) continue;
+          const auto it = children_.find(via);
+          if (it != children_.end()) it->second.scores.push_back(s);
+        }
+      }
+      wire::encode_verdict(down_, child.scores, message_, ack ? child.received : 0);
+      if (transport_.send(peer, message_)) {  // the transport may take the message
+        ++verdicts_sent_;
+        child.verdict_due = false;
+        child.sent_key = down_key_;
+        child.verdict_sent = now;
+        if (ack) child.acked = child.received;
+        continue;
+      }
+    }
+    if (ack) {
+      message_ = wire::ack_message(child.received);
+      if (transport_.send(peer, message_)) child.acked = child.received;
     }
   }
 }

@@ -25,7 +25,8 @@ namespace laggard {
 /// unacknowledged and drops whole batches beyond that, counting the samples: a slow or dead
 /// parent costs bounded memory. When nothing has been acknowledged for `peer_timeout` while
 /// batches are outstanding, the parent is presumed down (a warning), and batches are dropped
-/// until acknowledgements resume. Verdicts go the other way, down the tree (send_verdict).
+/// until acknowledgements resume. Verdicts go the other way, down the tree (send_verdict); an
+/// acknowledgement owed to a child rides on a verdict going to it in the same turn.
 /// Not thread-safe.
 class Gather {
  public:
@@ -37,6 +38,9 @@ class Gather {
     Clock::duration batch_period{};
     /// ... or once it holds this many samples.
     std::size_t max_batch_samples = 64;
+    /// The root: a verdict goes to a child at most this often (0: every one), the latest
+    /// winning; at once when the confirmed set or the stop step changes, and at close.
+    Clock::duration verdict_period{};
   };
 
   Gather(Transport& transport, int rank, int world_size, Options options, ErrorCounter& errors);
@@ -50,16 +54,22 @@ class Gather {
   void set_own_counts(std::uint64_t dropped, std::uint64_t errors);
 
   /// One turn: receives (acknowledgements; children's batches, which the root appends to
-  /// `samples`/`counts` and every other rank forwards), acknowledges children and sends the
-  /// batch when it is due (`flush`: now). `samples[0, used)` are valid after the call.
+  /// `samples`/`counts` and every other rank forwards; verdicts) and sends the batch when it is
+  /// due (`flush`: now). `samples[0, used)` are valid after the call. What goes down to the
+  /// children goes at send_down, the end of the turn.
   void tick(Clock::time_point now, bool flush, std::vector<StepSample>& samples,
             std::size_t& used, std::vector<wire::RankCounts>& counts);
+  /// The end of a turn: acknowledges the children's batches and sends them the verdict where it
+  /// is due (send_verdict), an acknowledgement riding on a verdict to the same child. `flush`
+  /// (close): every verdict waiting goes now.
+  void send_down(Clock::time_point now, bool flush);
   /// Not the root: sends the last batch, marked final (after the children's, when they are).
   void send_final(Clock::time_point now);
   /// When the next turn is due without anything arriving: the open batch's flush, the
-  /// parent's silence timeout, or `retry` after now while an acknowledgement or a verdict
-  /// waits for a link that refused it; Clock::time_point::max() when nothing is due (the
-  /// thread may sleep until a message, a sample or close() wakes it).
+  /// parent's silence timeout, a verdict held back by `verdict_period`, or `retry` after now
+  /// while an acknowledgement or a verdict waits for a link that refused it;
+  /// Clock::time_point::max() when nothing is due (the thread may sleep until a message, a
+  /// sample or close() wakes it).
   Clock::time_point next_due(Clock::time_point now, Clock::duration retry) const noexcept;
 
   /// The root: ranks whose samples will never come (their link in the tree broke before their
@@ -75,11 +85,15 @@ class Gather {
   /// Gives up on what is unacknowledged (close): its own samples count as dropped.
   void abandon();
 
-  /// The root, after a report: sends `verdict` to every child that has not said its last batch,
+  /// The root, after a report: `verdict` is for every child that has not said its last batch,
   /// each with the scores of its own subtree only (`scores` sorted by rank; a rank's subtree is
-  /// learnt from the samples that came through it). A message a link refuses is kept and sent
-  /// again at the next turn, replaced by a newer verdict if one comes first (latest wins).
-  /// Every other rank does the same with what its parent sends it, at the turn it arrives.
+  /// learnt from the samples that came through it), sent at send_down. The latest wins: a
+  /// verdict not sent yet (held back, or refused by its link) is replaced by a newer one. A
+  /// verdict goes to a child at once when its confirmed set (the confirmed (rank, cohort,
+  /// stage)s, their number, the confirmed ranks among the scores) or its stop step differs
+  /// from the last one that child was sent; otherwise at most once per `verdict_period`: with
+  /// the next acknowledgement to that child once a period has passed, alone after two.
+  /// Every other rank passes on what its parent sends it at the turn it arrives.
   void send_verdict(const StragglerVerdict& verdict, const std::vector<wire::RankScore>& scores);
   /// Not the root: the verdict that arrived since the last call, with this rank's own score
   /// (NaN when the verdict carried none for it); false when none arrived.
@@ -99,8 +113,6 @@ class Gather {
   void receive(Clock::time_point now, std::vector<StepSample>& samples, std::size_t& used,
                std::vector<wire::RankCounts>& counts);
   void on_ack(std::uint64_t seq, Clock::time_point now);
-  void send_acks();
-  void send_verdicts();
   void on_verdict(const TransportMessage& m);
   void start_batch();
   void flush(Clock::time_point now, bool final);
@@ -117,9 +129,10 @@ class Gather {
     std::uint64_t acked = 0;     // highest acknowledged
     bool final = false;
     bool gone = false;          // its link broke: nothing more goes to it
-    std::string verdict;        // the latest verdict for it, encoded
-    bool verdict_due = false;   // ... not yet accepted by the link
-    std::vector<wire::RankScore> scores;  // scratch: its subtree's scores
+    bool verdict_due = false;   // the latest verdict (down_) is not yet accepted by its link
+    std::string sent_key;       // the confirmed set and stop step of the last one it accepted
+    Clock::time_point verdict_sent{};  // ... and when
+    std::vector<wire::RankScore> scores;  // scratch: its subtree's scores in down_
   };
 
   Transport& transport_;
@@ -151,6 +164,13 @@ class Gather {
   StragglerVerdict verdict_;                    // the latest from the parent (not the root)
   std::vector<wire::RankScore> verdict_scores_;
   bool verdict_new_ = false;
+  // The latest verdict for the children (send_verdict), and its confirmed set and stop step as
+  // a key (Child::sent_key).
+  StragglerVerdict down_;
+  std::vector<wire::RankScore> down_scores_;
+  std::string down_key_;
+  std::vector<std::string> key_parts_;  // scratch
+  std::string message_;  // scratch: a message to a child
   std::size_t forwarded_rank_count_ = 0;
 
   std::vector<int> gone_;  // the root: ranks cut off with a broken link (take_gone)

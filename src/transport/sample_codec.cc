@@ -19,6 +19,7 @@ enum Record : std::uint8_t {
 };
 
 constexpr std::uint8_t kFresh = 1;
+constexpr std::uint8_t kAck = 2;
 constexpr std::uint8_t kHasWork = 1;
 constexpr std::uint8_t kHasValues = 2;
 constexpr std::uint8_t kHasResources = 4;
@@ -266,7 +267,8 @@ bool Decoder::header(std::string_view message, Header& out, std::string& error) 
     error = "unknown message kind " + std::to_string(kind);
     return false;
   }
-  if (!r.u8(flags) || !r.varint(out.seq)) {
+  out.ack = 0;
+  if (!r.u8(flags) || !r.varint(out.seq) || ((flags & kAck) != 0 && !r.varint(out.ack))) {
     error = "truncated header";
     return false;
   }
@@ -295,6 +297,7 @@ bool Decoder::decode(std::string_view message, std::vector<StepSample>& samples,
     std::uint64_t v;
     for (int i = 0; i < 5; ++i) r.u8(b);
     r.varint(v);
+    if ((static_cast<std::uint8_t>(message[4]) & kAck) != 0) r.varint(v);  // an ack riding along
   }
   const auto fail = [&error](const char* what) {
     error = std::string("malformed batch: ") + what;
@@ -439,14 +442,16 @@ bool finite_f32(Reader& r, double& v) { return r.f32(v) && std::isfinite(v); }
 
 }  // namespace
 
-void encode_verdict(const StragglerVerdict& v, const std::vector<RankScore>& scores, std::string& out) {
+void encode_verdict(const StragglerVerdict& v, const std::vector<RankScore>& scores, std::string& out,
+                    std::uint64_t ack) {
   out.clear();
   out.push_back('L');
   out.push_back('g');
   out.push_back(static_cast<char>(kVersion));
   out.push_back(static_cast<char>(Kind::verdict));
-  out.push_back(0);
+  out.push_back(static_cast<char>(ack > 0 ? kAck : 0));
   put_varint(out, v.seq);
+  if (ack > 0) put_varint(out, ack);
   put_varint(out, static_cast<std::uint64_t>(std::max<std::int64_t>(0, v.step)));
   put_varint(out, static_cast<std::uint64_t>(std::max(0, v.ranks_seen)));
   put_varint(out, static_cast<std::uint64_t>(std::max(0, v.world_size)));
@@ -499,10 +504,12 @@ bool decode_verdict(std::string_view message, StragglerVerdict& v, std::vector<R
   }
   Reader r(message);
   {  // skip the header
-    std::uint8_t b;
+    std::uint8_t b = 0, flags = 0;
     std::uint64_t x;
-    for (int i = 0; i < 5; ++i) r.u8(b);
+    for (int i = 0; i < 4; ++i) r.u8(b);
+    r.u8(flags);
     r.varint(x);
+    if ((flags & kAck) != 0) r.varint(x);
   }
   const auto fail = [&error](const char* what) {
     error = std::string("malformed verdict: ") + what;

@@ -3,8 +3,9 @@
 //
 // A message is a header and records, little-endian, integers as LEB128 varints:
 //
-//   header   'L' 'g' version(1) kind(u8: 1 batch, 2 ack, 3 verdict) flags(u8: bit 0 = the
-//            sender's dictionaries start afresh) seq(varint)
+//   header   'L' 'g' version(2) kind(u8: 1 batch, 2 ack, 3 verdict) flags(u8: bit 0 = the
+//            sender's dictionaries start afresh, bit 1 = an acknowledgement rides along)
+//            seq(varint) [ack(varint): with bit 1, the highest batch seq received]
 //   batch records, each a type byte and its fields:
 //     1 stage    index, kind(u8), name(varint length + bytes)
 //     2 string   index, bytes(varint length + bytes)             (hosts and cohorts)
@@ -14,7 +15,8 @@
 //                [work f64], layout, n x (ms f32, calls varint),
 //                [values: n, n x (name string, f64)], [resources: n, n x (name string, f64)]
 //     6 counts   rank, dropped, errors, final(u8)
-//   An ack has no records: its seq is the highest batch seq received.
+//   An ack has no records: its seq is the highest batch seq received. A verdict going to a
+//   child that is owed an acknowledgement carries it (flag bit 1) instead of a message of its own.
 //   A verdict (parent to child, down the tree; seq = the analysis rank's report number) is
 //     step, ranks_seen, world_size, step_ms(f32), whatif_step_saving_ms(f32),
 //     likely_bottleneck(text), num_confirmed, n (<= StragglerVerdict::kMaxFindings),
@@ -47,7 +49,7 @@
 
 namespace laggard::wire {
 
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;
 enum class Kind : std::uint8_t { batch = 1, ack = 2, verdict = 3 };
 
 /// What a sending rank counted so far, carried to the analysis rank (cumulative).
@@ -116,6 +118,7 @@ class Decoder {
   struct Header {
     Kind kind = Kind::batch;
     std::uint64_t seq = 0;
+    std::uint64_t ack = 0;  ///< an acknowledgement riding along (flag bit 1), or 0
     bool fresh = false;
   };
   /// Reads a message's header; false (with `error`) when it is not a laggard message.
@@ -151,8 +154,9 @@ struct RankScore {
 /// Encodes a verdict (its per-rank fields `rank`, `score`, `self_confirmed` are not sent) with
 /// the scores of the receiving subtree, `scores` sorted by rank; appends to `out` (cleared
 /// first). At most StragglerVerdict::kMaxFindings findings are sent and texts are cut at 256 bytes.
+/// `ack` > 0: an acknowledgement of every batch up to `ack` rides along (Decoder::Header::ack).
 void encode_verdict(const StragglerVerdict& verdict, const std::vector<RankScore>& scores,
-                    std::string& out);
+                    std::string& out, std::uint64_t ack = 0);
 /// Decodes a verdict message (the header included). False, with `error`, when it is malformed;
 /// `verdict` and `scores` are then unspecified.
 bool decode_verdict(std::string_view message, StragglerVerdict& verdict, std::vector<RankScore>& scores,

@@ -418,7 +418,8 @@ TEST(Gather, VerdictsCarryOnlyTheSubtreesScoresAndMalformedOnesAreCounted) {
     std::vector<TransportMessage> inject;
     if (r == 4) {
       inject.push_back({3, good.substr(0, good.size() - 1)});  // cut short
-      inject.push_back({3, std::string("Lg\x01\x03\x00\x01\xff\xff\xff\xff\x0f", 11)});
+      inject.push_back({3, std::string("Lg", 2) + static_cast<char>(wire::kVersion) +
+                               std::string("\x03\x00\x01\xff\xff\xff\xff\x0f", 8)});
       inject.push_back({5, good});  // well formed, but not from its parent
     }
     o.transport_factory = [inject, s = seen[static_cast<std::size_t>(r)], mu](
@@ -532,6 +533,287 @@ TEST(Gather, CallbacksAndTheAgreedStopStepReachEveryRank) {
     EXPECT_LT(seen[i].confirmed_step, stop) << r;
     EXPECT_EQ(ranks[i]->counters().errors, 1u) << r;  // the throwing callback, counted
   }
+}
+
+
+// A transport that passes everything through to the local one and writes down, per turn (a
+// turn: one receive() call, which Gather::tick makes once), the verdicts this rank sends and
+// receives and the acknowledgements it receives, alone or riding on a verdict.
+struct WireLog {
+  struct Verdict {
+    int turn = 0;
+    int peer = 0;  // sent: to; received: from
+    bool sent = false;
+    std::uint64_t seq = 0;
+    std::int64_t step = 0;
+    std::vector<int> confirmed;  // the ranks it names
+    std::string key;             // its confirmed (rank, stage)s, their number, its stop step
+    std::uint64_t ack = 0;       // an acknowledgement riding along
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex mu;
+  std::atomic<int> turns{0};
+  std::vector<Verdict> verdicts;
+  std::size_t acks_alone = 0;     // acknowledgements received in messages of their own
+  std::size_t acks_riding = 0;    // ... on a verdict
+};
+
+class Recording final : public Transport {
+ public:
+  Recording(std::unique_ptr<Transport> inner, std::shared_ptr<WireLog> log)
+      : inner_(std::move(inner)), log_(std::move(log)) {}
+  const char* name() const noexcept override { return "recording"; }
+  int rank() const noexcept override { return inner_->rank(); }
+  int world_size() const noexcept override { return inner_->world_size(); }
+  TreeLinks links() const override { return inner_->links(); }
+  bool send(int peer, std::string& message) override {
+    const std::string copy = message;
+    if (!inner_->send(peer, message)) return false;
+    note(peer, copy, true);
+    return true;
+  }
+  void receive(std::vector<TransportMessage>& out) override {
+    ++log_->turns;
+    const std::size_t first = out.size();
+    inner_->receive(out);
+    for (std::size_t i = first; i < out.size(); ++i) note(out[i].peer, out[i].bytes, false);
+  }
+  void progress() override { inner_->progress(); }
+  void broken_links(std::vector<std::pair<int, std::string>>& out) override {
+    inner_->broken_links(out);
+  }
+  bool healthy() const override { return inner_->healthy(); }
+  void fail() override { inner_->fail(); }
+  void shutdown() override { inner_->shutdown(); }
+
+ private:
+  void note(int peer, const std::string& bytes, bool sent) {
+    wire::Decoder::Header h;
+    std::string error;
+    if (!wire::Decoder::header(bytes, h, error)) return;
+    std::lock_guard<std::mutex> lock(log_->mu);
+    if (h.kind == wire::Kind::ack && !sent) ++log_->acks_alone;
+    if (h.kind != wire::Kind::verdict) return;
+    if (h.ack > 0 && !sent) ++log_->acks_riding;
+    StragglerVerdict v;
+    std::vector<wire::RankScore> scores;
+    if (!wire::decode_verdict(bytes, v, scores, error)) return;
+    WireLog::Verdict w;
+    w.turn = log_->turns.load();
+    w.peer = peer;
+    w.sent = sent;
+    w.seq = v.seq;
+    w.step = v.step;
+    w.ack = h.ack;
+    std::vector<std::string> named;
+    for (const VerdictFinding& f : v.confirmed) {
+      w.confirmed.push_back(f.rank);
+      named.push_back(std::to_string(f.rank) + ":" + f.stage);
+    }
+    std::sort(named.begin(), named.end());
+    for (const std::string& n : named) w.key += n + ",";
+    w.key += " " + std::to_string(v.num_confirmed) + " " + std::to_string(v.stop_step);
+    w.at = std::chrono::steady_clock::now();
+    log_->verdicts.push_back(std::move(w));
+  }
+
+  std::unique_ptr<Transport> inner_;
+  std::shared_ptr<WireLog> log_;
+};
+
+// Hosts {0,1,2} {3,4,5}: the root 0 sends to 1, 2 and leader 3; 3 to 4 and 5. Rank 4 is 1.3x
+// slower in forward. Every rank's transport is recorded.
+std::vector<std::unique_ptr<Analyzer>> recorded_ranks(
+    const std::string& channel, double batch_period_s,
+    std::vector<std::shared_ptr<WireLog>>& logs) {
+  constexpr int kWorld = 6;
+  std::vector<std::unique_ptr<Analyzer>> ranks(kWorld);
+  logs.assign(kWorld, nullptr);
+  for (int r = 0; r < kWorld; ++r) {
+    auto log = std::make_shared<WireLog>();
+    logs[static_cast<std::size_t>(r)] = log;
+    auto o = rank_options(r, kWorld, channel);
+    o.fan_out = 8;
+    o.batch_period_s = batch_period_s;
+    o.transport_factory = [log](const TransportSetup& setup) -> std::unique_ptr<Transport> {
+      return std::make_unique<Recording>(make_transport("local", setup), log);
+    };
+    ranks[static_cast<std::size_t>(r)] = std::make_unique<Analyzer>(o);
+  }
+  return ranks;
+}
+
+void slow_four(Analyzer& an, int rank, std::int64_t s) {
+  an.begin_step(s);
+  an.add(an.stage("forward"), 10.0 + (rank == 4 ? 3.0 : 0.0));
+  an.add(an.stage("backward"), 20.0);
+  an.add(an.stage("communication"), rank == 4 ? 1.0 : 4.0);
+  an.end_step();
+}
+
+bool names_rank(const std::vector<int>& confirmed, int rank) {
+  return std::find(confirmed.begin(), confirmed.end(), rank) != confirmed.end();
+}
+
+// Verdicts at most once per batch_period_s per child, the latest winning: with a period longer
+// than the run, a child gets the first verdict, the one that confirms the straggler, and
+// nothing more until close, however many windows there are. The confirmation goes at once:
+// the analysis rank sends it to each child in the turn it is made, and the leader passes it on
+// in the turn it arrives.
+TEST(Gather, VerdictsAreHeldToTheBatchPeriodButAChangeInTheConfirmedSetGoesAtOnce) {
+  constexpr int kWorld = 6, kSteps = 800;
+  std::vector<std::shared_ptr<WireLog>> logs;
+  // Batches still go every 64 samples (max_batch_samples): the windows keep coming.
+  auto ranks = recorded_ranks("verdict-held", 60.0, logs);
+  std::atomic<int> confirmed_turn{-1};
+  set_log_handler([&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::warning && m.rfind("straggler confirmed: rank 4 ", 0) == 0)
+      confirmed_turn.store(logs[0]->turns.load());  // said on the root's background thread
+  });
+  std::atomic<bool> windows_enough{false};
+  std::vector<std::thread> threads;
+  std::atomic<int> finished{0};
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+      for (int s = 0; s < kSteps; ++s) {
+        slow_four(an, r, s);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      // Every rank has the confirmation long before close (a held verdict would not come).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!names(an.latest_verdict(), 4, "forward") && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (r == 0)
+        while (an.counters().windows < kSteps / 2 && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (r == 0) windows_enough = an.counters().windows >= kSteps / 2;
+      ++finished;
+      while (finished.load() < kWorld && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_TRUE(names(an.latest_verdict(), 4, "forward")) << "rank " << r << " before close";
+      an.close();
+    });
+  for (auto& t : threads) t.join();
+  set_log_handler({});
+  ASSERT_TRUE(windows_enough.load());
+  const auto root = ranks[0]->counters();
+  EXPECT_EQ(root.windows, static_cast<std::uint64_t>(kSteps));
+  // Each of the 3 children: the first verdict, the confirmation (the first may be it: the
+  // first batches bring 64 windows at once), a few more only if the confirmed set flickered,
+  // and the last at close; not one a window.
+  EXPECT_GE(root.verdicts_sent, 3u);
+  EXPECT_LE(root.verdicts_sent, 3u * 6u) << "windows " << root.windows;
+  for (int r = 1; r < kWorld; ++r) {
+    const auto c = ranks[static_cast<std::size_t>(r)]->counters();
+    EXPECT_GE(c.verdicts_received, 1u) << r;
+    EXPECT_LE(c.verdicts_received, 6u) << r;
+    EXPECT_EQ(c.gather_dropped, 0u) << r;
+    EXPECT_EQ(c.errors, 0u) << r;
+  }
+  // The root: the verdict naming rank 4 goes to every child in the turn it is confirmed.
+  const int turn = confirmed_turn.load();
+  ASSERT_GE(turn, 0);
+  for (int child : {1, 2, 3}) {
+    const WireLog& log = *logs[0];
+    const auto it = std::find_if(log.verdicts.begin(), log.verdicts.end(), [&](const auto& v) {
+      return v.sent && v.peer == child && names_rank(v.confirmed, 4);
+    });
+    ASSERT_NE(it, log.verdicts.end()) << child;
+    EXPECT_EQ(it->turn, turn) << child;
+  }
+  // The leader: it passes it on to 4 and 5 in the turn it arrives.
+  const WireLog& leader = *logs[3];
+  const auto got = std::find_if(leader.verdicts.begin(), leader.verdicts.end(), [](const auto& v) {
+    return !v.sent && names_rank(v.confirmed, 4);
+  });
+  ASSERT_NE(got, leader.verdicts.end());
+  for (int child : {4, 5}) {
+    const auto it = std::find_if(leader.verdicts.begin(), leader.verdicts.end(), [&](const auto& v) {
+      return v.sent && v.peer == child && names_rank(v.confirmed, 4);
+    });
+    ASSERT_NE(it, leader.verdicts.end()) << child;
+    EXPECT_EQ(it->turn, got->turn) << child;
+    EXPECT_EQ(it->seq, got->seq) << child;
+  }
+}
+
+// With a period shorter than the run, held verdicts do go (the latest, with the next
+// acknowledgement to that child, or alone after two periods): every rank's verdict keeps up
+// with the windows, yet two verdicts the analysis rank sends a child with the same confirmed
+// set are a period apart or more, however often windows come (batches of 64 samples come
+// faster than the period); acknowledgements ride on them.
+TEST(Gather, HeldVerdictsGoAtMostOncePerPeriodTheLatestWinning) {
+  constexpr int kWorld = 6, kSteps = 800;
+  constexpr double kPeriod = 0.1;
+  std::vector<std::shared_ptr<WireLog>> logs;
+  auto ranks = recorded_ranks("verdict-period", kPeriod, logs);
+  std::atomic<std::int64_t> closing_ns{0};  // when the first rank began to close
+  std::vector<std::thread> threads;
+  std::atomic<int> finished{0};
+  for (int r = 0; r < kWorld; ++r)
+    threads.emplace_back([&, r] {
+      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+      for (int s = 0; s < kSteps; ++s) {
+        slow_four(an, r, s);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      const auto recent = [&] {
+        const auto v = an.latest_verdict();
+        return v && v->step >= kSteps - 30;
+      };
+      while (!recent() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_TRUE(recent()) << "rank " << r << " before close";  // the held ones came
+      ++finished;
+      while (finished.load() < kWorld && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::int64_t zero = 0;
+      closing_ns.compare_exchange_strong(
+          zero, std::chrono::steady_clock::now().time_since_epoch().count());
+      an.close();
+    });
+  for (auto& t : threads) t.join();
+  const std::chrono::steady_clock::time_point closing{
+      std::chrono::steady_clock::duration(closing_ns.load())};
+  const auto root = ranks[0]->counters();
+  EXPECT_EQ(root.windows, static_cast<std::uint64_t>(kSteps));
+  std::size_t spaced = 0;
+  {
+    const WireLog& log = *logs[0];
+    for (int child : {1, 2, 3}) {
+      const WireLog::Verdict* last = nullptr;
+      for (const auto& w : log.verdicts) {
+        if (!w.sent || w.peer != child) continue;
+        if (last != nullptr && w.key == last->key && w.at < closing) {
+          ++spaced;
+          EXPECT_GE(std::chrono::duration<double>(w.at - last->at).count(), kPeriod * 0.95)
+              << "child " << child << " seq " << last->seq << " then " << w.seq;
+        }
+        last = &w;
+      }
+    }
+  }
+  EXPECT_GE(spaced, 3u);  // held verdicts went, not only changes
+  for (int r = 1; r < kWorld; ++r) {
+    const auto c = ranks[static_cast<std::size_t>(r)]->counters();
+    EXPECT_EQ(c.gather_dropped, 0u) << r;
+    EXPECT_EQ(c.errors, 0u) << r;
+    EXPECT_LT(c.verdicts_received, static_cast<std::uint64_t>(kSteps / 10)) << r;
+    // Successive verdicts a child receives: newer each time (the latest wins).
+    const WireLog& log = *logs[static_cast<std::size_t>(r)];
+    std::uint64_t last = 0;
+    for (const auto& w : log.verdicts)
+      if (!w.sent) {
+        EXPECT_GT(w.seq, last) << r;
+        last = w.seq;
+      }
+  }
+  // The root's children are acknowledged on verdicts too, not only in messages of their own.
+  std::size_t riding = 0;
+  for (int r : {1, 2, 3}) riding += logs[static_cast<std::size_t>(r)]->acks_riding;
+  EXPECT_GT(riding, 0u);
 }
 
 }  // namespace

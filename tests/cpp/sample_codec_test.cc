@@ -374,6 +374,46 @@ TEST(SampleCodec, VerdictsRoundTrip) {
   EXPECT_EQ(got.stop_step, -1);
 }
 
+// An acknowledgement owed to the child rides on the verdict going to it: the header carries it,
+// the verdict reads the same, and neither a verdict without one nor a batch has one.
+TEST(SampleCodec, AnAcknowledgementRidesOnAVerdict) {
+  const StragglerVerdict v = verdict_with(1, 2);
+  const std::vector<RankScore> scores = {{5, 0.75f, true}};
+  std::string plain, riding;
+  encode_verdict(v, scores, plain);
+  encode_verdict(v, scores, riding, 300);
+  EXPECT_EQ(riding.size(), plain.size() + 2);  // 300 as a varint
+  Decoder::Header h;
+  std::string error;
+  ASSERT_TRUE(Decoder::header(riding, h, error)) << error;
+  EXPECT_EQ(h.kind, Kind::verdict);
+  EXPECT_EQ(h.seq, 42u);
+  EXPECT_EQ(h.ack, 300u);
+  ASSERT_TRUE(Decoder::header(plain, h, error)) << error;
+  EXPECT_EQ(h.ack, 0u);
+  StragglerVerdict a, b;
+  std::vector<RankScore> sa, sb;
+  ASSERT_TRUE(decode_verdict(plain, a, sa, error)) << error;
+  ASSERT_TRUE(decode_verdict(riding, b, sb, error)) << error;
+  EXPECT_EQ(b.seq, a.seq);
+  EXPECT_EQ(b.step, a.step);
+  EXPECT_EQ(b.stop_step, a.stop_step);
+  ASSERT_EQ(b.confirmed.size(), 1u);
+  EXPECT_EQ(b.confirmed[0].reason, a.confirmed[0].reason);
+  EXPECT_EQ(b.confirmed[0].windows_held, a.confirmed[0].windows_held);
+  ASSERT_EQ(sb.size(), 1u);
+  EXPECT_EQ(sb[0].rank, 5);
+  EXPECT_TRUE(sb[0].confirmed);
+  // Cut inside the riding acknowledgement: refused.
+  EXPECT_FALSE(Decoder::header(riding.substr(0, 7), h, error));
+  Encoder enc;
+  enc.begin(7);
+  enc.add(RankCounts{3, 0, 0, false});
+  ASSERT_TRUE(Decoder::header(enc.message(), h, error)) << error;
+  EXPECT_EQ(h.kind, Kind::batch);
+  EXPECT_EQ(h.ack, 0u);
+}
+
 TEST(SampleCodec, VerdictsStayBoundedAtFourThousandRanks) {
   // A host member's verdict: the summary, the findings and its own score.
   std::string bytes;
