@@ -655,6 +655,34 @@ bool names_rank(const std::vector<int>& confirmed, int rank) {
   return std::find(confirmed.begin(), confirmed.end(), rank) != confirmed.end();
 }
 
+// Each rank on a thread of its own: `steps` steps of slow_four, 1 ms apart; then it waits (10 s
+// at most) until done(an, rank) holds and for every rank to be there, and calls
+// at_close(an, rank) just before it closes.
+template <class Done, class AtClose>
+void run_slow_four(std::vector<std::unique_ptr<Analyzer>>& ranks, int steps, Done done,
+                   AtClose at_close) {
+  const int world = static_cast<int>(ranks.size());
+  std::vector<std::thread> threads;
+  std::atomic<int> finished{0};
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+      for (int s = 0; s < steps; ++s) {
+        slow_four(an, r, s);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!done(an, r) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ++finished;
+      while (finished.load() < world && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      at_close(an, r);
+      an.close();
+    });
+  for (auto& t : threads) t.join();
+}
+
 // Verdicts at most once per batch_period_s per child, the latest winning: with a period longer
 // than the run, a child gets the first verdict, the one that confirms the straggler, and
 // nothing more until close, however many windows there are. The confirmation goes at once:
@@ -671,30 +699,16 @@ TEST(Gather, VerdictsAreHeldToTheBatchPeriodButAChangeInTheConfirmedSetGoesAtOnc
       confirmed_turn.store(logs[0]->turns.load());  // said on the root's background thread
   });
   std::atomic<bool> windows_enough{false};
-  std::vector<std::thread> threads;
-  std::atomic<int> finished{0};
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
-      for (int s = 0; s < kSteps; ++s) {
-        slow_four(an, r, s);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      // Every rank has the confirmation long before close (a held verdict would not come).
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!names(an.latest_verdict(), 4, "forward") && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (r == 0)
-        while (an.counters().windows < kSteps / 2 && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (r == 0) windows_enough = an.counters().windows >= kSteps / 2;
-      ++finished;
-      while (finished.load() < kWorld && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      EXPECT_TRUE(names(an.latest_verdict(), 4, "forward")) << "rank " << r << " before close";
-      an.close();
-    });
-  for (auto& t : threads) t.join();
+  run_slow_four(
+      ranks, kSteps,
+      [](Analyzer& an, int r) {  // every rank has the confirmation long before close
+        return names(an.latest_verdict(), 4, "forward") &&
+               (r != 0 || an.counters().windows >= kSteps / 2);
+      },
+      [&](Analyzer& an, int r) {  // (a held verdict would not come)
+        EXPECT_TRUE(names(an.latest_verdict(), 4, "forward")) << "rank " << r << " before close";
+        if (r == 0) windows_enough = an.counters().windows >= kSteps / 2;
+      });
   set_log_handler({});
   ASSERT_TRUE(windows_enough.load());
   const auto root = ranks[0]->counters();
@@ -749,32 +763,18 @@ TEST(Gather, HeldVerdictsGoAtMostOncePerPeriodTheLatestWinning) {
   std::vector<std::shared_ptr<WireLog>> logs;
   auto ranks = recorded_ranks("verdict-period", kPeriod, logs);
   std::atomic<std::int64_t> closing_ns{0};  // when the first rank began to close
-  std::vector<std::thread> threads;
-  std::atomic<int> finished{0};
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
-      for (int s = 0; s < kSteps; ++s) {
-        slow_four(an, r, s);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      const auto recent = [&] {
-        const auto v = an.latest_verdict();
-        return v && v->step >= kSteps - 30;
-      };
-      while (!recent() && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      EXPECT_TRUE(recent()) << "rank " << r << " before close";  // the held ones came
-      ++finished;
-      while (finished.load() < kWorld && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      std::int64_t zero = 0;
-      closing_ns.compare_exchange_strong(
-          zero, std::chrono::steady_clock::now().time_since_epoch().count());
-      an.close();
-    });
-  for (auto& t : threads) t.join();
+  const auto recent = [](Analyzer& an) {
+    const auto v = an.latest_verdict();
+    return v && v->step >= kSteps - 30;
+  };
+  run_slow_four(
+      ranks, kSteps, [&](Analyzer& an, int) { return recent(an); },
+      [&](Analyzer& an, int r) {
+        EXPECT_TRUE(recent(an)) << "rank " << r << " before close";  // the held ones came
+        std::int64_t zero = 0;
+        closing_ns.compare_exchange_strong(
+            zero, std::chrono::steady_clock::now().time_since_epoch().count());
+      });
   const std::chrono::steady_clock::time_point closing{
       std::chrono::steady_clock::duration(closing_ns.load())};
   const auto root = ranks[0]->counters();
