@@ -362,19 +362,37 @@ TEST(Gather, AStragglerThatRecoversIsClearedOnce) {
   EXPECT_EQ(lines.size(), 2u);
 }
 
-// A transport that passes everything through to the local one, records the verdicts that
-// arrive, and slips some bad ones in first.
-class Tap final : public Transport {
+// A transport that passes every call through to another (the tests' wrappers below override
+// what they watch).
+class PassThrough : public Transport {
  public:
-  Tap(std::unique_ptr<Transport> inner, std::vector<TransportMessage> inject,
-      std::shared_ptr<std::vector<std::string>> seen, std::shared_ptr<std::mutex> mu)
-      : inner_(std::move(inner)), inject_(std::move(inject)), seen_(std::move(seen)),
-        mu_(std::move(mu)) {}
-  const char* name() const noexcept override { return "tap"; }
+  explicit PassThrough(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
   int rank() const noexcept override { return inner_->rank(); }
   int world_size() const noexcept override { return inner_->world_size(); }
   TreeLinks links() const override { return inner_->links(); }
   bool send(int peer, std::string& message) override { return inner_->send(peer, message); }
+  void receive(std::vector<TransportMessage>& out) override { inner_->receive(out); }
+  void progress() override { inner_->progress(); }
+  void broken_links(std::vector<std::pair<int, std::string>>& out) override {
+    inner_->broken_links(out);
+  }
+  bool healthy() const override { return inner_->healthy(); }
+  void fail() override { inner_->fail(); }
+  void shutdown() override { inner_->shutdown(); }
+
+ protected:
+  std::unique_ptr<Transport> inner_;
+};
+
+// A transport that passes everything through to the local one, records the verdicts that
+// arrive, and slips some bad ones in first.
+class Tap final : public PassThrough {
+ public:
+  Tap(std::unique_ptr<Transport> inner, std::vector<TransportMessage> inject,
+      std::shared_ptr<std::vector<std::string>> seen, std::shared_ptr<std::mutex> mu)
+      : PassThrough(std::move(inner)), inject_(std::move(inject)), seen_(std::move(seen)),
+        mu_(std::move(mu)) {}
+  const char* name() const noexcept override { return "tap"; }
   void receive(std::vector<TransportMessage>& out) override {
     for (auto& m : inject_) out.push_back(std::move(m));
     inject_.clear();
@@ -384,16 +402,8 @@ class Tap final : public Transport {
     for (std::size_t i = first; i < out.size(); ++i)
       if (out[i].bytes.size() > 3 && out[i].bytes[3] == 3) seen_->push_back(out[i].bytes);
   }
-  void progress() override { inner_->progress(); }
-  void broken_links(std::vector<std::pair<int, std::string>>& out) override {
-    inner_->broken_links(out);
-  }
-  bool healthy() const override { return inner_->healthy(); }
-  void fail() override { inner_->fail(); }
-  void shutdown() override { inner_->shutdown(); }
 
  private:
-  std::unique_ptr<Transport> inner_;
   std::vector<TransportMessage> inject_;
   std::shared_ptr<std::vector<std::string>> seen_;
   std::shared_ptr<std::mutex> mu_;
@@ -558,14 +568,11 @@ struct WireLog {
   std::size_t acks_riding = 0;    // ... on a verdict
 };
 
-class Recording final : public Transport {
+class Recording final : public PassThrough {
  public:
   Recording(std::unique_ptr<Transport> inner, std::shared_ptr<WireLog> log)
-      : inner_(std::move(inner)), log_(std::move(log)) {}
+      : PassThrough(std::move(inner)), log_(std::move(log)) {}
   const char* name() const noexcept override { return "recording"; }
-  int rank() const noexcept override { return inner_->rank(); }
-  int world_size() const noexcept override { return inner_->world_size(); }
-  TreeLinks links() const override { return inner_->links(); }
   bool send(int peer, std::string& message) override {
     const std::string copy = message;
     if (!inner_->send(peer, message)) return false;
@@ -578,13 +585,6 @@ class Recording final : public Transport {
     inner_->receive(out);
     for (std::size_t i = first; i < out.size(); ++i) note(out[i].peer, out[i].bytes, false);
   }
-  void progress() override { inner_->progress(); }
-  void broken_links(std::vector<std::pair<int, std::string>>& out) override {
-    inner_->broken_links(out);
-  }
-  bool healthy() const override { return inner_->healthy(); }
-  void fail() override { inner_->fail(); }
-  void shutdown() override { inner_->shutdown(); }
 
  private:
   void note(int peer, const std::string& bytes, bool sent) {
@@ -617,7 +617,6 @@ class Recording final : public Transport {
     log_->verdicts.push_back(std::move(w));
   }
 
-  std::unique_ptr<Transport> inner_;
   std::shared_ptr<WireLog> log_;
 };
 
