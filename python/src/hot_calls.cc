@@ -3,6 +3,7 @@
 
 #include <time.h>
 
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -808,47 +809,24 @@ PyObject* step_get_calls(PyObject* self, void*) {
   return out;
 }
 
+// The references a StepState owns: what tp_traverse visits and tp_clear drops, one list so that
+// a new one cannot be added to one and forgotten in the other.
+std::array<PyObject**, 16> owned_refs(StepState* s) {
+  return {&s->owner, &s->an_ref, &s->begin_py, &s->end_py, &s->report, &s->section_on,
+          &s->section_off, &s->noop, &s->sections, &s->section_py, &s->on_begin, &s->on_end,
+          &s->gc_list, &s->gc_cb, &s->find_cuda, &s->step};
+}
+
 int step_traverse(PyObject* self, visitproc visit, void* arg) {
-  auto* s = reinterpret_cast<StepState*>(self);
   Py_VISIT(Py_TYPE(self));
-  Py_VISIT(s->owner);
-  Py_VISIT(s->an_ref);
-  Py_VISIT(s->begin_py);
-  Py_VISIT(s->end_py);
-  Py_VISIT(s->report);
-  Py_VISIT(s->section_on);
-  Py_VISIT(s->section_off);
-  Py_VISIT(s->noop);
-  Py_VISIT(s->sections);
-  Py_VISIT(s->section_py);
-  Py_VISIT(s->on_begin);
-  Py_VISIT(s->on_end);
-  Py_VISIT(s->gc_list);
-  Py_VISIT(s->gc_cb);
-  Py_VISIT(s->find_cuda);
-  Py_VISIT(s->step);
+  for (PyObject** ref : owned_refs(reinterpret_cast<StepState*>(self))) Py_VISIT(*ref);
   return 0;
 }
 
 int step_clear(PyObject* self) {
   auto* s = reinterpret_cast<StepState*>(self);
   s->target = nullptr;  // with the owner gone, nothing may reach the recorder
-  Py_CLEAR(s->owner);
-  Py_CLEAR(s->an_ref);
-  Py_CLEAR(s->begin_py);
-  Py_CLEAR(s->end_py);
-  Py_CLEAR(s->report);
-  Py_CLEAR(s->section_on);
-  Py_CLEAR(s->section_off);
-  Py_CLEAR(s->noop);
-  Py_CLEAR(s->sections);
-  Py_CLEAR(s->section_py);
-  Py_CLEAR(s->on_begin);
-  Py_CLEAR(s->on_end);
-  Py_CLEAR(s->gc_list);
-  Py_CLEAR(s->gc_cb);
-  Py_CLEAR(s->find_cuda);
-  Py_CLEAR(s->step);
+  for (PyObject** ref : owned_refs(s)) Py_CLEAR(*ref);
   return 0;
 }
 
