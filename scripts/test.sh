@@ -27,10 +27,10 @@ while [ $# -gt 0 ]; do
 done
 ctest_args=()
 pytest_args=("$@")
-marks=()
+short=""  # appended to each run's marker expression
 if [ "$skip_long" = yes ]; then
   ctest_args=(-LE long)
-  marks=("not long")
+  short=" and not long"
 fi
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j2 "${ctest_args[@]}"
@@ -41,18 +41,15 @@ pytest() {  # pytest MARK_EXPRESSION ARGS...
     -p no:cacheprovider ${expr:+-m "$expr"} "$@" "${pytest_args[@]}"
 }
 if [ "$jobs" -le 1 ]; then
-  pytest "${marks[*]:-}"
+  pytest "${short# and }"
   exit
 fi
-join() { local IFS=; echo "$*"; }
-ranks_expr=$(join "multiproc" "${marks[@]/#/ and }")
-other_expr=$(join "not multiproc" "${marks[@]/#/ and }")
 other_args=()
 if [ "$jobs" -gt 2 ]; then other_args=(-n $(( jobs - 1 )) --dist loadfile); fi
 rc_ranks=0 rc_other=0
-pytest "$ranks_expr" > >(sed -u 's/^/[ranks] /') 2>&1 &
+pytest "multiproc$short" > >(sed -u 's/^/[ranks] /') 2>&1 &
 ranks_pid=$!
-pytest "$other_expr" "${other_args[@]}" > >(sed -u 's/^/[other] /') 2>&1 || rc_other=$?
+pytest "not multiproc$short" "${other_args[@]}" > >(sed -u 's/^/[other] /') 2>&1 || rc_other=$?
 wait "$ranks_pid" || rc_ranks=$?
 sleep 0.2  # the prefixing sed processes flush
 echo "test: real-rank tests exit $rc_ranks, other tests exit $rc_other"
