@@ -331,7 +331,7 @@ class LAGGARD_API Detector {
     std::vector<double> steps;
     std::size_t step_next = 0;
     std::vector<int> seen;          ///< windows the rank took part in
-    std::vector<std::uint8_t> named_bit;  ///< 1 while the rank is named
+    std::vector<std::int32_t> named_bit;  ///< 1 while the rank is named (32 bits: seq_pass's lanes)
     std::vector<SeqState> cold;
     /// What the latest window added to the CUSUMs of the tests with larger shares of the budget
     /// (the relative_threshold test, the own-baseline one, the cost test, the intermittent one)
@@ -341,8 +341,9 @@ class LAGGARD_API Detector {
     std::vector<int> slot_rank;     ///< the rank of each slot
     std::vector<int> slot_of_rank;  ///< indexed by rank: its slot, or -1
     double log_scale = 0.0;  ///< EWMA of ln(noise sigma of the log-ratio)
-    /// Windows since the slots last changed, up to the own-baseline warm-up: from there every
-    /// slot of the window has a baseline past its first windows.
+    /// Windows since the slots last changed, up to 20: from the own-baseline warm-up on every
+    /// slot of the window has a baseline past its first windows; from 20 on (1 / the baseline's
+    /// alpha) its baseline's weight is alpha (detector_sequential.cc).
     int settled_windows = 0;
     int scale_windows = 0;
     /// Pauses seen (>= 1.5x the median straight after a window under relative_threshold), out
@@ -387,7 +388,7 @@ class LAGGARD_API Detector {
   std::vector<double> seq_picked_;  ///< the times of the slots the noise estimate samples
   std::vector<double> seq_scratch_;
   std::vector<std::pair<int, int>> seq_ratio_counts_;  ///< per stage: ranks late, fast
-  std::vector<std::uint8_t> seq_attention_;  ///< per position: what seq_pass marked (detector.cc)
+  std::vector<std::int32_t> seq_attention_;  ///< per position: what seq_pass marked (detector.cc)
   std::vector<std::pair<int, double>> seq_late_;  ///< (rank, its largest excess in ms)
   std::vector<double> seq_wait_;  ///< per stage: the wait it holds in ms (0: none)
   std::vector<std::pair<std::size_t, std::size_t>> seq_named_;  ///< (stage, position) named now

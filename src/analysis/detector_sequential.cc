@@ -315,25 +315,88 @@ struct SeqCounts {
   int mix_hits = 0, mix_chances = 0;  // slow windows of ranks whose intermittent evidence is 0
 };
 
+// Slots per block of seq_pass: the block's saved baselines and marks stay in L1 while the few
+// slots the vectorized loop left open are finished.
+constexpr std::size_t kSeqBlock = 256;
+// Windows after which every slot of a settled track has seen at least 1 / kBaseAlpha windows: its
+// baseline's weight max(kBaseAlpha, 1 / seen) is kBaseAlpha (1.0f / 20.0f is 0.05f, the float
+// nearest 0.05), and the pass takes it as a constant instead of a division per slot.
+constexpr int kSteadyWindows = 20;
+static_assert(kSteadyWindows >= kOwnWarmup, "settled_windows counts up to the larger of the two");
+static_assert(kMixShare == 0.5, "seq_pass_block's closed intermittent test: its margin is for 1/2");
+
+// The intermittent test's window LLR (the same expression wherever it is computed).
+inline float mix_value(const SeqPass& q, float mix_old, float mix_l) {
+  const float mix_lr = fast_expf(mix_l);
+  return std::min(q.mix_top, std::max(0.0f, mix_old + (q.mix_keep - q.mix_null_keep) +
+                                               fast_logf((1.0f + q.mix_odds * mix_lr) /
+                                                         (1.0f + q.mix_null_odds * mix_lr))));
+}
+
+// A slot's evidence from its CUSUMs after the window: the largest CUSUM with its test's bonus
+// (as Handle::evidence computes it for the few findings).
+inline float seq_most(const SeqPass& q, float threshold, float v0, float v1, float v2, float v3,
+                      float v5, float vc, float vm) {
+  return std::max(
+      std::max(std::max(std::max(v0 > 0.0f ? v0 + q.bonus0 : 0.0f, v1), std::max(v2, v3)),
+               v5 > 0.0f ? v5 + q.bonus_own : 0.0f),
+      std::max(vc > 0.0f ? vc + q.bonus_cost : 0.0f,
+               vm + q.bonus_mix >= threshold ? vm + q.bonus_mix : 0.0f));
+}
+
+// A slot's name after the window (set at the threshold, kept until the evidence is back at 0)
+// and its attention: bit 0 the name held, bit 1 evidence that rose from 0 (was_zero: every CUSUM
+// was 0 before the window). In 32-bit integers, as the pass's floats: a byte in the vectorized
+// loop would make it run 32 slots to a step (four vectors per float), more than the registers
+// hold.
+inline std::int32_t seq_marks(float most, float threshold, std::int32_t was_zero,
+                              std::int32_t named_before, std::int32_t& named_after) {
+  const std::int32_t held_name = (named_before | (most >= threshold)) & (most != 0.0f);
+  named_after = held_name;
+  return held_name | ((was_zero & (most > 0.0f)) << 1);
+}
+
 // One window of one (cohort, stage) over its slots [0, n): the noise level, the five shifts'
 // CUSUMs and the own-baseline one with its baseline, the names (set at the threshold, kept
 // until the evidence is back at 0), and the pauses seen. `attention` is non-zero where the
-// caller has per-slot work: evidence that rose from 0 in this window, or a name held. One
+// caller has per-slot work: evidence that rose from 0 in this window, or a name held. A
 // branch-free pass over contiguous arrays (restrict: nothing aliases), so the compiler
-// vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop, and bound by
-// memory: every slot's state is read and written once per window.
-template <bool kEarly>
-inline __attribute__((always_inline)) SeqCounts seq_pass_body(
+// vectorizes it; at 16,384 ranks x 16 stages it is the detector's inner loop.
+//
+// The own-baseline and intermittent tests' LLRs (two float divisions, two logarithms and an
+// exponential a slot) are left out of the vectorized loop where their result is known without
+// them, which is nearly every slot of a healthy window: their CUSUM is at 0 and stays there.
+//  - own: at 0, the new value is max(0, min(ceiling, llr) - own_shift), own_shift >= 0, which is
+//    0 wherever llr <= 0: before the warm-up (llr = -1), a jump (llr = 0), or
+//    half_nu1 ln((nu_s2 + d^2) / (nu_s2 + e^2)) with half_nu1 >= 0 and the float numerator at
+//    or under the float denominator: their correctly rounded quotient is then at most 1, and
+//    fast_logf of a float at most 1 is at most 0 (fast_logf(1) is 0; below 1 the series of the
+//    mantissa, |series| <= 0.347, never outweighs a negative exponent's ln 2).
+//  - intermittent: at 0, the new value is min(mix_top, max(0, ln((1 - p + p LR) /
+//    (1 - r0 + r0 LR)))) with p = kMixShare = 1/2 > r0 (clamped to at most p / 2), which is
+//    under 0 for LR < 1; for mix_l <= -1 (LR <= e^-1) it is under -0.2 (at r0 = p / 2; further
+//    under for smaller r0), far past fast_expf's and fast_logf's errors (~1e-7): the value is
+//    min(mix_top, 0).
+// The slots where either is open are marked in the block (`open`: bit 0 own, bit 1 intermittent),
+// keep their old CUSUM and name through the loop (their attention holds was_zero), and are
+// finished one by one right after it with the same expressions: the same floats as one pass
+// computing everything for every slot.
+template <bool kEarly, bool kSteady>
+inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
     int* __restrict seen, float* __restrict level, float* __restrict last,
     float* __restrict c0, float* __restrict c1, float* __restrict c2,
     float* __restrict c3, float* __restrict base, float* __restrict own,
-    float* __restrict cost, float* __restrict mix, std::uint8_t* __restrict named,
-    std::uint8_t* __restrict attention) {
+    float* __restrict cost, float* __restrict mix, std::int32_t* __restrict named,
+    std::int32_t* __restrict attention, float* __restrict base_before,
+    std::int32_t* __restrict open) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
+  const float mix_closed = std::min(q.mix_top, 0.0f);
+  const bool own_off = q.own_half_nu1 == 0.0f;
   int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0;
+  std::int32_t any_open = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const float xj = log_ratio(ms[j], inv_ref);
     const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
@@ -361,9 +424,10 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const float v3 = std::max(0.0f, c3[j] + std::min(ceiling, q.weight[3] * (xj - q.mid[3])));
     // The evidence (the largest CUSUM) rises from 0 where every CUSUM was at 0 before this
     // window: no array of it is kept (Handle::evidence computes it for the few findings).
+    const float own_before = own[j], mix_before = mix[j];
     const bool was_zero = (c0[j] == 0.0f) & (c1[j] == 0.0f) & (c2[j] == 0.0f) &
-                          (c3[j] == 0.0f) & (own[j] == 0.0f) & (cost[j] == 0.0f) &
-                          (mix[j] == 0.0f);
+                          (c3[j] == 0.0f) & (own_before == 0.0f) & (cost[j] == 0.0f) &
+                          (mix_before == 0.0f);
     c0[j] = v0;
     c1[j] = v1;
     c2[j] = v2;
@@ -380,17 +444,14 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     // slow component, however slow) and held as it is.
     // Against a null with the share of slow windows the cohort shows (the ranks whose evidence
     // here is 0 count it; a rank slow in a share of its windows counts about one per run of
-    // evidence).
+    // evidence). Closed (at 0, staying there): min(mix_top, 0), see above.
     const float mix_l =
         std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
-    const float mix_lr = fast_expf(mix_l);
-    const float vm = std::min(
-        q.mix_top, std::max(0.0f, mix[j] + (q.mix_keep - q.mix_null_keep) +
-                                      fast_logf((1.0f + q.mix_odds * mix_lr) /
-                                                (1.0f + q.mix_null_odds * mix_lr))));
-    const int mix_open = mix[j] == 0.0f;
+    const int mix_open = mix_before == 0.0f;
     mix_chances += mix_open;
     mix_hits += mix_open & (mix_l > 0.0f);
+    const bool mix_closed_here = (mix_before == 0.0f) & (mix_l <= -1.0f);
+    const float vm = mix_closed_here ? mix_closed : mix_before;
     mix[j] = vm;
     // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
     // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
@@ -401,49 +462,107 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     // around the baseline instead, two fast first windows had held it low: the ordinary windows
     // that followed were clipped too, so it came back too slowly, the test started against it and
     // read them as slow, and a baseline learnt only at 0 stayed there.
+    // Closed (at 0, staying there): 0, see above.
     const float b = base[j];
     const bool warm = seen_before >= kOwnWarmup;  // the test runs; before, the first windows' rule
-    const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
-    const float v5 = std::max(
-        0.0f, own[j] + std::min(own_ceiling, own_llr(q, xj, b, warm)) - q.own_shift);
+    const float d = xj - b, e = d - q.own_delta;
+    const bool own_closed_here =
+        (own_before == 0.0f) &
+        (!warm | (d >= q.own_jump) | own_off | (q.own_nu_s2 + d * d <= q.own_nu_s2 + e * e));
+    const float v5 = own_closed_here ? 0.0f : own_before;
     const bool early = kEarly && !warm;
-    const float base_alpha = std::max(static_cast<float>(kBaseAlpha),
-                                      1.0f / static_cast<float>(std::max(seen_before, 1)));
-    const float d = xj - b;
+    const float base_alpha =
+        kSteady ? static_cast<float>(kBaseAlpha)
+                : std::max(static_cast<float>(kBaseAlpha),
+                           1.0f / static_cast<float>(std::max(seen_before, 1)));
     const float base_step =
         early ? d : static_cast<float>(kOwnScoreGain) * d / (1.0f + d * d * q.base_inv_nu_s2);
-    const bool learn = (own[j] == 0.0f) & (seen_before > 0) &
+    const bool learn = (own_before == 0.0f) & (seen_before > 0) &
                        (!early | (std::fabs(xj) <= q.early_limit));
     base[j] = learn ? b + base_alpha * base_step : b;
+    base_before[j] = b;
     own[j] = v5;
-    const float most = std::max(
-        std::max(std::max(std::max(v0 > 0.0f ? v0 + q.bonus0 : 0.0f, v1), std::max(v2, v3)),
-                 v5 > 0.0f ? v5 + q.bonus_own : 0.0f),
-        std::max(vc > 0.0f ? vc + q.bonus_cost : 0.0f,
-                 vm + q.bonus_mix >= threshold ? vm + q.bonus_mix : 0.0f));
-    const bool rose = was_zero & (most > 0.0f);
-    const std::uint8_t held_name =
-        static_cast<std::uint8_t>((named[j] | (most >= threshold)) & (most != 0.0f));
-    named[j] = held_name;
-    attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1));
+    const std::int32_t opened = static_cast<std::int32_t>(!own_closed_here) |
+                                (static_cast<std::int32_t>(!mix_closed_here) << 1);
+    std::int32_t held_name;
+    const std::int32_t marks = seq_marks(seq_most(q, threshold, v0, v1, v2, v3, v5, vc, vm),
+                                         threshold, was_zero, named[j], held_name);
+    named[j] = opened ? named[j] : held_name;
+    attention[j] = opened ? static_cast<std::int32_t>(was_zero) : marks;
+    open[j] = opened;
+    any_open |= opened;
+  }
+  if (any_open == 0) return {jumps, jump_base, mix_hits, mix_chances};
+  // The slots left open: their LLRs, then their evidence and marks.
+  for (std::size_t j = 0; j < n; ++j) {
+    if (open[j] == 0) continue;
+    const float xj = log_ratio(ms[j], inv_ref);
+    const float exj = static_cast<float>(ms[j] - median);
+    const bool held = (exj <= q.hold_below) | (exj < q.absolute);
+    const bool cost_held = (exj <= q.hold_below) | (exj < q.cost_absolute);
+    if (open[j] & 2) {
+      const float mix_l =
+          std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
+      mix[j] = mix_value(q, mix[j], mix_l);
+    }
+    if (open[j] & 1) {
+      const int seen_before = seen[j] - 1;
+      const bool warm = seen_before >= kOwnWarmup;
+      const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
+      own[j] = std::max(0.0f, own[j] + std::min(own_ceiling, own_llr(q, xj, base_before[j], warm)) -
+                                  q.own_shift);
+    }
+    const float most = seq_most(q, threshold, c0[j], c1[j], c2[j], c3[j], own[j], cost[j], mix[j]);
+    attention[j] = seq_marks(most, threshold, attention[j], named[j], named[j]);
   }
   return {jumps, jump_base, mix_hits, mix_chances};
 }
 
+// The pass over [0, n), kSeqBlock slots at a time.
+template <bool kEarly, bool kSteady>
+inline __attribute__((always_inline)) SeqCounts seq_pass_blocks(
+    std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
+    int* __restrict seen, float* __restrict level, float* __restrict last,
+    float* __restrict c0, float* __restrict c1, float* __restrict c2,
+    float* __restrict c3, float* __restrict base, float* __restrict own,
+    float* __restrict cost, float* __restrict mix, std::int32_t* __restrict named,
+    std::int32_t* __restrict attention) {
+  alignas(64) float base_before[kSeqBlock];
+  alignas(64) std::int32_t open[kSeqBlock];
+  SeqCounts total;
+  for (std::size_t s = 0; s < n; s += kSeqBlock) {
+    const SeqCounts c = seq_pass_block<kEarly, kSteady>(
+        std::min(kSeqBlock, n - s), p, threshold, ms + s, median, seen + s, level + s, last + s,
+        c0 + s, c1 + s, c2 + s, c3 + s, base + s, own + s, cost + s, mix + s, named + s,
+        attention + s, base_before, open);
+    total.jumps += c.jumps;
+    total.jump_base += c.jump_base;
+    total.mix_hits += c.mix_hits;
+    total.mix_chances += c.mix_chances;
+  }
+  return total;
+}
+
 // The pass, for a (cohort, stage) whose slots may still be in their first kOwnWarmup windows
-// (p.early) or not: past them, the first windows' baseline rule is compiled out of the loop.
+// (p.early) or not, and have all seen kSteadyWindows windows (steady) or not: the first
+// windows' baseline rule and the weight's division are compiled out of the loop where they
+// cannot apply.
 LAGGARD_WIDE_CLONES
-SeqCounts seq_pass(std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms,
-                   double median, int* __restrict seen, float* __restrict level,
-                   float* __restrict last, float* __restrict c0,
+SeqCounts seq_pass(std::size_t n, const SeqPass& p, bool steady, float threshold,
+                   const double* __restrict ms, double median, int* __restrict seen,
+                   float* __restrict level, float* __restrict last, float* __restrict c0,
                    float* __restrict c1, float* __restrict c2, float* __restrict c3,
                    float* __restrict base, float* __restrict own,
                    float* __restrict cost, float* __restrict mix,
-                   std::uint8_t* __restrict named, std::uint8_t* __restrict attention) {
-  return p.early ? seq_pass_body<true>(n, p, threshold, ms, median, seen, level, last,
-                                       c0, c1, c2, c3, base, own, cost, mix, named, attention)
-                 : seq_pass_body<false>(n, p, threshold, ms, median, seen, level, last,
-                                        c0, c1, c2, c3, base, own, cost, mix, named, attention);
+                   std::int32_t* __restrict named, std::int32_t* __restrict attention) {
+  if (p.early)
+    return seq_pass_blocks<true, false>(n, p, threshold, ms, median, seen, level, last, c0, c1,
+                                        c2, c3, base, own, cost, mix, named, attention);
+  if (steady)
+    return seq_pass_blocks<false, true>(n, p, threshold, ms, median, seen, level, last, c0, c1,
+                                        c2, c3, base, own, cost, mix, named, attention);
+  return seq_pass_blocks<false, false>(n, p, threshold, ms, median, seen, level, last, c0, c1,
+                                       c2, c3, base, own, cost, mix, named, attention);
 }
 
 }  // namespace
@@ -486,7 +605,7 @@ void Detector::SeqTrack::arrange(const std::vector<int>& ranks) {
   permute(cost, 0.0f);
   permute(mix, 0.0f);
   permute(seen, 0);
-  permute(named_bit, std::uint8_t{0});
+  permute(named_bit, std::int32_t{0});
   permute(cold, SeqState{});
   slot_rank.swap(new_rank);
   // Ranks index slot_of_rank: ranks beyond kMaxTrackedRank keep a slot but are not found by rank.
@@ -787,7 +906,8 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     pass.step_limit = step_limit;
     pass.early_limit = step_limit + static_cast<float>(std::log(options_.healthy_spread));
     pass.early = track.settled_windows < kOwnWarmup;
-    track.settled_windows = std::min(track.settled_windows + 1, kOwnWarmup);
+    const bool steady = track.settled_windows >= kSteadyWindows;
+    track.settled_windows = std::min(track.settled_windows + 1, kSteadyWindows);
     // The own-baseline test: "slower than its own baseline by relative_threshold" against "no
     // change", the LLR of a Student-t(kOwnNu) d = x - base, bounded and redescending.
     const double own_scale = sigma * kOwnScalePerSigma * kOwnScaleShrink;
@@ -878,11 +998,11 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     pass.cost_top = fthreshold - pass.bonus_cost + fcap;
     pass.mix_top = fthreshold - pass.bonus_mix + static_cast<float>(0.5 * std::log(kMixShare / mix_null));
     pass.mix_ceiling = comparable ? 80.0f : -fcap;
-    std::vector<std::uint8_t>& attention = seq_attention_;
+    std::vector<std::int32_t>& attention = seq_attention_;
     attention.resize(n);
     static_assert(kShifts == 4, "seq_pass updates four shifts' CUSUMs");
     const SeqCounts counts =
-        seq_pass(n, pass, fthreshold, ms, f.median_ms, seen, level, last,
+        seq_pass(n, pass, steady, fthreshold, ms, f.median_ms, seen, level, last,
                  track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
                  track.cusum[3].data(), track.base.data(),
                  track.own.data(), track.cost.data(), track.mix.data(), track.named_bit.data(),
@@ -895,12 +1015,12 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     }
     // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
     // where none is marked.
-    const std::uint8_t* marks = attention.data();
+    const std::int32_t* marks = attention.data();
     for (std::size_t j = 0; j < n; ++j) {
       if (j + 8 <= n) {
-        std::uint64_t word;
-        std::memcpy(&word, marks + j, sizeof word);
-        if (word == 0) {
+        std::int32_t any = 0;
+        for (std::size_t k = 0; k < 8; ++k) any |= marks[j + k];
+        if (any == 0) {
           j += 7;
           continue;
         }
