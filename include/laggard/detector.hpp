@@ -384,8 +384,7 @@ class LAGGARD_API Detector {
   std::vector<int> free_episodes_;  ///< entries of episodes_ to reuse
   std::vector<double> gate_scratch_;
   // Scratch of observe_sequential, kept between windows.
-  std::vector<float> seq_x_;  ///< one stage's log-ratios (or those of the picked slots)
-  std::vector<double> seq_picked_;  ///< the times of the slots the noise estimate samples
+  std::vector<float> seq_x_;  ///< one stage's log-ratios
   std::vector<double> seq_scratch_;
   std::vector<std::pair<int, int>> seq_ratio_counts_;  ///< per stage: ranks late, fast
   std::vector<std::int32_t> seq_attention_;  ///< per position: what seq_pass marked (detector.cc)

@@ -389,7 +389,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     float* __restrict c3, float* __restrict base, float* __restrict own,
     float* __restrict cost, float* __restrict mix, std::int32_t* __restrict named,
     std::int32_t* __restrict attention, float* __restrict base_before,
-    std::int32_t* __restrict open) {
+    float* __restrict deviation, std::int32_t* __restrict open) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
@@ -409,6 +409,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     jumps += pause_base & (xj >= log_pause);
     // The level follows the rank, a pause moving it by 3 sigma at most: a running mean over the
     // first windows, then an EWMA (past kOwnWarmup windows every slot is in the EWMA).
+    deviation[j] = xj - level[j];  // the noise estimate's sample (before the level moves)
     const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
     const float level_alpha =
         kEarly ? std::max(static_cast<float>(kLevelAlpha),
@@ -518,7 +519,10 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
   return {jumps, jump_base, mix_hits, mix_chances};
 }
 
-// The pass over [0, n), kSeqBlock slots at a time.
+// The pass over [0, n), kSeqBlock slots at a time. With `stride` > 0, the deviations x - level
+// (before the level moves) of the slots j = 0, stride, 2 stride, ... that had a window before
+// are appended to `noise`, as doubles, in the order of j: the noise estimate's sample, taken
+// here while the block is in cache instead of by strided reads before the pass.
 template <bool kEarly, bool kSteady>
 inline __attribute__((always_inline)) SeqCounts seq_pass_blocks(
     std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
@@ -526,15 +530,20 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_blocks(
     float* __restrict c0, float* __restrict c1, float* __restrict c2,
     float* __restrict c3, float* __restrict base, float* __restrict own,
     float* __restrict cost, float* __restrict mix, std::int32_t* __restrict named,
-    std::int32_t* __restrict attention) {
+    std::int32_t* __restrict attention, std::size_t stride, std::vector<double>& noise) {
   alignas(64) float base_before[kSeqBlock];
+  alignas(64) float deviation[kSeqBlock];
   alignas(64) std::int32_t open[kSeqBlock];
   SeqCounts total;
+  std::size_t next = 0;  // the next slot the noise estimate samples
   for (std::size_t s = 0; s < n; s += kSeqBlock) {
+    const std::size_t len = std::min(kSeqBlock, n - s);
     const SeqCounts c = seq_pass_block<kEarly, kSteady>(
-        std::min(kSeqBlock, n - s), p, threshold, ms + s, median, seen + s, level + s, last + s,
+        len, p, threshold, ms + s, median, seen + s, level + s, last + s,
         c0 + s, c1 + s, c2 + s, c3 + s, base + s, own + s, cost + s, mix + s, named + s,
-        attention + s, base_before, open);
+        attention + s, base_before, deviation, open);
+    for (; stride > 0 && next < s + len; next += stride)
+      if (seen[next] > 1) noise.push_back(static_cast<double>(deviation[next - s]));
     total.jumps += c.jumps;
     total.jump_base += c.jump_base;
     total.mix_hits += c.mix_hits;
@@ -554,15 +563,19 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, bool steady, float threshold
                    float* __restrict c1, float* __restrict c2, float* __restrict c3,
                    float* __restrict base, float* __restrict own,
                    float* __restrict cost, float* __restrict mix,
-                   std::int32_t* __restrict named, std::int32_t* __restrict attention) {
+                   std::int32_t* __restrict named, std::int32_t* __restrict attention,
+                   std::size_t stride, std::vector<double>& noise) {
   if (p.early)
     return seq_pass_blocks<true, false>(n, p, threshold, ms, median, seen, level, last, c0, c1,
-                                        c2, c3, base, own, cost, mix, named, attention);
+                                        c2, c3, base, own, cost, mix, named, attention, stride,
+                                        noise);
   if (steady)
     return seq_pass_blocks<false, true>(n, p, threshold, ms, median, seen, level, last, c0, c1,
-                                        c2, c3, base, own, cost, mix, named, attention);
+                                        c2, c3, base, own, cost, mix, named, attention, stride,
+                                        noise);
   return seq_pass_blocks<false, false>(n, p, threshold, ms, median, seen, level, last, c0, c1,
-                                       c2, c3, base, own, cost, mix, named, attention);
+                                       c2, c3, base, own, cost, mix, named, attention, stride,
+                                       noise);
 }
 
 }  // namespace
@@ -879,20 +892,15 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     // the difference of two draws), which a persistent shift moves once.
     const std::size_t stride = n > 2048 ? n / 1024 : 1;
     const bool pair_noise = n == 2;
-    const float* x;  // x[k] is the log-ratio of slot k * stride
-    if (stride == 1) {
-      x = stage_ratios(f);
-    } else {
-      std::vector<double>& picked = seq_picked_;
-      picked.clear();
-      for (std::size_t j = 0; j < n; j += stride) picked.push_back(ms[j]);
-      x = ratios_into_scratch(picked.data(), picked.size(), f.median_ms);
-    }
     scratch.clear();
-    for (std::size_t j = 0, k = 0; j < n; j += stride, ++k)
-      if (seen[j] > 0)
-        scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[k] - last[j])) / kSqrt2
-                                     : static_cast<double>(x[k] - level[j]));
+    if (stride == 1) {
+      const float* x = stage_ratios(f);
+      for (std::size_t j = 0; j < n; ++j)
+        if (seen[j] > 0)
+          scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[j] - last[j])) / kSqrt2
+                                       : static_cast<double>(x[j] - level[j]));
+    }
+    // (With a stride, the pass below takes the sample: the same x - level, from the same x.)
     // The test, one pass over the slots.
     SeqPass pass;
     for (int k = 0; k < kShifts; ++k) {
@@ -1006,7 +1014,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
                  track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
                  track.cusum[3].data(), track.base.data(),
                  track.own.data(), track.cost.data(), track.mix.data(), track.named_bit.data(),
-                 attention.data());
+                 attention.data(), stride > 1 ? stride : 0, scratch);
     if (comparable) {
       track.pauses += counts.jumps;
       track.pause_chances += counts.jump_base;
