@@ -95,23 +95,26 @@ class WindowEvaluator {
       evaluate_cohort(cohort, best_gap);
     }
     report_.stages.resize(figures_used_);
+    report_.stragglers.resize(stragglers_used_);
+    report_.waiting.resize(waiting_used_);
   }
 
  private:
-  // Empties the report, keeping the storage of its stage figures and findings for this window.
+  // Empties the report, keeping the storage of its stage figures and findings for this window
+  // (the findings themselves too: next_finding reuses them, strings and all).
   void reset_report() {
     const std::int64_t step = report_.step;
     std::vector<StageFigures> stages = std::move(report_.stages);
     std::vector<RankFinding> stragglers = std::move(report_.stragglers);
     std::vector<RankFinding> waiting = std::move(report_.waiting);
-    stragglers.clear();
-    waiting.clear();
     report_ = Report{};
     report_.step = step;
     report_.stages = std::move(stages);
     report_.stragglers = std::move(stragglers);
     report_.waiting = std::move(waiting);
     figures_used_ = 0;
+    stragglers_used_ = 0;
+    waiting_used_ = 0;
   }
 
   Cohort& view(const ColumnarWindow::Cohort& data) {
@@ -427,8 +430,8 @@ class WindowEvaluator {
       const ColumnResult& r = results[s];
       if (col.count < members) hint_missing(cohort, col);
       if (!r.flagged.empty()) {
-        auto& out = col.kind == StageKind::communication ? report_.waiting : report_.stragglers;
-        for (int pos : r.flagged) fill_finding(out.emplace_back(), cohort, col, r, pos);
+        const bool waits = col.kind == StageKind::communication;
+        for (int pos : r.flagged) fill_finding(next_finding(waits), cohort, col, r, pos);
         if (col.kind == StageKind::communication)
           hint_waiting(cohort, col, r);
         else if (r.flagged.size() >= 2)  // a slow host has at least two ranks, all flagged
@@ -493,6 +496,24 @@ class WindowEvaluator {
     }
   }
 
+  // The next finding of report_.waiting (`waits`) or report_.stragglers: one left from the
+  // report's previous window when there is one (its strings keep their storage; at thousands of
+  // waiting ranks constructing each afresh showed), with the fields fill_finding does not set
+  // reset to their defaults.
+  RankFinding& next_finding(bool waits) {
+    std::vector<RankFinding>& all = waits ? report_.waiting : report_.stragglers;
+    std::size_t& used = waits ? waiting_used_ : stragglers_used_;
+    if (used == all.size()) {
+      ++used;
+      return all.emplace_back();
+    }
+    RankFinding& f = all[used++];
+    f.windows_flagged = 0;
+    f.confirmed = false;
+    f.evidence = 0.0;
+    return f;
+  }
+
   // The next StageFigures of the report: one left from the report's previous window when there
   // is one (its vectors keep their capacity), reset to defaults.
   StageFigures& next_figures() {
@@ -520,6 +541,7 @@ class WindowEvaluator {
   bool hosts_known_ = false;  // ws_.host_of_member holds the current cohort's hosts
   double cohort_step_ = 0.0;  // the current cohort's step time (StageFigures::step_ms)
   std::size_t figures_used_ = 0;  // report_.stages in use; the rest are left from before
+  std::size_t stragglers_used_ = 0, waiting_used_ = 0;  // the same for the findings
 };
 
 }  // namespace
