@@ -313,11 +313,15 @@ inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
 struct SeqCounts {
   int jumps = 0, jump_base = 0;  // pauses: 1.5x the median after a window under the shift
   int mix_hits = 0, mix_chances = 0;  // slow windows of ranks whose intermittent evidence is 0
+  int open = 0;  // slots whose own-baseline or intermittent test was open (seq_pass_block)
 };
 
 // Slots per block of seq_pass: the block's saved baselines and marks stay in L1 while the few
 // slots the vectorized loop left open are finished.
 constexpr std::size_t kSeqBlock = 256;
+// A block with more than 1 / kFullShare of its slots open makes the next block compute every
+// slot's LLRs in its loop (the results are the same either way; only the cost differs).
+constexpr int kFullShare = 64;
 // Windows after which every slot of a settled track has seen at least 1 / kBaseAlpha windows: its
 // baseline's weight max(kBaseAlpha, 1 / seen) is kBaseAlpha (1.0f / 20.0f is 0.05f, the float
 // nearest 0.05), and the pass takes it as a constant instead of a division per slot.
@@ -356,6 +360,38 @@ inline std::int32_t seq_marks(float most, float threshold, std::int32_t was_zero
   return held_name | ((was_zero & (most > 0.0f)) << 1);
 }
 
+// Finishes a slot that seq_pass_block's loop left open (`open`: bit 0 the own-baseline test, bit
+// 1 the intermittent one): their CUSUMs from the values before the window (`own`, `mix`; b the
+// baseline before it), then the slot's evidence, name and marks (`attention` holds was_zero).
+inline __attribute__((always_inline)) void finish_open_slot(
+    const SeqPass& q, float threshold, std::int32_t open, float xj, double ms, double median,
+    int seen, float b, float c0, float c1, float c2, float c3, float cost, float& own, float& mix,
+    std::int32_t& named, std::int32_t& attention) {
+  const float exj = static_cast<float>(ms - median);
+  const bool held = (exj <= q.hold_below) | (exj < q.absolute);
+  const bool cost_held = (exj <= q.hold_below) | (exj < q.cost_absolute);
+  if (open & 2) {
+    const float mix_l =
+        std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
+    mix = mix_value(q, mix, mix_l);
+  }
+  if (open & 1) {
+    const bool warm = seen - 1 >= kOwnWarmup;
+    const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
+    own = std::max(0.0f, own + std::min(own_ceiling, own_llr(q, xj, b, warm)) - q.own_shift);
+  }
+  const float most = seq_most(q, threshold, c0, c1, c2, c3, own, cost, mix);
+  attention = seq_marks(most, threshold, attention, named, named);
+}
+// The same as a call (for the sparse loop).
+__attribute__((noinline)) void finish_open_slot_call(
+    const SeqPass& q, float threshold, std::int32_t open, float xj, double ms, double median,
+    int seen, float b, float c0, float c1, float c2, float c3, float cost, float& own, float& mix,
+    std::int32_t& named, std::int32_t& attention) {
+  finish_open_slot(q, threshold, open, xj, ms, median, seen, b, c0, c1, c2, c3, cost, own, mix,
+                   named, attention);
+}
+
 // One window of one (cohort, stage) over its slots [0, n): the noise level, the five shifts'
 // CUSUMs and the own-baseline one with its baseline, the names (set at the threshold, kept
 // until the evidence is back at 0), and the pauses seen. `attention` is non-zero where the
@@ -379,9 +415,10 @@ inline std::int32_t seq_marks(float most, float threshold, std::int32_t was_zero
 //    min(mix_top, 0).
 // The slots where either is open are marked in the block (`open`: bit 0 own, bit 1 intermittent),
 // keep their old CUSUM and name through the loop (their attention holds was_zero), and are
-// finished one by one right after it with the same expressions: the same floats as one pass
-// computing everything for every slot.
-template <bool kEarly, bool kSteady>
+// finished right after it with the same expressions: the same floats as one pass computing
+// everything for every slot. kFull is that one pass (no slot left open), for blocks where many
+// are open (seq_pass_blocks picks it).
+template <bool kEarly, bool kSteady, bool kFull>
 inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
     int* __restrict seen, float* __restrict level, float* __restrict last,
@@ -389,16 +426,18 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     float* __restrict c3, float* __restrict base, float* __restrict own,
     float* __restrict cost, float* __restrict mix, std::int32_t* __restrict named,
     std::int32_t* __restrict attention, float* __restrict base_before,
-    float* __restrict deviation, std::int32_t* __restrict open) {
+    float* __restrict x_of, float* __restrict deviation, std::int32_t* __restrict open,
+    std::uint8_t* __restrict name_bytes, std::uint8_t* __restrict mark_bytes) {
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
   const float mix_closed = std::min(q.mix_top, 0.0f);
   const bool own_off = q.own_half_nu1 == 0.0f;
   int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0;
-  std::int32_t any_open = 0;
+  std::int32_t open_count = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const float xj = log_ratio(ms[j], inv_ref);
+    x_of[j] = xj;
     const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
     const int seen_before = seen[j];
     seen[j] = seen_before + 1;
@@ -452,7 +491,9 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     mix_chances += mix_open;
     mix_hits += mix_open & (mix_l > 0.0f);
     const bool mix_closed_here = (mix_before == 0.0f) & (mix_l <= -1.0f);
-    const float vm = mix_closed_here ? mix_closed : mix_before;
+    const float vm = kFull              ? mix_value(q, mix_before, mix_l)
+                     : mix_closed_here ? mix_closed
+                                       : mix_before;
     mix[j] = vm;
     // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
     // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
@@ -470,7 +511,12 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     const bool own_closed_here =
         (own_before == 0.0f) &
         (!warm | (d >= q.own_jump) | own_off | (q.own_nu_s2 + d * d <= q.own_nu_s2 + e * e));
-    const float v5 = own_closed_here ? 0.0f : own_before;
+    const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
+    const float v5 =
+        kFull ? std::max(0.0f, own_before + std::min(own_ceiling, own_llr(q, xj, b, warm)) -
+                                   q.own_shift)
+        : own_closed_here ? 0.0f
+                          : own_before;
     const bool early = kEarly && !warm;
     const float base_alpha =
         kSteady ? static_cast<float>(kBaseAlpha)
@@ -483,40 +529,59 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     base[j] = learn ? b + base_alpha * base_step : b;
     base_before[j] = b;
     own[j] = v5;
-    const std::int32_t opened = static_cast<std::int32_t>(!own_closed_here) |
-                                (static_cast<std::int32_t>(!mix_closed_here) << 1);
+    const std::int32_t was_open = static_cast<std::int32_t>(!own_closed_here) |
+                                  (static_cast<std::int32_t>(!mix_closed_here) << 1);
+    const std::int32_t opened = kFull ? 0 : was_open;
     std::int32_t held_name;
     const std::int32_t marks = seq_marks(seq_most(q, threshold, v0, v1, v2, v3, v5, vc, vm),
                                          threshold, was_zero, named[j], held_name);
-    named[j] = opened ? named[j] : held_name;
-    attention[j] = opened ? static_cast<std::int32_t>(was_zero) : marks;
+    if (kFull) {
+      // In bytes here (copied out below): a byte in the loop makes the compiler run it 32 slots
+      // to a step, four independent chains of this loop's long dependent arithmetic (three
+      // divisions, two logarithms and an exponential in a row), which hides their latency
+      // better than one chain of 8 where every slot computes all of it.
+      name_bytes[j] = static_cast<std::uint8_t>(held_name);
+      mark_bytes[j] = static_cast<std::uint8_t>(marks);
+    } else {
+      named[j] = opened ? named[j] : held_name;
+      attention[j] = opened ? static_cast<std::int32_t>(was_zero) : marks;
+    }
     open[j] = opened;
-    any_open |= opened;
+    open_count += was_open != 0;
   }
-  if (any_open == 0) return {jumps, jump_base, mix_hits, mix_chances};
-  // The slots left open: their LLRs, then their evidence and marks.
-  for (std::size_t j = 0; j < n; ++j) {
-    if (open[j] == 0) continue;
-    const float xj = log_ratio(ms[j], inv_ref);
-    const float exj = static_cast<float>(ms[j] - median);
-    const bool held = (exj <= q.hold_below) | (exj < q.absolute);
-    const bool cost_held = (exj <= q.hold_below) | (exj < q.cost_absolute);
-    if (open[j] & 2) {
-      const float mix_l =
-          std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
-      mix[j] = mix_value(q, mix[j], mix_l);
+  if (kFull) {
+    for (std::size_t j = 0; j < n; ++j) {
+      named[j] = name_bytes[j];
+      attention[j] = mark_bytes[j];
     }
-    if (open[j] & 1) {
-      const int seen_before = seen[j] - 1;
-      const bool warm = seen_before >= kOwnWarmup;
-      const float own_ceiling = held ? q.own_ceiling_held : q.own_ceiling_open;
-      own[j] = std::max(0.0f, own[j] + std::min(own_ceiling, own_llr(q, xj, base_before[j], warm)) -
-                                  q.own_shift);
-    }
-    const float most = seq_most(q, threshold, c0[j], c1[j], c2[j], c3[j], own[j], cost[j], mix[j]);
-    attention[j] = seq_marks(most, threshold, attention[j], named[j], named[j]);
   }
-  return {jumps, jump_base, mix_hits, mix_chances};
+  if (kFull || open_count == 0) return {jumps, jump_base, mix_hits, mix_chances, open_count};
+  // The slots left open: their LLRs, then their evidence and marks. Where they are many (a
+  // window with pauses, a run of stragglers) in one vectorized loop over the block, else one by
+  // one (a call each, which also keeps the compiler from vectorizing that loop).
+  if (open_count * 10 > static_cast<std::int32_t>(n)) {
+    for (std::size_t j = 0; j < n; ++j)
+      if (open[j] != 0)
+        finish_open_slot(q, threshold, open[j], x_of[j], ms[j], median, seen[j], base_before[j],
+                         c0[j], c1[j], c2[j], c3[j], cost[j], own[j], mix[j], named[j],
+                         attention[j]);
+  } else {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j + 8 <= n) {
+        std::int32_t any = 0;
+        for (std::size_t k = 0; k < 8; ++k) any |= open[j + k];
+        if (any == 0) {
+          j += 7;
+          continue;
+        }
+      }
+      if (open[j] != 0)
+        finish_open_slot_call(q, threshold, open[j], x_of[j], ms[j], median, seen[j],
+                              base_before[j], c0[j], c1[j], c2[j], c3[j], cost[j], own[j], mix[j],
+                              named[j], attention[j]);
+    }
+  }
+  return {jumps, jump_base, mix_hits, mix_chances, open_count};
 }
 
 // The pass over [0, n), kSeqBlock slots at a time. With `stride` > 0, the deviations x - level
@@ -533,15 +598,26 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_blocks(
     std::int32_t* __restrict attention, std::size_t stride, std::vector<double>& noise) {
   alignas(64) float base_before[kSeqBlock];
   alignas(64) float deviation[kSeqBlock];
+  alignas(64) float x_of[kSeqBlock];
+  alignas(64) std::uint8_t name_bytes[kSeqBlock], mark_bytes[kSeqBlock];
   alignas(64) std::int32_t open[kSeqBlock];
   SeqCounts total;
   std::size_t next = 0;  // the next slot the noise estimate samples
+  bool full = false;
   for (std::size_t s = 0; s < n; s += kSeqBlock) {
     const std::size_t len = std::min(kSeqBlock, n - s);
-    const SeqCounts c = seq_pass_block<kEarly, kSteady>(
-        len, p, threshold, ms + s, median, seen + s, level + s, last + s,
-        c0 + s, c1 + s, c2 + s, c3 + s, base + s, own + s, cost + s, mix + s, named + s,
-        attention + s, base_before, deviation, open);
+    // Where the block before had many slots open (a window with pauses or stragglers), every
+    // slot's LLRs in the one loop (kFull): finishing them apart costs more there.
+    const SeqCounts c =
+        full ? seq_pass_block<kEarly, kSteady, true>(
+                   len, p, threshold, ms + s, median, seen + s, level + s, last + s, c0 + s,
+                   c1 + s, c2 + s, c3 + s, base + s, own + s, cost + s, mix + s, named + s,
+                   attention + s, base_before, x_of, deviation, open, name_bytes, mark_bytes)
+             : seq_pass_block<kEarly, kSteady, false>(
+                   len, p, threshold, ms + s, median, seen + s, level + s, last + s, c0 + s,
+                   c1 + s, c2 + s, c3 + s, base + s, own + s, cost + s, mix + s, named + s,
+                   attention + s, base_before, x_of, deviation, open, name_bytes, mark_bytes);
+    full = c.open * kFullShare > static_cast<int>(len);
     for (; stride > 0 && next < s + len; next += stride)
       if (seen[next] > 1) noise.push_back(static_cast<double>(deviation[next - s]));
     total.jumps += c.jumps;
