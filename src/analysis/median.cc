@@ -165,12 +165,14 @@ constexpr std::ptrdiff_t kNetworkFrom = 9;
 constexpr std::ptrdiff_t kNetworkTo = 64;
 
 // Places the k-th smallest of a[0, n) at a[k], no larger ones before it, no smaller ones after.
+// Returns true where it sorted all of a[0, n) with the network (a[k - 1] is then the largest
+// before a[k], with the bits of every value equal to it).
 // Quickselect with random pivots and a branch-free partition. std::nth_element branches on
 // every comparison, and on 16k timings (half above the pivot, at random) those branches
 // mispredict: with it, a robust-mode window of 16k ranks x 16 stages took 1.4x the CPU time
 // (bench/detector_bench.cc), and some input orders slowed it further.
-void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
-  if (n >= kNetworkFrom && n <= kNetworkTo && sort_small(a, n)) return;
+bool select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
+  if (n >= kNetworkFrom && n <= kNetworkTo && sort_small(a, n)) return true;
   Xorshift rng{0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n)};
   std::ptrdiff_t lo = 0, hi = n;  // the k-th smallest is in a[lo, hi)
   while (hi - lo > 24) {
@@ -199,19 +201,20 @@ void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
       a[equal_end] = v;
       equal_end += v <= pivot;
     }
-    if (k < equal_end) return;  // a[k] == pivot
+    if (k < equal_end) return false;  // a[k] == pivot
     lo = equal_end;
   }
   if (hi - lo < kNetworkFrom || !sort_small(a + lo, hi - lo)) std::sort(a + lo, a + hi);
+  return false;
 }
 
 // The k_hi-th smallest of buf[0, n), or with `even` its mean with the (k_hi - 1)-th (k_hi >= 1
 // then): the median when k_hi = n / 2. Reorders buf.
 double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even) {
-  select_kth(buf, n, k_hi);
+  const bool sorted = select_kth(buf, n, k_hi);
   const double hi = buf[k_hi];
   if (!even) return hi;
-  const double lo = *std::max_element(buf, buf + k_hi);
+  const double lo = sorted ? buf[k_hi - 1] : *std::max_element(buf, buf + k_hi);
   const double mid = 0.5 * (lo + hi);
   // Two values near the largest double overflow their sum: halves first (the same bits
   // wherever the sum is finite).
