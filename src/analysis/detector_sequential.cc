@@ -711,11 +711,9 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
           if (!(*excess >= 0.5 * deficit && *excess <= 2.0 * deficit)) continue;
           if (deficit <= wait_ms[i]) continue;
           if (wait_ms[i] == 0.0) {
-            char buf[96];
-            std::snprintf(buf, sizeof buf, "%.2f ms", deficit);
             report.hints.push_back("measured: rank " + std::to_string(f.rank_ids[j]) +
                                    cohort_suffix(f.cohort) + " is slow in another stage and " +
-                                   buf + " faster than the median in '" + f.stage +
+                                   fixed2(deficit) + " ms faster than the median in '" + f.stage +
                                    "'; inferred: '" + f.stage +
                                    "' holds a wait for it, and the others' excess there is "
                                    "waiting");
