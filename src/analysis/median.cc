@@ -103,20 +103,31 @@ LAGGARD_AVX inline void merge_all(__m256d* u) {
   if constexpr (2 * q < R) merge_all<2 * q, R>(u);
 }
 
-// Sorts a[0, 4R) ascending (R = 4, 8 or 16 registers) and returns true, or returns false with a
-// left as it is where it holds a NaN or a negative zero. Each lane's column across the R
-// registers is sorted by Batcher's network, the 4 x 4 blocks are transposed into four sorted
-// runs, and the runs are merged pairwise.
+// Sorts a[0, n) ascending (n <= 4R; R = 4, 8 or 16 registers, the lanes past n padded with
+// +inf) and returns true, or returns false with a left as it is where it holds a NaN or a
+// negative zero. Each lane's column across the R registers is sorted by Batcher's network, the
+// 4 x 4 blocks are transposed into four sorted runs, and the runs are merged pairwise.
 template <int R>
-LAGGARD_AVX bool sort_network(double* a) {
+LAGGARD_AVX bool sort_network(double* a, std::ptrdiff_t n) {
   constexpr Network net = batcher_network(R);
   constexpr int Q = R / 4;  // registers per run after the transposition
+  alignas(32) static constexpr std::int64_t kLanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
   __m256d v[R], u[R];
   __m256d odd = _mm256_setzero_pd();
   const __m256d zero = _mm256_setzero_pd();
+  const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    v[r] = _mm256_loadu_pd(a + 4 * r);
+    const std::ptrdiff_t left = n - 4 * r;  // values of a in this register
+    if (left >= 4) {
+      v[r] = _mm256_loadu_pd(a + 4 * r);
+    } else if (left > 0) {  // the first `left` lanes from a (the rest not read), then +inf
+      const __m256i mask =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 4 - left));
+      v[r] = _mm256_blendv_pd(inf, _mm256_maskload_pd(a + 4 * r, mask), _mm256_castsi256_pd(mask));
+    } else {
+      v[r] = inf;
+    }
     // NaN (unordered with itself), or a zero with the sign bit set.
     odd = _mm256_or_pd(odd, _mm256_cmp_pd(v[r], v[r], _CMP_UNORD_Q));
     odd = _mm256_or_pd(odd, _mm256_and_pd(_mm256_cmp_pd(v[r], zero, _CMP_EQ_OQ), v[r]));
@@ -136,7 +147,16 @@ LAGGARD_AVX bool sort_network(double* a) {
   }
   merge_all<Q, R>(u);
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) _mm256_storeu_pd(a + 4 * r, u[r]);
+  for (int r = 0; r < R; ++r) {
+    const std::ptrdiff_t left = n - 4 * r;
+    if (left >= 4) {
+      _mm256_storeu_pd(a + 4 * r, u[r]);
+    } else if (left > 0) {
+      const __m256i mask =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 4 - left));
+      _mm256_maskstore_pd(a + 4 * r, mask, u[r]);
+    }
+  }
   return true;
 }
 
@@ -145,15 +165,9 @@ LAGGARD_AVX bool sort_network(double* a) {
 bool sort_small(double* a, std::ptrdiff_t n) {
   static const bool has_avx = __builtin_cpu_supports("avx");
   if (!has_avx) return false;
-  alignas(32) double buf[64];
-  const std::ptrdiff_t width = n <= 16 ? 16 : n <= 32 ? 32 : 64;
-  std::copy(a, a + n, buf);
-  std::fill(buf + n, buf + width, std::numeric_limits<double>::infinity());
-  const bool sorted = width == 16   ? sort_network<4>(buf)
-                      : width == 32 ? sort_network<8>(buf)
-                                    : sort_network<16>(buf);
-  if (sorted) std::copy(buf, buf + n, a);
-  return sorted;
+  return n <= 16   ? sort_network<4>(a, n)
+         : n <= 32 ? sort_network<8>(a, n)
+                   : sort_network<16>(a, n);
 }
 #else
 bool sort_small(double*, std::ptrdiff_t) { return false; }
