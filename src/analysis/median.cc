@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #if defined(__SSE2__)
@@ -31,8 +30,8 @@ struct Xorshift {
 #if defined(LAGGARD_SMALL_SORT)
 // Sorting up to 64 values with a sorting network in AVX registers (four doubles each), for the
 // detector's per-stage medians at tens of ranks: ~45 selections of 64 values a window, where the
-// quickselect's partitions and the final std::sort's mispredicted compares cost ~0.3-0.7 us each
-// and the network a tenth of that. A full sort places every order statistic, so the selection's
+// quickselect's partitions and the final std::sort's mispredicted compares cost ~0.3-1 us each
+// and the network ~0.1-0.2 us. A full sort places every order statistic, so the selection's
 // contract holds; values with equal bits are interchangeable, so every order statistic and every
 // sum over a range of them is what the quickselect gives, unless the values hold a NaN (no order)
 // or a negative zero (equal to +0 with other bits): those keep the quickselect.
@@ -173,18 +172,18 @@ bool sort_small(double* a, std::ptrdiff_t n) {
 bool sort_small(double*, std::ptrdiff_t) { return false; }
 #endif
 
-// Below this many values the network is not worth its padding and copies (std::sort's
-// insertion sort takes them).
+// Below this many values the network is not worth its padding (std::sort's insertion sort
+// takes them).
 constexpr std::ptrdiff_t kNetworkFrom = 9;
 constexpr std::ptrdiff_t kNetworkTo = 64;
 
 // Places the k-th smallest of a[0, n) at a[k], no larger ones before it, no smaller ones after.
-// Returns true where it sorted all of a[0, n) with the network (a[k - 1] is then the largest
-// before a[k], with the bits of every value equal to it).
 // Quickselect with random pivots and a branch-free partition. std::nth_element branches on
 // every comparison, and on 16k timings (half above the pivot, at random) those branches
 // mispredict: with it, a robust-mode window of 16k ranks x 16 stages took 1.4x the CPU time
-// (bench/detector_bench.cc), and some input orders slowed it further.
+// (bench/detector_bench.cc), and some input orders slowed it further. From kNetworkFrom to
+// kNetworkTo values the network sorts them all instead, and it returns true (a[k - 1] is then
+// the largest value before a[k], with the bits of every value equal to it).
 bool select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
   if (n >= kNetworkFrom && n <= kNetworkTo && sort_small(a, n)) return true;
   Xorshift rng{0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n)};
