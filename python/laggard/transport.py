@@ -56,8 +56,8 @@ import time
 
 from ._log import logger
 
-_TAG_HEADER = 7301
-_TAG_PAYLOAD = 7302
+_TAG_FRAME = 7301
+_TAG_REST = 7302
 # Every message goes as one frame of _FRAME bytes: its length (int64, little-endian; 0 a hello,
 # -1 a goodbye) and its first _FRAME - 8 bytes. Only a longer one takes a second operation, the
 # rest of it at its exact size. Verdicts, acknowledgements and a rank's batch at the default
@@ -462,7 +462,7 @@ class GlooTransport:
         frame = torch.empty(_FRAME, dtype=torch.uint8)
         while not self._closed and not self._failed:
             try:
-                group.recv([frame], peer, _TAG_HEADER).wait()
+                group.recv([frame], peer, _TAG_FRAME).wait()
                 head = frame.numpy()
                 n = int.from_bytes(head[:8].tobytes(), "little", signed=True)
                 if n < 0:  # the peer's goodbye: it sends nothing more; answer it, and end
@@ -475,7 +475,7 @@ class GlooTransport:
                 data = head[8:8 + min(n, _INLINE)].tobytes()
                 if n > _INLINE:
                     rest = torch.empty(n - _INLINE, dtype=torch.uint8)
-                    group.recv([rest], peer, _TAG_PAYLOAD).wait()
+                    group.recv([rest], peer, _TAG_REST).wait()
                     data += rest.numpy().tobytes()
             except Exception as e:
                 if not self._closed:
@@ -510,7 +510,7 @@ class GlooTransport:
             return torch.frombuffer(buf, dtype=torch.uint8)
 
         try:  # hello: connects the link now, and tells the peer it is up
-            group.send([frame(0)], peer, _TAG_HEADER).wait()
+            group.send([frame(0)], peer, _TAG_FRAME).wait()
         except Exception as e:
             if not self._closed:
                 self._report(peer, "send", e)
@@ -525,15 +525,15 @@ class GlooTransport:
                     broken = peer in self._broken
                 if not broken:
                     try:
-                        group.send([frame(-1)], peer, _TAG_HEADER).wait()
+                        group.send([frame(-1)], peer, _TAG_FRAME).wait()
                     except Exception:
                         pass  # the peer is gone already
                 return
             try:
-                group.send([frame(len(data), data[:_INLINE])], peer, _TAG_HEADER).wait()
+                group.send([frame(len(data), data[:_INLINE])], peer, _TAG_FRAME).wait()
                 if len(data) > _INLINE:
                     rest = torch.frombuffer(bytearray(data[_INLINE:]), dtype=torch.uint8)
-                    group.send([rest], peer, _TAG_PAYLOAD).wait()
+                    group.send([rest], peer, _TAG_REST).wait()
                 self.sent += 1
             except Exception as e:
                 if not self._closed:
