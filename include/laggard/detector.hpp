@@ -345,6 +345,9 @@ class LAGGARD_API Detector {
     /// slot of the window has a baseline past its first windows; from 20 on (1 / the baseline's
     /// alpha) its baseline's weight is alpha (detector_sequential.cc).
     int settled_windows = 0;
+    /// Whether seq_pass starts the next window in its one-pass loop (many slots' evidence open
+    /// in the last block of this one).
+    bool full_pass = false;
     int scale_windows = 0;
     /// Pauses seen (>= 1.5x the median straight after a window under relative_threshold), out
     /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that

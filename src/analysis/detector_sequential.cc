@@ -584,7 +584,9 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
   return {jumps, jump_base, mix_hits, mix_chances, open_count};
 }
 
-// The pass over [0, n), kSeqBlock slots at a time. With `stride` > 0, the deviations x - level
+// The pass over [0, n), kSeqBlock slots at a time; `full` says whether the first block runs the
+// one-pass loop (kFull), and is left saying whether the block after the last would (a track's
+// next window starts from it). With `stride` > 0, the deviations x - level
 // (before the level moves) of the slots j = 0, stride, 2 stride, ... that had a window before
 // are appended to `noise`, as doubles, in the order of j: the noise estimate's sample, taken
 // here while the block is in cache instead of by strided reads before the pass.
@@ -595,7 +597,8 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_blocks(
     float* __restrict c0, float* __restrict c1, float* __restrict c2,
     float* __restrict c3, float* __restrict base, float* __restrict own,
     float* __restrict cost, float* __restrict mix, std::int32_t* __restrict named,
-    std::int32_t* __restrict attention, std::size_t stride, std::vector<double>& noise) {
+    std::int32_t* __restrict attention, std::size_t stride, std::vector<double>& noise,
+    bool& full) {
   alignas(64) float base_before[kSeqBlock];
   alignas(64) float deviation[kSeqBlock];
   alignas(64) float x_of[kSeqBlock];
@@ -603,7 +606,6 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_blocks(
   alignas(64) std::int32_t open[kSeqBlock];
   SeqCounts total;
   std::size_t next = 0;  // the next slot the noise estimate samples
-  bool full = false;
   for (std::size_t s = 0; s < n; s += kSeqBlock) {
     const std::size_t len = std::min(kSeqBlock, n - s);
     // Where the block before had many slots open (a window with pauses or stragglers), every
@@ -640,18 +642,18 @@ SeqCounts seq_pass(std::size_t n, const SeqPass& p, bool steady, float threshold
                    float* __restrict base, float* __restrict own,
                    float* __restrict cost, float* __restrict mix,
                    std::int32_t* __restrict named, std::int32_t* __restrict attention,
-                   std::size_t stride, std::vector<double>& noise) {
+                   std::size_t stride, std::vector<double>& noise, bool& full) {
   if (p.early)
     return seq_pass_blocks<true, false>(n, p, threshold, ms, median, seen, level, last, c0, c1,
                                         c2, c3, base, own, cost, mix, named, attention, stride,
-                                        noise);
+                                        noise, full);
   if (steady)
     return seq_pass_blocks<false, true>(n, p, threshold, ms, median, seen, level, last, c0, c1,
                                         c2, c3, base, own, cost, mix, named, attention, stride,
-                                        noise);
+                                        noise, full);
   return seq_pass_blocks<false, false>(n, p, threshold, ms, median, seen, level, last, c0, c1,
                                        c2, c3, base, own, cost, mix, named, attention, stride,
-                                       noise);
+                                       noise, full);
 }
 
 }  // namespace
@@ -1102,7 +1104,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
                  track.cusum[0].data(), track.cusum[1].data(), track.cusum[2].data(),
                  track.cusum[3].data(), track.base.data(),
                  track.own.data(), track.cost.data(), track.mix.data(), track.named_bit.data(),
-                 attention.data(), stride > 1 ? stride : 0, scratch);
+                 attention.data(), stride > 1 ? stride : 0, scratch, track.full_pass);
     if (comparable) {
       track.pauses += counts.jumps;
       track.pause_chances += counts.jump_base;
