@@ -105,19 +105,39 @@ constexpr double kShareMix = 0.1;    // shares (docs/detection.md, The constants
 // The intermittent test (docs/detection.md, Intermittent faults): per (rank, stage), "each window
 // is, with probability kMixShare, slow by what costs the step kCostTarget x min_cost_share on
 // average (and at least kMixRatio over the median), else as the null" against the cost test's
-// null, whose own share r0 of slow windows is what the cohort shows (pauses included, so no
-// pause cap). Its LLR per window is ln((1 - p + p LR) / (1 - r0 + r0 LR)), LR the normal
-// likelihood ratio of the slow component: an ordinary window takes about ln((1 - p) / (1 - r0))
-// away, a slow one adds at most ln(p / r0). A rank slow in a share q of the windows gains on
-// average where q ln(p / r0) > (1 - q) |ln((1 - p) / (1 - r0))|: with r0 = 0.4 % from q of
-// about 12 % on. p = 0.5, not 0.3: 0.3 moved that boundary to 8 % and named a rank paused every
-// tenth window (Sequential.PausesInSeparateWindowsAreNotAStraggler) for 8 % more evidence per
-// window at q = 0.3. 1.25 is the second shift of the cohort tests (by construction).
+// null. Three kinds of window: ordinary, in the fault band (over the slow component's midpoint,
+// under kMixPauseCut) and pause-sized (at or over it). The null has the shares of each that the
+// cohort shows (r_b, r_p); the alternative puts 1 - kMixPauseSized of its slow windows in the
+// band. In the band the LLR is ln((1 - p + p' LR) / (1 - r_b + r_b LR)), p' = p (1 - alpha), LR
+// the normal likelihood ratio of the slow component: an ordinary window takes about
+// ln((1 - p) / (1 - r_b)) away, a band window adds at most ln(p' / r_b). A pause-sized window
+// takes ln(1 - p + p alpha / r_p) whatever its size. p = 0.5, not 0.3: with pauses counted as
+// slow windows 0.3 named a rank paused every tenth window
+// (Sequential.PausesInSeparateWindowsAreNotAStraggler). 1.25 is the second shift of the cohort
+// tests (by construction).
 constexpr double kMixShare = 0.5;   // (docs/detection.md, Intermittent faults)
 constexpr double kMixRatio = 1.25;  // (docs/detection.md, Intermittent faults)
-// The null's share of slow windows is at least this x pause_rate (one in 1,000 by default): a
-// cohort that has shown none is not taken to have none (by construction).
-constexpr double kMixNullFloor = 0.1;  // (docs/detection.md, Intermittent faults)
+// Pause-sized: x at or over ln 2 (twice the median, with epsilon). A GC or a preemption adds a
+// share of a step to one stage, far over what a 1.25-1.5x fault adds; counted with the fault
+// band, the cohort's pauses set the null's share of slow windows, and a fault's slow window
+// gained only ln(p / that share) (by construction: ln 2 is over a 1.5x fault's ln 1.5).
+const double kMixPauseCut = std::log(2.0);  // (docs/detection.md, Intermittent faults)
+// The alternative's share of slow windows that are pause-sized (a fault may be that large): a
+// pause of a healthy rank adds ln(1 - p + p alpha / r_p), under ln(1 + 12.5) at r_p = 1 %; 0.1
+// and 0.25 found as many intermittent faults (docs/notes/detection-absolute.md).
+constexpr double kMixPauseSized = 0.25;  // (docs/detection.md, Intermittent faults)
+// The null's share of pause-sized windows is at least this x pause_rate (one in 1,000 by
+// default), with pause_rate as a prior worth kPausePrior rank-windows; its share of band windows
+// is at least kMixBandFloor x pause_rate (one in 10,000), with pause_rate as a prior worth
+// kMixBandPrior rank-windows: a cohort that has shown none is not taken to have none, and one
+// that has shown few a window within 2x of the median is rarer than a pause. With a prior of
+// 0.1 % worth 100 (a band window's first evidence 5.9), a rank's untimed code 1.75x slow from
+// the first window was named at the third, before the dataloader stall that explains it
+// (Sequential.UntimedSlownessThatATimedStageExplainsIsNotNamedApart); with this prior it starts
+// at ln(p' / 1 %) = 3.6, under the cohort tests' cap.
+constexpr double kMixNullFloor = 0.1;   // (docs/detection.md, Intermittent faults)
+constexpr double kMixBandFloor = 0.01;  // (docs/detection.md, Intermittent faults)
+constexpr double kMixBandPrior = 10.0;  // (docs/detection.md, Intermittent faults)
 // The cost test (docs/notes/detection-absolute.md): per (rank, stage), "its excess costs the step
 // kCostTarget x min_cost_share" against "its excess is within healthy_spread or under
 // min_cost_share of the step", each mapped onto the log-ratio x, so that a fault's size in the
@@ -293,6 +313,9 @@ struct SeqPass {
   // The null's share r0 of slow windows (what the cohort's ranks show): the LLR's denominator is
   // 1 - r0 + r0 LR = (1 - r0)(1 + mix_null_odds LR); mix_null_keep = ln(1 - r0).
   float mix_null_keep, mix_null_odds;
+  // A pause-sized window (x at or over mix_cut, not held) takes mix_big_llr, ln(1 - p + p alpha /
+  // r_p), whatever its size: against the share r_p of such windows the cohort shows.
+  float mix_cut, mix_big_llr;
   float mix_ceiling;  // open: no cap (the null's share of slow windows bounds the LLR by p / r0)
   // Added to the evidence of the relative_threshold test, the own-baseline one and the cost
   // test where it is over 0: their larger shares of the budget (the threshold is that of the
@@ -313,6 +336,7 @@ inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
 struct SeqCounts {
   int jumps = 0, jump_base = 0;  // pauses: 1.5x the median after a window under the shift
   int mix_hits = 0, mix_chances = 0;  // slow windows of ranks whose intermittent evidence is 0
+  int mix_bigs = 0;                   // of them, pause-sized ones (not in mix_hits)
 };
 
 // One window of one (cohort, stage) over its slots [0, n): the noise level, the five shifts'
@@ -333,7 +357,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
   const SeqPass q = p;  // locals: no reload through the reference in the loop
   const double inv_ref = log_ratio_ref(median);
   const float log_slow = q.log_slow, log_pause = q.own_jump;
-  int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0;
+  int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0, mix_bigs = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const float xj = log_ratio(ms[j], inv_ref);
     const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
@@ -384,13 +408,16 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const float mix_l =
         std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
     const float mix_lr = fast_expf(mix_l);
-    const float vm = std::min(
-        q.mix_top, std::max(0.0f, mix[j] + (q.mix_keep - q.mix_null_keep) +
-                                      fast_logf((1.0f + q.mix_odds * mix_lr) /
-                                                (1.0f + q.mix_null_odds * mix_lr))));
+    const bool mix_big = (xj >= q.mix_cut) & !cost_held;
+    const float mix_band = (q.mix_keep - q.mix_null_keep) +
+                           fast_logf((1.0f + q.mix_odds * mix_lr) / (1.0f + q.mix_null_odds * mix_lr));
+    const float vm =
+        std::min(q.mix_top, std::max(0.0f, mix[j] + (mix_big ? q.mix_big_llr : mix_band)));
     const int mix_open = mix[j] == 0.0f;
     mix_chances += mix_open;
-    mix_hits += mix_open & (mix_l > 0.0f);
+    const int mix_hit = mix_open & (mix_l > 0.0f) & !mix_big;
+    mix_hits += mix_hit;
+    mix_bigs += mix_open & mix_big;
     mix[j] = vm;
     // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
     // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
@@ -425,9 +452,9 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const std::uint8_t held_name =
         static_cast<std::uint8_t>((named[j] | (most >= threshold)) & (most != 0.0f));
     named[j] = held_name;
-    attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1));
+    attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1) | (mix_hit << 2));
   }
-  return {jumps, jump_base, mix_hits, mix_chances};
+  return {jumps, jump_base, mix_hits, mix_chances, mix_bigs};
 }
 
 // The pass, for a (cohort, stage) whose slots may still be in their first kOwnWarmup windows
@@ -864,19 +891,32 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       pass.mix_mid = 1e30f;
     }
     pass.mix_keep = static_cast<float>(std::log1p(-kMixShare));
-    pass.mix_odds = static_cast<float>(kMixShare / (1.0 - kMixShare));
-    // The null's share of slow windows: what the cohort has shown, with none as a prior worth
-    // kPausePrior rank-windows, and at most half the alternative's.
+    const double mix_band_share = kMixShare * (1.0 - kMixPauseSized);
+    pass.mix_odds = static_cast<float>(mix_band_share / (1.0 - kMixShare));
+    // The null's share of windows in the fault band: what the cohort has shown, less the rank
+    // with the most (a rank slow in a share of its windows would set the share it is tested
+    // against: in a cohort of 8, one such window per run of evidence raised it 5-fold), with
+    // pause_rate as a prior worth kMixBandPrior rank-windows, at least kMixBandFloor x
+    // pause_rate, and at most half the alternative's.
     const double mix_null = std::clamp(
-        (track.mix_hits + kPausePrior * options_.pause_rate) / (track.mix_chances + kPausePrior),
-        kMixNullFloor * options_.pause_rate, 0.5 * kMixShare);
+        (track.mix_hits - track.mix_hits_most + kMixBandPrior * options_.pause_rate) /
+            (track.mix_chances + kMixBandPrior),
+        kMixBandFloor * options_.pause_rate, 0.5 * mix_band_share);
     pass.mix_null_keep = static_cast<float>(std::log1p(-mix_null));
     pass.mix_null_odds = static_cast<float>(mix_null / (1.0 - mix_null));
+    // The null's share of pause-sized windows, the same way (prior: pause_rate).
+    const double mix_pauses = std::clamp(
+        (track.mix_bigs + kPausePrior * options_.pause_rate) / (track.mix_chances + kPausePrior),
+        kMixNullFloor * options_.pause_rate, 1.0);
+    pass.mix_big_llr = static_cast<float>(
+        std::log(1.0 - kMixShare + kMixShare * kMixPauseSized / mix_pauses));
+    pass.mix_cut = pass.mix_mid < 1e30f && comparable ? static_cast<float>(kMixPauseCut) : 1e30f;
     pass.cost_absolute = use_absolute ? static_cast<float>(options_.absolute_ms_threshold)
                                       : -std::numeric_limits<float>::infinity();
     const float fthreshold = static_cast<float>(own_on ? split_threshold : uniform_threshold);
     pass.cost_top = fthreshold - pass.bonus_cost + fcap;
-    pass.mix_top = fthreshold - pass.bonus_mix + static_cast<float>(0.5 * std::log(kMixShare / mix_null));
+    pass.mix_top = fthreshold - pass.bonus_mix +
+                   static_cast<float>(0.5 * std::log(mix_band_share / mix_null));
     pass.mix_ceiling = comparable ? 80.0f : -fcap;
     std::vector<std::uint8_t>& attention = seq_attention_;
     attention.resize(n);
@@ -892,6 +932,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       track.pause_chances += counts.jump_base;
       track.mix_hits += counts.mix_hits;
       track.mix_chances += counts.mix_chances;
+      track.mix_bigs += counts.mix_bigs;
     }
     // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
     // where none is marked.
@@ -907,6 +948,8 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       }
       if (marks[j] == 0) continue;
       if (marks[j] & 2) track.cold[j].rise_step = window.step();
+      if ((marks[j] & 4) && comparable)
+        track.mix_hits_most = std::max(track.mix_hits_most, ++track.cold[j].mix_hits);
       if ((marks[j] & 1) && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
