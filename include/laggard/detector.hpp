@@ -283,7 +283,7 @@ class LAGGARD_API Detector {
     std::int64_t rise_step = -1;  ///< the window where the evidence last rose from 0
     std::int64_t first_flagged_step = -1;
     int episode = -1;  ///< into episodes_, while named
-    int mix_hits = 0;  ///< of SeqTrack::mix_hits, this rank's
+    int mix_hits = 0;  ///< of SeqTrack::mix_hits, this rank's (left out of its own null)
   };
   /// The materiality gate's sample of one (cohort, stage, rank): the windows of its current run
   /// of statistical confirmation (few pairs have one; it ends when that run does).
@@ -354,9 +354,6 @@ class LAGGARD_API Detector {
     /// pause-sized ones (at or over the cut) of ranks whose intermittent evidence was 0, out of
     /// such rank-windows: the null's shares of each.
     double mix_hits = 0.0, mix_bigs = 0.0, mix_chances = 0.0;
-    /// The most of mix_hits one rank counted: left out of the null's share, so that a rank slow
-    /// in a share of its windows does not set the share it is tested against.
-    int mix_hits_most = 0;
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);

@@ -415,7 +415,8 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
         std::min(q.mix_top, std::max(0.0f, mix[j] + (mix_big ? q.mix_big_llr : mix_band)));
     const int mix_open = mix[j] == 0.0f;
     mix_chances += mix_open;
-    const int mix_hit = mix_open & (mix_l > 0.0f) & !mix_big;
+    const int mix_band_window = (mix_l > 0.0f) & !mix_big;
+    const int mix_hit = mix_open & mix_band_window;
     mix_hits += mix_hit;
     mix_bigs += mix_open & mix_big;
     mix[j] = vm;
@@ -452,7 +453,8 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_body(
     const std::uint8_t held_name =
         static_cast<std::uint8_t>((named[j] | (most >= threshold)) & (most != 0.0f));
     named[j] = held_name;
-    attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1) | (mix_hit << 2));
+    attention[j] = static_cast<std::uint8_t>(held_name | (rose << 1) | (mix_band_window << 2) |
+                                             (mix_hit << 3));
   }
   return {jumps, jump_base, mix_hits, mix_chances, mix_bigs};
 }
@@ -893,15 +895,20 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     pass.mix_keep = static_cast<float>(std::log1p(-kMixShare));
     const double mix_band_share = kMixShare * (1.0 - kMixPauseSized);
     pass.mix_odds = static_cast<float>(mix_band_share / (1.0 - kMixShare));
-    // The null's share of windows in the fault band: what the cohort has shown, less the rank
-    // with the most (a rank slow in a share of its windows would set the share it is tested
-    // against: in a cohort of 8, one such window per run of evidence raised it 5-fold), with
-    // pause_rate as a prior worth kMixBandPrior rank-windows, at least kMixBandFloor x
-    // pause_rate, and at most half the alternative's.
-    const double mix_null = std::clamp(
-        (track.mix_hits - track.mix_hits_most + kMixBandPrior * options_.pause_rate) /
-            (track.mix_chances + kMixBandPrior),
-        kMixBandFloor * options_.pause_rate, 0.5 * mix_band_share);
+    // The null's share of windows in the fault band: what the cohort has shown, with pause_rate
+    // as a prior worth kMixBandPrior rank-windows, at least kMixBandFloor x pause_rate, and at
+    // most half the alternative's. A rank's band windows are weighed against the share without
+    // its own (after the pass: band_null_without): a rank slow in a share of its windows would
+    // set the share it is tested against (in a cohort of 8, one such window per run of evidence
+    // raised it five-fold).
+    const double band_hits = track.mix_hits, band_chances = track.mix_chances;
+    auto band_null_without = [&](double own_hits) {
+      const double others = static_cast<double>(n - 1) / static_cast<double>(std::max<std::size_t>(n, 1));
+      return std::clamp((band_hits - own_hits + kMixBandPrior * options_.pause_rate) /
+                            (band_chances * others + kMixBandPrior),
+                        kMixBandFloor * options_.pause_rate, 0.5 * mix_band_share);
+    };
+    const double mix_null = band_null_without(0.0);
     pass.mix_null_keep = static_cast<float>(std::log1p(-mix_null));
     pass.mix_null_odds = static_cast<float>(mix_null / (1.0 - mix_null));
     // The null's share of pause-sized windows, the same way (prior: pause_rate).
@@ -948,9 +955,30 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       }
       if (marks[j] == 0) continue;
       if (marks[j] & 2) track.cold[j].rise_step = window.step();
-      if ((marks[j] & 4) && comparable)
-        track.mix_hits_most = std::max(track.mix_hits_most, ++track.cold[j].mix_hits);
-      if ((marks[j] & 1) && comparable) seq_named_.emplace_back(i, j);
+      bool named_now = marks[j] & 1;
+      if ((marks[j] & 4) && comparable) {
+        // A band window of a rank that has counted band windows: weighed again against the
+        // cohort's share without them (the pass weighed it against the share with them).
+        SeqState& c = track.cold[j];
+        const double own_null = c.mix_hits > 0 ? band_null_without(c.mix_hits) : mix_null;
+        if (own_null < mix_null && track.mix[j] > 0.0f) {
+          const double xj = log_ratio(ms[j], log_ratio_ref(f.median_ms));
+          const double lr = std::exp(std::min(static_cast<double>(pass.mix_ceiling),
+                                              pass.mix_weight * (xj - pass.mix_mid)));
+          auto band_null_part = [&](double r) {  // -(ln(1 - r) + ln(1 + r / (1 - r) LR))
+            return -std::log1p(-r) - std::log1p(r / (1.0 - r) * lr);
+          };
+          const double gain = band_null_part(own_null) - band_null_part(mix_null);
+          const double top = fthreshold - pass.bonus_mix + 0.5 * std::log(mix_band_share / own_null);
+          track.mix[j] = static_cast<float>(std::min(top, track.mix[j] + gain));
+          if (track.mix[j] + pass.bonus_mix >= fthreshold && !named_now) {
+            track.named_bit[j] = 1;
+            named_now = true;
+          }
+        }
+        if (marks[j] & 8) ++c.mix_hits;
+      }
+      if (named_now && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
       const double window_sigma =
