@@ -56,8 +56,14 @@ import time
 
 from ._log import logger
 
-_TAG_HEADER = 7301
-_TAG_PAYLOAD = 7302
+_TAG_FRAME = 7301
+_TAG_REST = 7302
+# Every message goes as one frame of _FRAME bytes: its length (int64, little-endian; 0 a hello,
+# -1 a goodbye) and its first _FRAME - 8 bytes. Only a longer one takes a second operation, the
+# rest of it at its exact size. Verdicts, acknowledgements and a rank's batch at the default
+# interval fit one frame: one gloo operation, one wake-up of each side's link thread, per message.
+_FRAME = 1024
+_INLINE = _FRAME - 8
 _MAX_QUEUED = 64  # messages waiting to be sent to one peer before send() refuses
 _STORE_PREFIX = "laggard/side_channel/"
 _SETUP_POLL_S = (0.01, 0.5)  # the setup thread's first and longest pause between store checks
@@ -453,11 +459,12 @@ class GlooTransport:
 
     def _receive_loop(self, peer, _box):
         torch, group = self._torch, self._group
-        header = torch.zeros(1, dtype=torch.int64)
+        frame = torch.empty(_FRAME, dtype=torch.uint8)
         while not self._closed and not self._failed:
             try:
-                group.recv([header], peer, _TAG_HEADER).wait()
-                n = int(header[0])
+                group.recv([frame], peer, _TAG_FRAME).wait()
+                head = frame.numpy()
+                n = int.from_bytes(head[:8].tobytes(), "little", signed=True)
                 if n < 0:  # the peer's goodbye: it sends nothing more; answer it, and end
                     self._say_goodbye(peer)
                     return
@@ -465,8 +472,11 @@ class GlooTransport:
                     with self._lock:
                         self._heard.add(peer)
                     continue
-                payload = torch.empty(n, dtype=torch.uint8)
-                group.recv([payload], peer, _TAG_PAYLOAD).wait()
+                data = head[8:8 + min(n, _INLINE)].tobytes()
+                if n > _INLINE:
+                    rest = torch.empty(n - _INLINE, dtype=torch.uint8)
+                    group.recv([rest], peer, _TAG_REST).wait()
+                    data += rest.numpy().tobytes()
             except Exception as e:
                 if not self._closed:
                     self._report(peer, "receive", e)
@@ -477,7 +487,7 @@ class GlooTransport:
                 self._heard.add(peer)
                 if peer in self._broken:  # given up on at close: what it says is not wanted
                     continue
-                self._inbox.append((peer, payload.numpy().tobytes()))
+                self._inbox.append((peer, data))
             self._poke()
 
     def _say_goodbye(self, peer):
@@ -492,8 +502,15 @@ class GlooTransport:
 
     def _send_loop(self, peer, box):
         torch, group = self._torch, self._group
+
+        def frame(n, data=b""):
+            buf = bytearray(_FRAME)
+            buf[:8] = n.to_bytes(8, "little", signed=True)
+            buf[8:8 + len(data)] = data
+            return torch.frombuffer(buf, dtype=torch.uint8)
+
         try:  # hello: connects the link now, and tells the peer it is up
-            group.send([torch.tensor([0], dtype=torch.int64)], peer, _TAG_HEADER).wait()
+            group.send([frame(0)], peer, _TAG_FRAME).wait()
         except Exception as e:
             if not self._closed:
                 self._report(peer, "send", e)
@@ -508,17 +525,15 @@ class GlooTransport:
                     broken = peer in self._broken
                 if not broken:
                     try:
-                        group.send([torch.tensor([-1], dtype=torch.int64)], peer,
-                                   _TAG_HEADER).wait()
+                        group.send([frame(-1)], peer, _TAG_FRAME).wait()
                     except Exception:
                         pass  # the peer is gone already
                 return
             try:
-                payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-                group.send([torch.tensor([len(data)], dtype=torch.int64)], peer,
-                           _TAG_HEADER).wait()
-                if len(data) > 0:
-                    group.send([payload], peer, _TAG_PAYLOAD).wait()
+                group.send([frame(len(data), data[:_INLINE])], peer, _TAG_FRAME).wait()
+                if len(data) > _INLINE:
+                    rest = torch.frombuffer(bytearray(data[_INLINE:]), dtype=torch.uint8)
+                    group.send([rest], peer, _TAG_REST).wait()
                 self.sent += 1
             except Exception as e:
                 if not self._closed:

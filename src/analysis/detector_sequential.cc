@@ -682,15 +682,29 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
       const float* x = stage_ratios(f);
+      if (by_position) {
+        // Without a branch on lateness (in a noisy stage a coin toss per rank, which compilers
+        // keep as a branch even for a select of doubles): the bits are selected by a mask.
+        for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
+          const bool is_late = x[j] >= flog_slow;
+          const double excess = f.rank_ms[j] - f.median_ms;
+          std::pair<int, double>& entry = late[j];
+          const bool larger = is_late & ((entry.first == 0) | (excess > entry.second));
+          std::uint64_t now, kept;
+          std::memcpy(&now, &excess, sizeof now);
+          std::memcpy(&kept, &entry.second, sizeof kept);
+          const std::uint64_t take = 0 - static_cast<std::uint64_t>(larger);
+          const std::uint64_t bits = (now & take) | (kept & ~take);
+          std::memcpy(&entry.second, &bits, sizeof bits);
+          entry.first |= static_cast<int>(is_late);
+          any_late |= is_late;
+        }
+        continue;
+      }
       for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
         if (!(x[j] >= flog_slow)) continue;
-        const double excess = f.rank_ms[j] - f.median_ms;
         any_late = true;
-        if (!by_position) {
-          late.emplace_back(f.rank_ids[j], excess);
-        } else if (late[j].first == 0 || excess > late[j].second) {
-          late[j] = {1, excess};
-        }
+        late.emplace_back(f.rank_ids[j], f.rank_ms[j] - f.median_ms);
       }
     }
     if (!by_position) {
@@ -726,11 +740,9 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
           if (!(*excess >= 0.5 * deficit && *excess <= 2.0 * deficit)) continue;
           if (deficit <= wait_ms[i]) continue;
           if (wait_ms[i] == 0.0) {
-            char buf[96];
-            std::snprintf(buf, sizeof buf, "%.2f ms", deficit);
             report.hints.push_back("measured: rank " + std::to_string(f.rank_ids[j]) +
                                    cohort_suffix(f.cohort) + " is slow in another stage and " +
-                                   buf + " faster than the median in '" + f.stage +
+                                   fixed2(deficit) + " ms faster than the median in '" + f.stage +
                                    "'; inferred: '" + f.stage +
                                    "' holds a wait for it, and the others' excess there is "
                                    "waiting");

@@ -5,6 +5,7 @@
 #include "laggard/detector.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,9 +29,11 @@ std::string number(double value) {
 }
 
 std::string fixed2(double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f", value);
-  return buf;
+  // std::to_chars with a precision writes what printf's "%.2f" writes (the standard defines it
+  // so), without printf's format parsing and locale: hints are built every window.
+  char buf[400];  // "%.2f" of the largest double: 309 digits, the sign, the point and two more
+  const auto end = std::to_chars(buf, buf + sizeof buf, value, std::chars_format::fixed, 2).ptr;
+  return std::string(buf, end);
 }
 
 std::string cohort_label(std::string_view cohort) {

@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(LAGGARD_NO_CLONES)
+#include <immintrin.h>
+#define LAGGARD_SMALL_SORT 1
 #endif
 
 namespace laggard::detail {
@@ -22,12 +27,165 @@ struct Xorshift {
   }
 };
 
+#if defined(LAGGARD_SMALL_SORT)
+// Sorting up to 64 values with a sorting network in AVX registers (four doubles each), for the
+// detector's per-stage medians at tens of ranks: ~45 selections of 64 values a window, where the
+// quickselect's partitions and the final std::sort's mispredicted compares cost ~0.3-1 us each
+// and the network ~0.1-0.2 us. A full sort places every order statistic, so the selection's
+// contract holds; values with equal bits are interchangeable, so every order statistic and every
+// sum over a range of them is what the quickselect gives, unless the values hold a NaN (no order)
+// or a negative zero (equal to +0 with other bits): those keep the quickselect.
+#define LAGGARD_AVX __attribute__((target("avx")))
+
+// Batcher's odd-even merge sort: the compare-exchanges (lo < hi, the smaller to lo) that sort n
+// (a power of two) inputs.
+struct Network {
+  int size = 0;
+  unsigned char lo[64] = {}, hi[64] = {};
+};
+constexpr Network batcher_network(int n) {
+  Network net;
+  for (int p = 1; p < n; p += p)
+    for (int k = p; k > 0; k /= 2)
+      for (int j = k % p; j + k < n; j += k + k)
+        for (int i = 0; i < k; ++i)
+          if ((i + j) / (p + p) == (i + j + k) / (p + p)) {
+            net.lo[net.size] = static_cast<unsigned char>(i + j);
+            net.hi[net.size] = static_cast<unsigned char>(i + j + k);
+            ++net.size;
+          }
+  return net;
+}
+
+LAGGARD_AVX inline void compare_exchange(__m256d& a, __m256d& b) {
+  const __m256d lo = _mm256_min_pd(a, b);
+  b = _mm256_max_pd(a, b);
+  a = lo;
+}
+
+LAGGARD_AVX inline __m256d reverse4(__m256d x) {
+  return _mm256_permute_pd(_mm256_permute2f128_pd(x, x, 1), 0b0101);
+}
+
+// Sorts the four lanes of x, which hold a bitonic sequence: the last two half-cleaners.
+LAGGARD_AVX inline __m256d sort_bitonic4(__m256d x) {
+  __m256d t = _mm256_permute2f128_pd(x, x, 1);  // lanes 2 3 0 1
+  x = _mm256_blend_pd(_mm256_min_pd(x, t), _mm256_max_pd(x, t), 0b1100);
+  t = _mm256_permute_pd(x, 0b0101);  // lanes 1 0 3 2
+  return _mm256_blend_pd(_mm256_min_pd(x, t), _mm256_max_pd(x, t), 0b1010);
+}
+
+// Merges the ascending runs w[0, q) and w[q, 2q) of q registers into one: the second run
+// reversed makes the whole a bitonic sequence; then the half-cleaners across registers and the
+// last two within each.
+template <int q>
+LAGGARD_AVX inline void merge_runs(__m256d* w) {
+#pragma GCC unroll 8
+  for (int i = 0; i < q / 2; ++i) std::swap(w[q + i], w[2 * q - 1 - i]);
+#pragma GCC unroll 8
+  for (int i = q; i < 2 * q; ++i) w[i] = reverse4(w[i]);
+#pragma GCC unroll 8
+  for (int d = q; d >= 1; d /= 2) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 2 * q; ++i)
+      if ((i & d) == 0) compare_exchange(w[i], w[i + d]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * q; ++i) w[i] = sort_bitonic4(w[i]);
+}
+
+// Merges the R / q runs of q registers in u pairwise, then the runs of 2q, up to one run.
+template <int q, int R>
+LAGGARD_AVX inline void merge_all(__m256d* u) {
+#pragma GCC unroll 4
+  for (int s = 0; s < R; s += 2 * q) merge_runs<q>(u + s);
+  if constexpr (2 * q < R) merge_all<2 * q, R>(u);
+}
+
+// Sorts a[0, n) ascending (n <= 4R; R = 4, 8 or 16 registers, the lanes past n padded with
+// +inf) and returns true, or returns false with a left as it is where it holds a NaN or a
+// negative zero. Each lane's column across the R registers is sorted by Batcher's network, the
+// 4 x 4 blocks are transposed into four sorted runs, and the runs are merged pairwise.
+template <int R>
+LAGGARD_AVX bool sort_network(double* a, std::ptrdiff_t n) {
+  constexpr Network net = batcher_network(R);
+  constexpr int Q = R / 4;  // registers per run after the transposition
+  alignas(32) static constexpr std::int64_t kLanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
+  __m256d v[R], u[R];
+  __m256d odd = _mm256_setzero_pd();
+  const __m256d zero = _mm256_setzero_pd();
+  const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const std::ptrdiff_t left = n - 4 * r;  // values of a in this register
+    if (left >= 4) {
+      v[r] = _mm256_loadu_pd(a + 4 * r);
+    } else if (left > 0) {  // the first `left` lanes from a (the rest not read), then +inf
+      const __m256i mask =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 4 - left));
+      v[r] = _mm256_blendv_pd(inf, _mm256_maskload_pd(a + 4 * r, mask), _mm256_castsi256_pd(mask));
+    } else {
+      v[r] = inf;
+    }
+    // NaN (unordered with itself), or a zero with the sign bit set.
+    odd = _mm256_or_pd(odd, _mm256_cmp_pd(v[r], v[r], _CMP_UNORD_Q));
+    odd = _mm256_or_pd(odd, _mm256_and_pd(_mm256_cmp_pd(v[r], zero, _CMP_EQ_OQ), v[r]));
+  }
+  if (_mm256_movemask_pd(odd) != 0) return false;
+#pragma GCC unroll 64
+  for (int c = 0; c < net.size; ++c) compare_exchange(v[net.lo[c]], v[net.hi[c]]);
+#pragma GCC unroll 4
+  for (int b = 0; b < Q; ++b) {
+    const __m256d* x = v + 4 * b;
+    const __m256d t0 = _mm256_unpacklo_pd(x[0], x[1]), t1 = _mm256_unpackhi_pd(x[0], x[1]);
+    const __m256d t2 = _mm256_unpacklo_pd(x[2], x[3]), t3 = _mm256_unpackhi_pd(x[2], x[3]);
+    u[0 * Q + b] = _mm256_permute2f128_pd(t0, t2, 0x20);  // lane 0 of the four registers
+    u[1 * Q + b] = _mm256_permute2f128_pd(t1, t3, 0x20);
+    u[2 * Q + b] = _mm256_permute2f128_pd(t0, t2, 0x31);
+    u[3 * Q + b] = _mm256_permute2f128_pd(t1, t3, 0x31);
+  }
+  merge_all<Q, R>(u);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const std::ptrdiff_t left = n - 4 * r;
+    if (left >= 4) {
+      _mm256_storeu_pd(a + 4 * r, u[r]);
+    } else if (left > 0) {
+      const __m256i mask =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 4 - left));
+      _mm256_maskstore_pd(a + 4 * r, mask, u[r]);
+    }
+  }
+  return true;
+}
+
+// Sorts a[0, n) for n <= 64 with the network and returns true, or returns false (a left as it
+// is) where the processor lacks AVX or the values hold a NaN or a negative zero.
+bool sort_small(double* a, std::ptrdiff_t n) {
+  static const bool has_avx = __builtin_cpu_supports("avx");
+  if (!has_avx) return false;
+  return n <= 16   ? sort_network<4>(a, n)
+         : n <= 32 ? sort_network<8>(a, n)
+                   : sort_network<16>(a, n);
+}
+#else
+bool sort_small(double*, std::ptrdiff_t) { return false; }
+#endif
+
+// Below this many values the network is not worth its padding (std::sort's insertion sort
+// takes them).
+constexpr std::ptrdiff_t kNetworkFrom = 9;
+constexpr std::ptrdiff_t kNetworkTo = 64;
+
 // Places the k-th smallest of a[0, n) at a[k], no larger ones before it, no smaller ones after.
 // Quickselect with random pivots and a branch-free partition. std::nth_element branches on
 // every comparison, and on 16k timings (half above the pivot, at random) those branches
 // mispredict: with it, a robust-mode window of 16k ranks x 16 stages took 1.4x the CPU time
-// (bench/detector_bench.cc), and some input orders slowed it further.
-void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
+// (bench/detector_bench.cc), and some input orders slowed it further. From kNetworkFrom to
+// kNetworkTo values the network sorts them all instead, and it returns true (a[k - 1] is then
+// the largest value before a[k], with the bits of every value equal to it).
+bool select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
+  if (n >= kNetworkFrom && n <= kNetworkTo && sort_small(a, n)) return true;
   Xorshift rng{0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n)};
   std::ptrdiff_t lo = 0, hi = n;  // the k-th smallest is in a[lo, hi)
   while (hi - lo > 24) {
@@ -56,19 +214,20 @@ void select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
       a[equal_end] = v;
       equal_end += v <= pivot;
     }
-    if (k < equal_end) return;  // a[k] == pivot
+    if (k < equal_end) return false;  // a[k] == pivot
     lo = equal_end;
   }
-  std::sort(a + lo, a + hi);
+  if (hi - lo < kNetworkFrom || !sort_small(a + lo, hi - lo)) std::sort(a + lo, a + hi);
+  return false;
 }
 
 // The k_hi-th smallest of buf[0, n), or with `even` its mean with the (k_hi - 1)-th (k_hi >= 1
 // then): the median when k_hi = n / 2. Reorders buf.
 double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even) {
-  select_kth(buf, n, k_hi);
+  const bool sorted = select_kth(buf, n, k_hi);
   const double hi = buf[k_hi];
   if (!even) return hi;
-  const double lo = *std::max_element(buf, buf + k_hi);
+  const double lo = sorted ? buf[k_hi - 1] : *std::max_element(buf, buf + k_hi);
   const double mid = 0.5 * (lo + hi);
   // Two values near the largest double overflow their sum: halves first (the same bits
   // wherever the sum is finite).

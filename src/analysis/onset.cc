@@ -135,13 +135,19 @@ void OnsetDetector::step_cusum(std::int64_t step, double x, double raw, bool lea
     return;
   }
   const double mu = mu_, sigma = sigma_;
-  const double z = (x - mu) / sigma;
+  const double shift = static_cast<double>(shift_);
   // Reference value: half the design shift, and at least one standard deviation so that noise
   // alone drifts S down fast (a shift smaller than 2 sigma is not told apart per value anyway).
-  const double k = std::max(1.0, static_cast<double>(shift_) / (2.0 * sigma));
-  // Clipped increment: one value moves S by at most h/m, so m high values are needed to reach h.
-  const double inc = std::min(z - k, static_cast<double>(cap_step_));
+  // Where shift <= 2 sigma the quotient is at most 1 and k is 1 without dividing.
+  const double k = shift <= 2.0 * sigma ? 1.0 : std::max(1.0, shift / (2.0 * sigma));
   const bool in_control = s_ <= 0.0;
+  // Clipped increment: one value moves S by at most h/m, so m high values are needed to reach h.
+  // In control, a value below mu + k sigma (by a margin far above rounding, so that z <= k
+  // however z rounds) leaves S at 0 whatever its z, and z is not computed: most values of a
+  // healthy series, each a division saved.
+  const bool quiet = in_control && sigma >= 1e-30 && x - mu <= k * sigma * (1.0 - 1e-12);
+  const double inc =
+      quiet ? 0.0 : std::min((x - mu) / sigma - k, static_cast<double>(cap_step_));
   if (in_control && inc > 0.0) {
     start_ = step;
     excursion_sum_ = 0.0;

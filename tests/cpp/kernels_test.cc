@@ -131,6 +131,70 @@ TEST(Median, ManyRandomLargeColumnsAgree) {
   }
 }
 
+// Up to 64 values, the selection sorts them with a network in AVX registers (median.cc); the
+// 0-1 principle: a network that sorts every sequence of zeros and ones sorts everything, so
+// random 0-1 inputs of every size find a wrong compare-exchange fast.
+TEST(Kth, EverySizeAndRankPlacesTheOrderStatistic) {
+  std::mt19937_64 rng(11);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int trial = 0; trial < 400; ++trial) {
+    for (std::size_t n = 1; n <= 80; ++n) {
+      std::vector<double> v(n);
+      for (double& x : v) {
+        switch (trial % 4) {
+          case 0: x = static_cast<double>(rng() & 1); break;  // zeros and ones
+          case 1: x = std::lognormal_distribution<double>(0.0, 2.0)(rng); break;
+          case 2: x = static_cast<double>(rng() % 5) - 2.0; break;  // ties, +0 only
+          default:
+            x = rng() % 9 == 0 ? inf
+                : rng() % 9 == 1 ? -inf
+                                 : 0.25 * static_cast<double>(rng() % 7);
+            break;
+        }
+      }
+      std::vector<double> sorted = v;
+      std::sort(sorted.begin(), sorted.end());
+      const std::size_t k = rng() % n;
+      std::vector<double> a = v;
+      const double x = laggard::detail::kth_inplace(a.data(), n, k);
+      ASSERT_EQ(x, sorted[k]) << "n=" << n << " k=" << k << " trial " << trial;
+      ASSERT_EQ(a[k], x);
+      for (std::size_t i = 0; i < k; ++i) ASSERT_LE(a[i], x) << "n=" << n << " i=" << i;
+      for (std::size_t i = k; i < n; ++i) ASSERT_GE(a[i], x) << "n=" << n << " i=" << i;
+      std::sort(a.begin(), a.end());
+      ASSERT_EQ(a, sorted) << "the values are kept: n=" << n;
+      std::vector<double> m = v;
+      const double median = laggard::detail::median_inplace(m.data(), n);
+      if (std::isnan(reference_median(v)))  // -inf and +inf in the middle
+        ASSERT_TRUE(std::isnan(median)) << n;
+      else
+        ASSERT_EQ(median, reference_median(v)) << n;
+    }
+  }
+}
+
+TEST(Kth, NegativeZeroAndNaNKeepTheQuickselect) {
+  // A negative zero (== +0, other bits) and a NaN (no order) are left to the quickselect: the
+  // order statistics among signed zeros are still found, and a NaN loses no value.
+  std::vector<double> v;
+  for (int i = 0; i < 40; ++i) v.push_back(i % 3 == 0 ? -0.0 : (i % 3 == 1 ? 0.0 : 1.0 + i));
+  std::vector<double> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t k : {5u, 26u, 27u, 30u}) {
+    std::vector<double> a = v;
+    EXPECT_EQ(laggard::detail::kth_inplace(a.data(), a.size(), k), sorted[k]) << k;
+  }
+  v[7] = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> c = v;
+  laggard::detail::kth_inplace(c.data(), c.size(), 20);
+  const auto nan_last = [](double x, double y) { return !std::isnan(x) && (std::isnan(y) || x < y); };
+  std::sort(c.begin(), c.end(), nan_last);
+  std::vector<double> d = v;
+  std::sort(d.begin(), d.end(), nan_last);
+  EXPECT_TRUE(std::isnan(c.back()));
+  EXPECT_TRUE(std::equal(c.begin(), c.end() - 1, d.begin()));
+}
+
 TEST(ColumnExtent, MinMaxExactSumClose) {
   std::mt19937_64 rng(3);
   for (std::size_t n : kSizes) {

@@ -101,3 +101,61 @@ def test_gloo_side_channel_connects_only_tree_links_and_delivers_every_window(tm
     assert root["windows"] == STEPS and root["incomplete_windows"] == 0, root
     assert root["samples_received"] == STEPS * (WORLD - 1)
     assert results[4]["counters"]["forwarded_samples"] == STEPS * (PER_HOST - 1)
+
+
+# Message sizes around a frame's edge (GlooTransport sends a message's first 1,016 bytes with its
+# length in one frame, and only the rest in a second operation), and one many frames long.
+SIZES = (1, 7, 1015, 1016, 1017, 2040, 5000, 70001)
+
+
+def _pair_rank(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    code = 1
+    try:
+        import torch.distributed as dist
+
+        from laggard.transport import GlooTransport
+
+        dist.init_process_group("gloo", rank=rank, world_size=2)
+        t = GlooTransport(rank, 2, analysis_rank=0, timeout_s=20.0)
+        t.start()
+        got = []
+        if rank == 1:  # the child: sends each size, with bytes that tell where each came from
+            for n in SIZES:
+                data = bytes((n * 31 + i) % 251 for i in range(n))
+                while not t.send(0, data):
+                    time.sleep(0.01)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not got:  # the parent's answer
+                got += t.receive()
+                time.sleep(0.01)
+        else:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(got) < len(SIZES):
+                got += t.receive()
+                time.sleep(0.01)
+            t.send(1, b"done")
+            time.sleep(0.5)
+        t.shutdown()
+        with open(os.path.join(out, "pair-%d.json" % rank), "w") as f:
+            json.dump([[peer, data.hex()] for peer, data in got], f)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def test_gloo_messages_of_every_size_arrive_whole_and_in_order(tmp_path):
+    ctx = rank_context()
+    port = free_port()
+    procs = [ctx.Process(target=_pair_rank, args=(r, port, str(tmp_path))) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    parent = json.load(open(tmp_path / "pair-0.json"))
+    child = json.load(open(tmp_path / "pair-1.json"))
+    assert [peer for peer, _ in parent] == [1] * len(SIZES)
+    assert [bytes.fromhex(d) for _, d in parent] == [
+        bytes((n * 31 + i) % 251 for i in range(n)) for n in SIZES]
+    assert child == [[0, b"done".hex()]]
