@@ -1,7 +1,10 @@
 // The training thread's calls into laggard: CPython builtins and one context-manager type.
 #include "bindings.hpp"
 
+#include <structmember.h>
 #include <time.h>
+
+#include <cstddef>
 
 #include <array>
 #include <string>
@@ -149,11 +152,66 @@ PyObject* hot_resolve(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       reinterpret_cast<HotHandle*>(self)->target->rec().resolve(token, value));
 }
 
+// A SectionScope: a HotHandle that is its own __enter__ and __exit__. `with` looks both up on
+// the scope's type at every entry, and a method descriptor there binds a new method object to
+// the scope each time (allocated, GC-tracked, freed after the call: ~300 instructions and the
+// allocator's cold memory per section, right after a training step). The scope's class holds
+// two ScopeCall descriptors instead, whose __get__ on a scope returns the scope itself, and the
+// scope is callable (vectorcall): no argument begins the stage (__enter__(), returns None), the
+// exit's arguments end it (__exit__(type, value, tb), returns False: exceptions of the with-body
+// pass through). Nothing is allocated per `with`.
+struct HotScope {
+  HotHandle h;
+  vectorcallfunc call;  // scope_call (the __vectorcalloffset__ member)
+};
+
+LAGGARD_HOT PyObject* scope_call(PyObject* self, PyObject* const*, size_t nargsf,
+                                 PyObject* kwnames) {
+  auto* h = reinterpret_cast<HotHandle*>(self);
+  if (PyVectorcall_NARGS(nargsf) == 0 && kwnames == nullptr) {
+    h->target->rec().begin(h->id);
+    Py_RETURN_NONE;
+  }
+  h->target->rec().end(h->id);
+  Py_RETURN_FALSE;
+}
+
 LAGGARD_HOT PyObject* hot_enter(PyObject* self, PyObject*) { return hot_begin(self, nullptr, 0); }
 
 LAGGARD_HOT PyObject* hot_exit(PyObject* self, PyObject* const*, Py_ssize_t) {
   reinterpret_cast<HotHandle*>(self)->target->rec().end(reinterpret_cast<HotHandle*>(self)->id);
   Py_RETURN_FALSE;  // exceptions of the with-body pass through
+}
+
+PyTypeObject* g_scope_type = nullptr;  // set at module init, alive as long as the module
+
+// SectionScope.__enter__ / __exit__ (a ScopeCall each): on a scope, the scope itself (see
+// HotScope); on the class, the descriptor, which called with a scope first (contextlib's
+// ExitStack calls type(cm).__enter__(cm)) begins or ends its stage.
+struct ScopeCall {
+  PyObject_HEAD
+  bool exit;
+};
+
+PyObject* scope_call_get(PyObject* self, PyObject* obj, PyObject*) {
+  return Py_NewRef(obj == nullptr || obj == Py_None ? self : obj);
+}
+
+PyObject* scope_call_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  const bool exit = reinterpret_cast<ScopeCall*>(self)->exit;
+  PyObject* scope = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : nullptr;
+  if (scope == nullptr || Py_TYPE(scope) != g_scope_type || (kwargs && PyDict_GET_SIZE(kwargs))) {
+    PyErr_Format(PyExc_TypeError, "SectionScope.%s needs a SectionScope as its first argument",
+                 exit ? "__exit__" : "__enter__");
+    return nullptr;
+  }
+  return exit ? hot_exit(scope, nullptr, 0) : hot_enter(scope, nullptr);
+}
+
+void scope_call_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
 }
 
 // The Analyzer's per-instance `section(name, kind=None)`: two builtins whose `self` is a tuple
@@ -227,11 +285,6 @@ PyMethodDef kSampledSection = {
     METH_FASTCALL | METH_KEYWORDS,
     "section(name, kind=None): the name's section scope (a sampled step)."};
 
-PyMethodDef kScopeMethods[] = {
-    {"__enter__", hot_enter, METH_NOARGS, nullptr},
-    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hot_exit)),
-     METH_FASTCALL, nullptr},
-    {nullptr, nullptr, 0, nullptr}};
 PyGetSetDef kScopeGetSet[] = {{"id", hot_scope_id, nullptr, "The stage id.", nullptr},
                               {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
@@ -241,18 +294,32 @@ PyType_Slot kHandleSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(hot_handle
                               {0, nullptr}};
 PyType_Spec kHandleSpec = {"laggard._core.RecorderHandle", sizeof(HotHandle), 0,
                            Py_TPFLAGS_DEFAULT, kHandleSlots};
+PyMemberDef kScopeMembers[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, static_cast<Py_ssize_t>(offsetof(HotScope, call)),
+     READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
 PyType_Slot kScopeSlots[] = {
     {Py_tp_dealloc, reinterpret_cast<void*>(hot_handle_dealloc)},
-    {Py_tp_methods, kScopeMethods},
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_members, kScopeMembers},
     {Py_tp_getset, kScopeGetSet},
     {Py_tp_doc, const_cast<char*>("Context manager of one stage (Recorder.section): begin on "
-                                  "enter, end on exit.")},
+                                  "enter, end on exit. Its __enter__ and __exit__ are the scope "
+                                  "itself: called with no argument it begins the stage, with "
+                                  "__exit__'s arguments it ends it.")},
     {0, nullptr}};
-PyType_Spec kScopeSpec = {"laggard._core.SectionScope", sizeof(HotHandle), 0, Py_TPFLAGS_DEFAULT,
-                          kScopeSlots};
+PyType_Spec kScopeSpec = {"laggard._core.SectionScope", sizeof(HotScope), 0,
+                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL, kScopeSlots};
+PyType_Slot kScopeCallSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(scope_call_dealloc)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(scope_call_get)},
+    {Py_tp_call, reinterpret_cast<void*>(scope_call_call)},
+    {Py_tp_doc, const_cast<char*>("SectionScope.__enter__/__exit__: the scope itself on a scope.")},
+    {0, nullptr}};
+PyType_Spec kScopeCallSpec = {"laggard._core.ScopeCall", sizeof(ScopeCall), 0,
+                              Py_TPFLAGS_DEFAULT, kScopeCallSlots};
 
 PyTypeObject* g_handle_type = nullptr;  // set at module init, alive as long as the module
-PyTypeObject* g_scope_type = nullptr;
 
 py::object new_handle(PyTypeObject* type, const py::object& owner, HotTarget& target, int id) {
   PyObject* obj = type->tp_alloc(type, 0);
@@ -284,25 +351,28 @@ py::object new_builtin(PyMethodDef* def, const py::object& handle) {
 struct StepData {
   // The published readings, in order, each with its slot in the recorder's resources once an
   // end_step has registered the name (kUnknownSlot before): a sampled step copies doubles into
-  // slots and compares no name.
-  // Parallel arrays: a sampled step reads slots and values (two cache lines), not the names.
+  // slots and compares no name. Laid out by what a sampled step touches (right after a training
+  // step each cache line is a miss): its flags, slots and times in the first line; the readings'
+  // slots and values (parallel arrays: one line of slots, a line per 8 values) and the data
+  // wait after; the names, read when a name is new, last.
   static constexpr int kUnknownSlot = -2;
-  std::vector<std::string> names;
-  std::vector<double> values;
-  std::vector<int> slots;
-  double latest_t = 0.0;  // when (time.monotonic)
-  bool has_latest = false;
-  int gc_pause_slot = kUnknownSlot, gc_collections_slot = kUnknownSlot;
-  int data_wait_slot = kUnknownSlot;
-
-  double wait_before_ms = 0.0, wait_in_step_ms = 0.0;
-  bool has_wait_before = false, has_wait_in_step = false;
-  double period_s = 1.0, fixed_period_s = 0.0;  // fixed_period_s > 0: period_s does not move
-  double min_period_s = 1.0, max_period_s = 5.0;
-  double last_sampled = 0.0;
-  bool has_last_sampled = false;
   bool resources = false, gc_attached = false;
+  bool has_latest = false, has_last_sampled = false;
+  bool has_wait_before = false, has_wait_in_step = false;
+  bool fixed_period = false;  // the period was given: period_s does not move
+  bool unresolved = false;    // a published name has no slot yet (registered at end_step)
+  std::int8_t gc_pause_slot = kUnknownSlot, gc_collections_slot = kUnknownSlot;
+  std::int8_t data_wait_slot = kUnknownSlot;
+  double latest_t = 0.0;  // when (time.monotonic)
+  double period_s = 1.0, min_period_s = 1.0, max_period_s = 5.0;
+  double last_sampled = 0.0;
+
+  std::vector<std::int8_t> slots;  // Recorder::kMaxValues fits
+  std::vector<double> values;
+  double wait_before_ms = 0.0, wait_in_step_ms = 0.0;
+  std::vector<std::string> names;
 };
+static_assert(Recorder::kMaxValues < 127, "a resource slot fits an int8_t");
 
 // GcWatch's callback in C: gc.callbacks calls it with (phase, info) during a sampled step; it
 // keeps the collections' pause (start to stop) and count. A pause that starts on another thread
@@ -350,27 +420,30 @@ PyTypeObject* g_gc_pauses_type = nullptr;
 
 struct StepState {
   PyObject_HEAD
-  PyObject* owner;        // the _core.Engine (or Recorder), kept alive
+  // What every step reads (a step that is not sampled touches these alone), then what a
+  // sampled one adds: right after a training step each cache line is a miss.
   HotTarget* target;
+  long long step_k;       // the step begun last, an exact int >= 0; -1: `step` holds it
+  long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
+  bool sampled;           // the recorder's, as the builtins left it: no cold read of it
+  bool dict_sampled;      // `_sampled` is a plain instance attribute: stored into the dict
+  StepData* d;
   PyObject* an_ref;       // a weak reference to the Analyzer
+  PyObject* sections;
+  PyObject* noop;         // what section_off returns, and what section_on looks names up in
+  PyObject* gc_list;      // gc.callbacks, with resources and GC pauses
+  PyObject* gc_cb;        // a GcPauses, in gc.callbacks during a sampled step
+  PyObject* on_begin;     // list: calls at a sampled step's begin (laggard.torch's attach)
+  PyObject* on_end;       // list: at its end (detach)
+  PyObject* find_cuda;    // ResourceSampler._find_cuda_device until it has found the device
+  PyObject* step;         // the step begun last when it is not an exact int >= 0 (else null)
+  PyObject* owner;        // the _core.Engine (or Recorder), kept alive
   PyObject* begin_py;     // Analyzer.begin_step / end_step: the unusual cases
   PyObject* end_py;
   PyObject* report;       // report(kind, exception)
   PyObject* section_on;   // the Analyzer's section() builtins (sampled, not sampled)
   PyObject* section_off;
-  PyObject* noop;         // what section_off returns, and what section_on looks names up in
-  PyObject* sections;
   PyObject* section_py;   // the Analyzer's Python section(): new names, other arguments
-  PyObject* on_begin;     // list: calls at a sampled step's begin (laggard.torch's attach)
-  PyObject* on_end;       // list: at its end (detach)
-  PyObject* gc_list;      // gc.callbacks, with resources and GC pauses
-  PyObject* gc_cb;        // a GcPauses, in gc.callbacks during a sampled step
-  PyObject* find_cuda;    // ResourceSampler._find_cuda_device until it has found the device
-  PyObject* step;         // the step begun last (the Analyzer's `step` reads it)
-  long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
-  bool sampled;           // the recorder's, as the builtins left it: no cold read of it
-  bool dict_sampled;      // `_sampled` is a plain instance attribute: stored into the dict
-  StepData* d;
 };
 
 PyObject* step_begin_step(PyObject* self, PyObject* step);
@@ -497,13 +570,30 @@ void resources_begin(StepState* s) { gc_attach(s); }
 // A reading into the sampled step by its slot, the name registered (in the order of first
 // sight, as record_resource does) the first time; a name without a slot (kMaxValues taken) is
 // tried, and counted, again each step, as record_resource counts it.
-LAGGARD_HOT void record_at(Recorder& rec, int& slot, std::string_view name, double value) noexcept {
-  if (slot == StepData::kUnknownSlot) {
+LAGGARD_HOT void record_at(Recorder& rec, std::int8_t& slot, std::string_view name,
+                           double value) noexcept {
+  if (LAGGARD_UNLIKELY(slot == StepData::kUnknownSlot)) {
     const int got = rec.resource_slot(name);
     if (got < 0) return;
-    slot = got;
+    slot = static_cast<std::int8_t>(got);
   }
   rec.record_resource_at(slot, value);
+}
+
+// The published readings whose names have no slot yet get one, in their order (as record_at
+// would, one at a time): a new publish's names, once; a name that finds no slot (kMaxValues
+// taken) is tried, and counted, again at each sampled step.
+LAGGARD_COLD void resolve_slots(Recorder& rec, StepData& d) noexcept {
+  bool left = false;
+  for (std::size_t i = 0; i < d.slots.size(); ++i) {
+    if (d.slots[i] != StepData::kUnknownSlot) continue;
+    const int got = rec.resource_slot(d.names[i]);
+    if (got < 0)
+      left = true;
+    else
+      d.slots[i] = static_cast<std::int8_t>(got);
+  }
+  d.unresolved = left;
 }
 
 // Until the training thread's CUDA device is known: the sampler's _find_cuda_device.
@@ -536,16 +626,21 @@ LAGGARD_HOT void resources_end(StepState* s) {
   const double now = monotonic_s();
   if (d.has_latest) {
     const double stale_s = 4.0 * d.period_s;
-    if (now - d.latest_t <= (stale_s > 5.0 ? stale_s : 5.0))
-      for (std::size_t i = 0; i < d.slots.size(); ++i)
-        record_at(rec, d.slots[i], d.names[i], d.values[i]);
+    if (now - d.latest_t <= (stale_s > 5.0 ? stale_s : 5.0)) {
+      if (LAGGARD_UNLIKELY(d.unresolved)) resolve_slots(rec, d);
+      // Slots and values only: no name is read (a slot < 0 records nothing).
+      const std::int8_t* slots = d.slots.data();
+      const double* values = d.values.data();
+      for (std::size_t i = 0, n = d.slots.size(); i < n; ++i)
+        rec.record_resource_at(slots[i], values[i]);
+    }
   }
   if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
   const bool had_last = d.has_last_sampled;
   const double last = d.last_sampled;
   d.last_sampled = now;
   d.has_last_sampled = true;
-  if (had_last && d.fixed_period_s <= 0.0) {
+  if (had_last && !d.fixed_period) {
     const double period = 0.8 * d.period_s + 0.2 * (now - last);
     d.period_s = period < d.min_period_s   ? d.min_period_s
                  : period > d.max_period_s ? d.max_period_s
@@ -597,10 +692,16 @@ LAGGARD_COLD PyObject* begin_step_python(StepState* s, PyObject* self, PyObject*
 LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (s->target == nullptr) Py_RETURN_NONE;
-  Py_INCREF(step);
-  Py_XSETREF(s->step, step);
   const long long k = exact_step(step);
-  if (LAGGARD_UNLIKELY(k < 0)) return begin_step_python(s, self, step);
+  if (LAGGARD_UNLIKELY(k < 0)) {
+    s->step_k = -1;
+    Py_XSETREF(s->step, Py_NewRef(step));
+    return begin_step_python(s, self, step);
+  }
+  // The number, not the object: the previous step's int is not freed here (its pool's memory
+  // is cold), and `step` reads make a new one.
+  s->step_k = k;
+  if (LAGGARD_UNLIKELY(s->step != nullptr)) Py_CLEAR(s->step);
   if (!s->sampled && s->skip_every >= 0 && (s->skip_every == 0 || k % s->skip_every != 0))
     Py_RETURN_NONE;  // not sampled, nothing open: the recorder has nothing to do
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
@@ -690,6 +791,7 @@ PyObject* step_publish(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
                                 d.names[kept].assign(v);
                                 d.slots[kept] = StepData::kUnknownSlot;
                               }
+                              if (d.slots[kept] == StepData::kUnknownSlot) d.unresolved = true;
                               d.values[kept++] = value;
                             });
   if (!ok) return nullptr;
@@ -726,7 +828,7 @@ PyObject* step_set_resources(PyObject* self, PyObject* args) {
   }
   if (find_cuda != Py_None) s->find_cuda = Py_NewRef(find_cuda);
   d.period_s = period;
-  d.fixed_period_s = fixed;
+  d.fixed_period = fixed > 0.0;
   d.min_period_s = lo;
   d.max_period_s = hi;
   d.resources = true;
@@ -783,12 +885,17 @@ PyObject* step_get_gc_attached(PyObject* self, void*) {
 }
 
 PyObject* step_get_step(PyObject* self, void*) {
-  PyObject* step = reinterpret_cast<StepState*>(self)->step;
-  return Py_NewRef(step ? step : Py_None);
+  auto* s = reinterpret_cast<StepState*>(self);
+  if (s->step_k >= 0) return PyLong_FromLongLong(s->step_k);
+  return Py_NewRef(s->step ? s->step : Py_None);
 }
 
 int step_set_step(PyObject* self, PyObject* value, void*) {
-  Py_XSETREF(reinterpret_cast<StepState*>(self)->step, Py_NewRef(value ? value : Py_None));
+  auto* s = reinterpret_cast<StepState*>(self);
+  if (value == nullptr) value = Py_None;
+  const long long k = exact_step(value);
+  s->step_k = k;
+  Py_XSETREF(s->step, k >= 0 ? nullptr : Py_NewRef(value));
   return 0;
 }
 
@@ -931,6 +1038,7 @@ py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::han
   s->on_begin = Py_NewRef(on_begin.ptr());
   s->on_end = Py_NewRef(on_end.ptr());
   s->skip_every = skip_every;
+  s->step_k = -1;  // no step yet: `step` is None
   PyTypeObject* cls = Py_TYPE(analyzer.ptr());
   s->dict_sampled = cls->tp_setattro == PyObject_GenericSetAttr &&
                     _PyType_Lookup(cls, g_k_sampled) == nullptr;
@@ -943,6 +1051,21 @@ py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::han
 void init_hot_types(py::module_& m) {
   g_handle_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHandleSpec));
   g_scope_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeSpec));
+  if (g_scope_type == nullptr) throw py::error_already_set();
+  {
+    auto* call_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kScopeCallSpec));
+    if (call_type == nullptr) throw py::error_already_set();
+    for (const bool exit : {false, true}) {
+      PyObject* d = call_type->tp_alloc(call_type, 0);
+      if (d == nullptr) throw py::error_already_set();
+      reinterpret_cast<ScopeCall*>(d)->exit = exit;
+      const int rc = PyObject_SetAttrString(reinterpret_cast<PyObject*>(g_scope_type),
+                                            exit ? "__exit__" : "__enter__", d);
+      Py_DECREF(d);
+      if (rc < 0) throw py::error_already_set();
+    }
+    Py_DECREF(call_type);  // the descriptors hold it
+  }
   g_step_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kStepSpec));
   g_gc_pauses_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kGcPausesSpec));
   g_k_step = PyUnicode_InternFromString("step");
@@ -987,7 +1110,9 @@ void init_hot_types(py::module_& m) {
 }
 
 py::object section_scope(const py::object& owner, HotTarget& target, int id) {
-  return new_handle(g_scope_type, owner, target, id);
+  py::object scope = new_handle(g_scope_type, owner, target, id);
+  reinterpret_cast<HotScope*>(scope.ptr())->call = scope_call;
+  return scope;
 }
 
 py::tuple stage_marks(const py::object& owner, HotTarget& target, int id) {

@@ -80,19 +80,25 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TimingBackend> backe
   calib_ticks0_ = ticks();
 }
 
-LAGGARD_HOT std::uint64_t Recorder::ticks() const noexcept {
+namespace {
+// Recorder::ticks, inlined into the sections' begin and end (the member is exported: the
+// compiler calls it, through the PLT, rather than inline it into them).
+inline std::uint64_t read_ticks([[maybe_unused]] bool use_tsc) noexcept {
 #ifdef LAGGARD_HAVE_TSC
-  if (use_tsc_) return __rdtsc();
+  if (use_tsc) return __rdtsc();
 #endif
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
 }
+}  // namespace
+
+LAGGARD_HOT std::uint64_t Recorder::ticks() const noexcept { return read_ticks(use_tsc_); }
 
 LAGGARD_HOT void Recorder::calibrate(std::chrono::steady_clock::time_point now) noexcept {
   if (!use_tsc_) return;  // ticks are nanoseconds already
   // Recalibrated on every sampled step: the longer the baseline, the more exact the rate.
-  const auto now_ticks = ticks();
+  const auto now_ticks = read_ticks(use_tsc_);
   const double elapsed_ms = ms_between(calib_time0_, now);
   if (now_ticks > calib_ticks0_ && elapsed_ms > 0.0)
     ms_per_tick_ = elapsed_ms / static_cast<double>(now_ticks - calib_ticks0_);
@@ -184,7 +190,7 @@ LAGGARD_HOT void Recorder::begin_slow(StageId id) noexcept {
   if (LAGGARD_UNLIKELY(backend_ != nullptr)) {
     if (!begin_device(id)) return;
   } else {
-    s.started = ticks();
+    s.started = read_ticks(use_tsc_);
   }
   s.open = true;
 }
@@ -234,7 +240,7 @@ LAGGARD_HOT void Recorder::end_slow(StageId id) noexcept {
   if (LAGGARD_UNLIKELY(backend_ != nullptr))
     end_device(id);
   else
-    s.ticks += ticks() - s.started;
+    s.ticks += read_ticks(use_tsc_) - s.started;
 }
 
 LAGGARD_COLD void Recorder::end_device(StageId id) noexcept {
@@ -387,12 +393,6 @@ int Recorder::slot_of(NamedSlots& slots, std::string_view name) noexcept {
                slots.names[slots.count], StageKind::compute);
   hint_next = slots.count + 1;
   return slots.count++;
-}
-
-LAGGARD_HOT void Recorder::record_resource_at(int slot, double value) noexcept {
-  if (!sampled_ || slot < 0 || slot >= resources_.count) return;
-  resources_.value[slot] = value;
-  resources_.set[slot] = true;  // (resources are never deferred: no token to clear)
 }
 
 void Recorder::record_slow(NamedSlots& slots, std::string_view name, double value) noexcept {
