@@ -283,6 +283,7 @@ class LAGGARD_API Detector {
     std::int64_t rise_step = -1;  ///< the window where the evidence last rose from 0
     std::int64_t first_flagged_step = -1;
     int episode = -1;  ///< into episodes_, while named
+    int mix_hits = 0;  ///< of SeqTrack::mix_hits, this rank's (left out of its own null)
   };
   /// The materiality gate's sample of one (cohort, stage, rank): the windows of its current run
   /// of statistical confirmation (few pairs have one; it ends when that run does).
@@ -353,9 +354,10 @@ class LAGGARD_API Detector {
     /// of the rank-windows that could show one: the evidence cap is ln(1 / the rate), when that
     /// rate is above pause_rate.
     double pauses = 0.0, pause_chances = 0.0;
-    /// Windows in the intermittent test's slow component (over its midpoint) of ranks whose
-    /// intermittent evidence was 0, out of such rank-windows: the null's share of slow windows.
-    double mix_hits = 0.0, mix_chances = 0.0;
+    /// Windows in the intermittent test's fault band (over its midpoint, under its pause cut) and
+    /// pause-sized ones (at or over the cut) of ranks whose intermittent evidence was 0, out of
+    /// such rank-windows: the null's shares of each.
+    double mix_hits = 0.0, mix_bigs = 0.0, mix_chances = 0.0;
     /// Slots [0, ranks.size()) become `ranks`, in order; other ranks' slots are parked after
     /// them. Costs nothing when the ranks are those of the previous window.
     void arrange(const std::vector<int>& ranks);

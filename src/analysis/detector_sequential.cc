@@ -105,19 +105,39 @@ constexpr double kShareMix = 0.1;    // shares (docs/detection.md, The constants
 // The intermittent test (docs/detection.md, Intermittent faults): per (rank, stage), "each window
 // is, with probability kMixShare, slow by what costs the step kCostTarget x min_cost_share on
 // average (and at least kMixRatio over the median), else as the null" against the cost test's
-// null, whose own share r0 of slow windows is what the cohort shows (pauses included, so no
-// pause cap). Its LLR per window is ln((1 - p + p LR) / (1 - r0 + r0 LR)), LR the normal
-// likelihood ratio of the slow component: an ordinary window takes about ln((1 - p) / (1 - r0))
-// away, a slow one adds at most ln(p / r0). A rank slow in a share q of the windows gains on
-// average where q ln(p / r0) > (1 - q) |ln((1 - p) / (1 - r0))|: with r0 = 0.4 % from q of
-// about 12 % on. p = 0.5, not 0.3: 0.3 moved that boundary to 8 % and named a rank paused every
-// tenth window (Sequential.PausesInSeparateWindowsAreNotAStraggler) for 8 % more evidence per
-// window at q = 0.3. 1.25 is the second shift of the cohort tests (by construction).
+// null. Three kinds of window: ordinary, in the fault band (over the slow component's midpoint,
+// under kMixPauseCut) and pause-sized (at or over it). The null has the shares of each that the
+// cohort shows (r_b, r_p); the alternative puts 1 - kMixPauseSized of its slow windows in the
+// band. In the band the LLR is ln((1 - p + p' LR) / (1 - r_b + r_b LR)), p' = p (1 - alpha), LR
+// the normal likelihood ratio of the slow component: an ordinary window takes about
+// ln((1 - p) / (1 - r_b)) away, a band window adds at most ln(p' / r_b). A pause-sized window
+// takes ln(1 - p + p alpha / r_p) whatever its size. p = 0.5, not 0.3: with pauses counted as
+// slow windows 0.3 named a rank paused every tenth window
+// (Sequential.PausesInSeparateWindowsAreNotAStraggler). 1.25 is the second shift of the cohort
+// tests (by construction).
 constexpr double kMixShare = 0.5;   // (docs/detection.md, Intermittent faults)
 constexpr double kMixRatio = 1.25;  // (docs/detection.md, Intermittent faults)
-// The null's share of slow windows is at least this x pause_rate (one in 1,000 by default): a
-// cohort that has shown none is not taken to have none (by construction).
-constexpr double kMixNullFloor = 0.1;  // (docs/detection.md, Intermittent faults)
+// Pause-sized: x at or over ln 2 (twice the median, with epsilon). A GC or a preemption adds a
+// share of a step to one stage, far over what a 1.25-1.5x fault adds; counted with the fault
+// band, the cohort's pauses set the null's share of slow windows, and a fault's slow window
+// gained only ln(p / that share) (by construction: ln 2 is over a 1.5x fault's ln 1.5).
+const double kMixPauseCut = std::log(2.0);  // (docs/detection.md, Intermittent faults)
+// The alternative's share of slow windows that are pause-sized (a fault may be that large): a
+// pause of a healthy rank adds ln(1 - p + p alpha / r_p), under ln(1 + 12.5) at r_p = 1 %; 0.1
+// and 0.25 found as many intermittent faults (docs/notes/detection-absolute.md).
+constexpr double kMixPauseSized = 0.25;  // (docs/detection.md, Intermittent faults)
+// The null's share of pause-sized windows is at least this x pause_rate (one in 1,000 by
+// default), with pause_rate as a prior worth kPausePrior rank-windows; its share of band windows
+// is at least kMixBandFloor x pause_rate (one in 10,000), with pause_rate as a prior worth
+// kMixBandPrior rank-windows: a cohort that has shown none is not taken to have none, and one
+// that has shown few a window within 2x of the median is rarer than a pause. With a prior of
+// 0.1 % worth 100 (a band window's first evidence 5.9), a rank's untimed code 1.75x slow from
+// the first window was named at the third, before the dataloader stall that explains it
+// (Sequential.UntimedSlownessThatATimedStageExplainsIsNotNamedApart); with this prior it starts
+// at ln(p' / 1 %) = 3.6, under the cohort tests' cap.
+constexpr double kMixNullFloor = 0.1;   // (docs/detection.md, Intermittent faults)
+constexpr double kMixBandFloor = 0.01;  // (docs/detection.md, Intermittent faults)
+constexpr double kMixBandPrior = 10.0;  // (docs/detection.md, Intermittent faults)
 // The cost test (docs/notes/detection-absolute.md): per (rank, stage), "its excess costs the step
 // kCostTarget x min_cost_share" against "its excess is within healthy_spread or under
 // min_cost_share of the step", each mapped onto the log-ratio x, so that a fault's size in the
@@ -293,6 +313,9 @@ struct SeqPass {
   // The null's share r0 of slow windows (what the cohort's ranks show): the LLR's denominator is
   // 1 - r0 + r0 LR = (1 - r0)(1 + mix_null_odds LR); mix_null_keep = ln(1 - r0).
   float mix_null_keep, mix_null_odds;
+  // A pause-sized window (x at or over mix_cut, not held) takes mix_big_llr, ln(1 - p + p alpha /
+  // r_p), whatever its size: against the share r_p of such windows the cohort shows.
+  float mix_cut, mix_big_llr;
   float mix_ceiling;  // open: no cap (the null's share of slow windows bounds the LLR by p / r0)
   // Added to the evidence of the relative_threshold test, the own-baseline one and the cost
   // test where it is over 0: their larger shares of the budget (the threshold is that of the
@@ -313,6 +336,7 @@ inline float own_llr(const SeqPass& q, float xj, float b, bool warm) {
 struct SeqCounts {
   int jumps = 0, jump_base = 0;  // pauses: 1.5x the median after a window under the shift
   int mix_hits = 0, mix_chances = 0;  // slow windows of ranks whose intermittent evidence is 0
+  int mix_bigs = 0;                   // of them, pause-sized ones (not in mix_hits)
   int open = 0;  // slots whose own-baseline or intermittent test was open (seq_pass_block)
 };
 
@@ -327,14 +351,16 @@ constexpr int kFullShare = 64;
 // nearest 0.05), and the pass takes it as a constant instead of a division per slot.
 constexpr int kSteadyWindows = 20;
 static_assert(kSteadyWindows >= kOwnWarmup, "settled_windows counts up to the larger of the two");
-static_assert(kMixShare == 0.5, "seq_pass_block's closed intermittent test: its margin is for 1/2");
+static_assert(kMixShare == 0.5 && kMixPauseSized == 0.25,
+              "seq_pass_block's closed intermittent test: its margin is for these shares");
 
-// The intermittent test's window LLR (the same expression wherever it is computed).
-inline float mix_value(const SeqPass& q, float mix_old, float mix_l) {
+// The intermittent test's window LLR (the same expression wherever it is computed): a
+// pause-sized window (`big`) takes mix_big_llr, any other the band's mixture LLR.
+inline float mix_value(const SeqPass& q, float mix_old, float mix_l, bool big) {
   const float mix_lr = fast_expf(mix_l);
-  return std::min(q.mix_top, std::max(0.0f, mix_old + (q.mix_keep - q.mix_null_keep) +
-                                               fast_logf((1.0f + q.mix_odds * mix_lr) /
-                                                         (1.0f + q.mix_null_odds * mix_lr))));
+  const float mix_band = (q.mix_keep - q.mix_null_keep) +
+                         fast_logf((1.0f + q.mix_odds * mix_lr) / (1.0f + q.mix_null_odds * mix_lr));
+  return std::min(q.mix_top, std::max(0.0f, mix_old + (big ? q.mix_big_llr : mix_band)));
 }
 
 // A slot's evidence from its CUSUMs after the window: the largest CUSUM with its test's bonus
@@ -373,7 +399,7 @@ inline __attribute__((always_inline)) void finish_open_slot(
   if (open & 2) {
     const float mix_l =
         std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
-    mix = mix_value(q, mix, mix_l);
+    mix = mix_value(q, mix, mix_l, (xj >= q.mix_cut) & !cost_held);
   }
   if (open & 1) {
     const bool warm = seen - 1 >= kOwnWarmup;
@@ -381,7 +407,8 @@ inline __attribute__((always_inline)) void finish_open_slot(
     own = std::max(0.0f, own + std::min(own_ceiling, own_llr(q, xj, b, warm)) - q.own_shift);
   }
   const float most = seq_most(q, threshold, c0, c1, c2, c3, own, cost, mix);
-  attention = seq_marks(most, threshold, attention, named, named);
+  // attention: bit 0 was_zero, bits 2 and 3 the band's marks (kept).
+  attention = seq_marks(most, threshold, attention & 1, named, named) | (attention & 12);
 }
 // The same as a call (for the sparse loop).
 __attribute__((noinline)) void finish_open_slot_call(
@@ -408,11 +435,12 @@ __attribute__((noinline)) void finish_open_slot_call(
 //    or under the float denominator: their correctly rounded quotient is then at most 1, and
 //    fast_logf of a float at most 1 is at most 0 (fast_logf(1) is 0; below 1 the series of the
 //    mantissa, |series| <= 0.347, never outweighs a negative exponent's ln 2).
-//  - intermittent: at 0, the new value is min(mix_top, max(0, ln((1 - p + p LR) /
-//    (1 - r0 + r0 LR)))) with p = kMixShare = 1/2 > r0 (clamped to at most p / 2), which is
-//    under 0 for LR < 1; for mix_l <= -1 (LR <= e^-1) it is under -0.2 (at r0 = p / 2; further
-//    under for smaller r0), far past fast_expf's and fast_logf's errors (~1e-7): the value is
-//    min(mix_top, 0).
+//  - intermittent, in a window that is not pause-sized: at 0, the new value is min(mix_top,
+//    max(0, ln((1 - p + p' LR) / (1 - r_b + r_b LR)))) with p = kMixShare = 1/2,
+//    p' = p (1 - kMixPauseSized) = 0.375 and r_b clamped to at most p' / 2, which is under 0 for
+//    LR < 1 and rises with LR; for mix_l <= -1 (LR <= e^-1) it is under -0.32 (at r_b = p' / 2;
+//    further under for smaller r_b), far past fast_expf's and fast_logf's errors (~1e-7): the
+//    value is min(mix_top, 0). A pause-sized window is always open (its LLR is positive).
 // The slots where either is open are marked in the block (`open`: bit 0 own, bit 1 intermittent),
 // keep their old CUSUM and name through the loop (their attention holds was_zero), and are
 // finished right after it with the same expressions: the same floats as one pass computing
@@ -433,7 +461,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
   const float log_slow = q.log_slow, log_pause = q.own_jump;
   const float mix_closed = std::min(q.mix_top, 0.0f);
   const bool own_off = q.own_half_nu1 == 0.0f;
-  int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0;
+  int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0, mix_bigs = 0;
   std::int32_t open_count = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const float xj = log_ratio(ms[j], inv_ref);
@@ -487,11 +515,15 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     // evidence). Closed (at 0, staying there): min(mix_top, 0), see above.
     const float mix_l =
         std::min(cost_held ? q.ceiling_held : q.mix_ceiling, q.mix_weight * (xj - q.mix_mid));
+    const bool mix_big = (xj >= q.mix_cut) & !cost_held;
     const int mix_open = mix_before == 0.0f;
     mix_chances += mix_open;
-    mix_hits += mix_open & (mix_l > 0.0f);
-    const bool mix_closed_here = (mix_before == 0.0f) & (mix_l <= -1.0f);
-    const float vm = kFull              ? mix_value(q, mix_before, mix_l)
+    const int mix_band_window = (mix_l > 0.0f) & !mix_big;
+    const int mix_hit = mix_open & mix_band_window;
+    mix_hits += mix_hit;
+    mix_bigs += mix_open & mix_big;
+    const bool mix_closed_here = (mix_before == 0.0f) & (mix_l <= -1.0f) & !mix_big;
+    const float vm = kFull              ? mix_value(q, mix_before, mix_l, mix_big)
                      : mix_closed_here ? mix_closed
                                        : mix_before;
     mix[j] = vm;
@@ -535,16 +567,20 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     std::int32_t held_name;
     const std::int32_t marks = seq_marks(seq_most(q, threshold, v0, v1, v2, v3, v5, vc, vm),
                                          threshold, was_zero, named[j], held_name);
+    // Bits 2 and 3: a window in the intermittent test's fault band, and one that counted in the
+    // cohort's share of them (observe_sequential weighs it again against the share without the
+    // rank's own).
+    const std::int32_t band_marks = (mix_band_window << 2) | (mix_hit << 3);
     if (kFull) {
       // In bytes here (copied out below): a byte in the loop makes the compiler run it 32 slots
       // to a step, four independent chains of this loop's long dependent arithmetic (three
       // divisions, two logarithms and an exponential in a row), which hides their latency
       // better than one chain of 8 where every slot computes all of it.
       name_bytes[j] = static_cast<std::uint8_t>(held_name);
-      mark_bytes[j] = static_cast<std::uint8_t>(marks);
+      mark_bytes[j] = static_cast<std::uint8_t>(marks | band_marks);
     } else {
       named[j] = opened ? named[j] : held_name;
-      attention[j] = opened ? static_cast<std::int32_t>(was_zero) : marks;
+      attention[j] = (opened ? static_cast<std::int32_t>(was_zero) : marks) | band_marks;
     }
     open[j] = opened;
     open_count += was_open != 0;
@@ -555,7 +591,8 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
       attention[j] = mark_bytes[j];
     }
   }
-  if (kFull || open_count == 0) return {jumps, jump_base, mix_hits, mix_chances, open_count};
+  if (kFull || open_count == 0)
+    return {jumps, jump_base, mix_hits, mix_chances, mix_bigs, open_count};
   // The slots left open: their LLRs, then their evidence and marks. Where they are many (a
   // window with pauses, a run of stragglers) in one vectorized loop over the block, else one by
   // one (a call each, which also keeps the compiler from vectorizing that loop).
@@ -581,7 +618,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
                               named[j], attention[j]);
     }
   }
-  return {jumps, jump_base, mix_hits, mix_chances, open_count};
+  return {jumps, jump_base, mix_hits, mix_chances, mix_bigs, open_count};
 }
 
 // The pass over [0, n), kSeqBlock slots at a time; `full` says whether the first block runs the
@@ -626,6 +663,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_blocks(
     total.jump_base += c.jump_base;
     total.mix_hits += c.mix_hits;
     total.mix_chances += c.mix_chances;
+    total.mix_bigs += c.mix_bigs;
   }
   return total;
 }
@@ -1082,19 +1120,37 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       pass.mix_mid = 1e30f;
     }
     pass.mix_keep = static_cast<float>(std::log1p(-kMixShare));
-    pass.mix_odds = static_cast<float>(kMixShare / (1.0 - kMixShare));
-    // The null's share of slow windows: what the cohort has shown, with none as a prior worth
-    // kPausePrior rank-windows, and at most half the alternative's.
-    const double mix_null = std::clamp(
-        (track.mix_hits + kPausePrior * options_.pause_rate) / (track.mix_chances + kPausePrior),
-        kMixNullFloor * options_.pause_rate, 0.5 * kMixShare);
+    const double mix_band_share = kMixShare * (1.0 - kMixPauseSized);
+    pass.mix_odds = static_cast<float>(mix_band_share / (1.0 - kMixShare));
+    // The null's share of windows in the fault band: what the cohort has shown, with pause_rate
+    // as a prior worth kMixBandPrior rank-windows, at least kMixBandFloor x pause_rate, and at
+    // most half the alternative's. A rank's band windows are weighed against the share without
+    // its own (after the pass: band_null_without): a rank slow in a share of its windows would
+    // set the share it is tested against (in a cohort of 8, one such window per run of evidence
+    // raised it five-fold).
+    const double band_hits = track.mix_hits, band_chances = track.mix_chances;
+    auto band_null_without = [&](double own_hits) {
+      const double others = static_cast<double>(n - 1) / static_cast<double>(std::max<std::size_t>(n, 1));
+      return std::clamp((band_hits - own_hits + kMixBandPrior * options_.pause_rate) /
+                            (band_chances * others + kMixBandPrior),
+                        kMixBandFloor * options_.pause_rate, 0.5 * mix_band_share);
+    };
+    const double mix_null = band_null_without(0.0);
     pass.mix_null_keep = static_cast<float>(std::log1p(-mix_null));
     pass.mix_null_odds = static_cast<float>(mix_null / (1.0 - mix_null));
+    // The null's share of pause-sized windows, the same way (prior: pause_rate).
+    const double mix_pauses = std::clamp(
+        (track.mix_bigs + kPausePrior * options_.pause_rate) / (track.mix_chances + kPausePrior),
+        kMixNullFloor * options_.pause_rate, 1.0);
+    pass.mix_big_llr = static_cast<float>(
+        std::log(1.0 - kMixShare + kMixShare * kMixPauseSized / mix_pauses));
+    pass.mix_cut = pass.mix_mid < 1e30f && comparable ? static_cast<float>(kMixPauseCut) : 1e30f;
     pass.cost_absolute = use_absolute ? static_cast<float>(options_.absolute_ms_threshold)
                                       : -std::numeric_limits<float>::infinity();
     const float fthreshold = static_cast<float>(own_on ? split_threshold : uniform_threshold);
     pass.cost_top = fthreshold - pass.bonus_cost + fcap;
-    pass.mix_top = fthreshold - pass.bonus_mix + static_cast<float>(0.5 * std::log(kMixShare / mix_null));
+    pass.mix_top = fthreshold - pass.bonus_mix +
+                   static_cast<float>(0.5 * std::log(mix_band_share / mix_null));
     pass.mix_ceiling = comparable ? 80.0f : -fcap;
     std::vector<std::int32_t>& attention = seq_attention_;
     attention.resize(n);
@@ -1110,6 +1166,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       track.pause_chances += counts.jump_base;
       track.mix_hits += counts.mix_hits;
       track.mix_chances += counts.mix_chances;
+      track.mix_bigs += counts.mix_bigs;
     }
     // The slots the pass marked (rare): a rise's step, the names held now. Eight slots at a time
     // where none is marked.
@@ -1125,7 +1182,30 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
       }
       if (marks[j] == 0) continue;
       if (marks[j] & 2) track.cold[j].rise_step = window.step();
-      if ((marks[j] & 1) && comparable) seq_named_.emplace_back(i, j);
+      bool named_now = marks[j] & 1;
+      if ((marks[j] & 4) && comparable) {
+        // A band window of a rank that has counted band windows: weighed again against the
+        // cohort's share without them (the pass weighed it against the share with them).
+        SeqState& c = track.cold[j];
+        const double own_null = c.mix_hits > 0 ? band_null_without(c.mix_hits) : mix_null;
+        if (own_null < mix_null && track.mix[j] > 0.0f) {
+          const double xj = log_ratio(ms[j], log_ratio_ref(f.median_ms));
+          const double lr = std::exp(std::min(static_cast<double>(pass.mix_ceiling),
+                                              pass.mix_weight * (xj - pass.mix_mid)));
+          auto band_null_part = [&](double r) {  // -(ln(1 - r) + ln(1 + r / (1 - r) LR))
+            return -std::log1p(-r) - std::log1p(r / (1.0 - r) * lr);
+          };
+          const double gain = band_null_part(own_null) - band_null_part(mix_null);
+          const double top = fthreshold - pass.bonus_mix + 0.5 * std::log(mix_band_share / own_null);
+          track.mix[j] = static_cast<float>(std::min(top, track.mix[j] + gain));
+          if (track.mix[j] + pass.bonus_mix >= fthreshold && !named_now) {
+            track.named_bit[j] = 1;
+            named_now = true;
+          }
+        }
+        if (marks[j] & 8) ++c.mix_hits;
+      }
+      if (named_now && comparable) seq_named_.emplace_back(i, j);
     }
     if (scratch.size() >= 2) {
       const double window_sigma =
