@@ -354,6 +354,15 @@ static_assert(kSteadyWindows >= kOwnWarmup, "settled_windows counts up to the la
 static_assert(kMixShare == 0.5 && kMixPauseSized == 0.25,
               "seq_pass_block's closed intermittent test: its margin is for these shares");
 
+// Whether the eight values from j on are all 0 (false where fewer than eight are left): the
+// loops over rare marks skip those eight at once.
+inline bool eight_clear(const std::int32_t* v, std::size_t j, std::size_t n) {
+  if (j + 8 > n) return false;
+  std::int32_t any = 0;
+  for (std::size_t k = 0; k < 8; ++k) any |= v[j + k];
+  return any == 0;
+}
+
 // The intermittent test's window LLR (the same expression wherever it is computed): a
 // pause-sized window (`big`) takes mix_big_llr, any other the band's mixture LLR.
 inline float mix_value(const SeqPass& q, float mix_old, float mix_l, bool big) {
@@ -604,13 +613,9 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
                          attention[j]);
   } else {
     for (std::size_t j = 0; j < n; ++j) {
-      if (j + 8 <= n) {
-        std::int32_t any = 0;
-        for (std::size_t k = 0; k < 8; ++k) any |= open[j + k];
-        if (any == 0) {
-          j += 7;
-          continue;
-        }
+      if (eight_clear(open, j, n)) {
+        j += 7;
+        continue;
       }
       if (open[j] != 0)
         finish_open_slot_call(q, threshold, open[j], x_of[j], ms[j], median, seen[j],
@@ -1172,13 +1177,9 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     // where none is marked.
     const std::int32_t* marks = attention.data();
     for (std::size_t j = 0; j < n; ++j) {
-      if (j + 8 <= n) {
-        std::int32_t any = 0;
-        for (std::size_t k = 0; k < 8; ++k) any |= marks[j + k];
-        if (any == 0) {
-          j += 7;
-          continue;
-        }
+      if (eight_clear(marks, j, n)) {
+        j += 7;
+        continue;
       }
       if (marks[j] == 0) continue;
       if (marks[j] & 2) track.cold[j].rise_step = window.step();

@@ -79,15 +79,20 @@ def _rank(rank, port, out):
         os._exit(code)
 
 
-def test_gloo_side_channel_connects_only_tree_links_and_delivers_every_window(tmp_path):
+def _run_ranks(target, world, out):
+    """Runs target(rank, port, out) in `world` rank processes; each must exit 0."""
     ctx = rank_context()
     port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path))) for r in range(WORLD)]
+    procs = [ctx.Process(target=target, args=(r, port, str(out))) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(120)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+
+
+def test_gloo_side_channel_connects_only_tree_links_and_delivers_every_window(tmp_path):
+    _run_ranks(_rank, WORLD, tmp_path)
     results = [json.load(open(tmp_path / ("rank-%d.json" % r))) for r in range(WORLD)]
     # Rank 4 leads host 1 (3 members and its parent, rank 0); the others are host members with
     # one link; a full-mesh group would add 7 to every rank. The count is an upper bound: the
@@ -145,14 +150,7 @@ def _pair_rank(rank, port, out):
 
 
 def test_gloo_messages_of_every_size_arrive_whole_and_in_order(tmp_path):
-    ctx = rank_context()
-    port = free_port()
-    procs = [ctx.Process(target=_pair_rank, args=(r, port, str(tmp_path))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    _run_ranks(_pair_rank, 2, tmp_path)
     parent = json.load(open(tmp_path / "pair-0.json"))
     child = json.load(open(tmp_path / "pair-1.json"))
     assert [peer for peer, _ in parent] == [1] * len(SIZES)
