@@ -241,6 +241,10 @@ class LAGGARD_API Recorder {
   /// The recorded entries of `from` into `to` by slot; returns the bits of the slots recorded.
   static std::uint32_t copy_raw(const NamedSlots& from,
                                 std::array<double, kMaxValues>& to) noexcept;
+  /// Fills a claimed ring slot's step, step time, entered stages, values and readings, and
+  /// commits it (the stage times and calls are the caller's).
+  void commit_raw(RawStep* r, std::int64_t step, double step_ms, std::uint32_t entered,
+                  const NamedSlots& values, const NamedSlots& resources) noexcept;
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
   /// steady_clock over the recorder's lifetime.

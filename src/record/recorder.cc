@@ -255,6 +255,17 @@ LAGGARD_COLD void Recorder::end_device(StageId id) noexcept {
   ++p.calls[id];
 }
 
+LAGGARD_HOT inline void Recorder::commit_raw(RawStep* r, std::int64_t step, double step_ms,
+                                             std::uint32_t entered, const NamedSlots& values,
+                                             const NamedSlots& resources) noexcept {
+  r->step = step;
+  r->step_ms = step_ms;
+  r->stages = entered;
+  r->values = copy_raw(values, r->value);
+  r->resources = copy_raw(resources, r->resource);
+  raw_->commit();
+}
+
 LAGGARD_HOT void Recorder::end_step() noexcept {
   if (!sampled_) return;
   sampled_ = false;
@@ -291,12 +302,7 @@ LAGGARD_HOT void Recorder::end_step() noexcept {
     }
   }
   if (r != nullptr) {
-    r->step = step_;
-    r->step_ms = step_ms;
-    r->stages = entered;
-    r->values = copy_raw(values_, r->value);
-    r->resources = copy_raw(resources_, r->resource);
-    raw_->commit();
+    commit_raw(r, step_, step_ms, entered, values_, resources_);
   } else if (raw_ == nullptr) {
     emit(step_, step_ms, ms.data(), calls.data(), values_, resources_);
   }
@@ -483,12 +489,7 @@ void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
       r->ms[i] = ms[i];
       r->calls[i] = calls[i];
     }
-    r->step = step;
-    r->step_ms = step_ms;
-    r->stages = entered;
-    r->values = copy_raw(values, r->value);
-    r->resources = copy_raw(resources, r->resource);
-    raw_->commit();
+    commit_raw(r, step, step_ms, entered, values, resources);
     return;
   }
   scratch_.rank = options_.rank.rank;
