@@ -255,22 +255,24 @@ RatioCounts log_ratio_counts(std::size_t n, const double* __restrict ms, double 
 // larger of their median |x - level| (the MAD) and the distance from their median to their upper
 // quartile. The two are the same for symmetric noise, so neither the noise the constants were
 // chosen on nor a cohort of a few ranks gets a smaller sigma than the MAD gave; for right-skewed
-// noise (a long slow tail over a short fast one) the slow side reaches further. Reorders `dev`.
+// noise (a long slow tail over a short fast one) the slow side reaches further. Leaves
+// |x - level| in `dev`. Each order statistic is selected from a copy (detail::median_of,
+// detail::kth_of: with AVX-512 eight values a step, out of place), the same values as selections
+// in place that share their partitions.
 double slow_side_spread(std::vector<double>& dev) {
   const std::size_t n = dev.size();
   double* d = dev.data();
-  const double center = detail::median_inplace(d, n);
-  // The upper quartile, interpolated between its two order statistics. The median's selection
-  // left d[n / 2, n) holding the order statistics from n / 2 on: the quartile's search needs
-  // only those.
+  thread_local std::vector<double> work;
+  const double center = detail::median_of(d, n, work);
+  // The upper quartile, interpolated between its two order statistics.
   const double h = 0.75 * static_cast<double>(n - 1);
   const std::size_t lo = static_cast<std::size_t>(h);
-  const std::size_t from = n > 0 && lo >= n / 2 ? n / 2 : 0;
-  const double q_lo = detail::kth_inplace(d + from, n - from, lo - from);  // d[lo]
-  const double q_hi = lo + 1 < n ? *std::min_element(d + lo + 1, d + n) : q_lo;
+  double q_lo = 0.0;
+  const double q_hi = lo + 1 < n ? detail::kth_of(d, n, lo + 1, work, &q_lo)
+                                 : (q_lo = detail::kth_of(d, n, lo, work));
   const double upper = q_lo + (h - static_cast<double>(lo)) * (q_hi - q_lo) - center;
   for (std::size_t i = 0; i < n; ++i) d[i] = std::fabs(d[i]);
-  return std::max(detail::median_inplace(d, n), upper);
+  return std::max(detail::median_of(d, n, work), upper);
 }
 
 // std::clamp for the vectorized pass (it returns a reference, which keeps GCC from

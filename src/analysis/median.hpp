@@ -14,11 +14,22 @@ double median_inplace(double* buf, std::size_t n);
 /// no smaller one after; reorders the buffer. The same branch-free selection as median_inplace.
 double kth_inplace(double* buf, std::size_t n, std::size_t k);
 
+/// The k-th smallest of data[0, n) (k < n), which is left as it is, and with `before` the
+/// (k - 1)-th (k >= 1 then); `scratch` is working space. The values kth_inplace places at buf[k]
+/// and buf[k - 1] of a sorted buffer.
+double kth_of(const double* data, std::size_t n, std::size_t k, std::vector<double>& scratch,
+              double* before = nullptr);
+
 /// Median of data[0, n), which is left as it is; `scratch` is working space (grown as needed,
 /// kept by the caller between calls). Same result as median_inplace on a copy. For large n it
 /// reads the data once after a small sample instead of copying and partitioning it
 /// (median.cc), the detector's cost per stage and window.
 double median_of(const double* data, std::size_t n, std::vector<double>& scratch);
+
+/// For tests: the widest vector code median_of, median_abs_deviation and kth_of may use (2
+/// AVX-512, 1 AVX2, 0 neither; at most what the processor has). Returns the previous setting.
+/// Every width gives the same values. Not thread-safe.
+int set_median_width(int width);
 
 /// The median of five values without a branch (the onset detector's running median, per rank,
 /// stage and window, where a sort's compares on noisy values mispredicted often): the larger of
