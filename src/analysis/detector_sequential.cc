@@ -461,6 +461,10 @@ __attribute__((noinline)) void finish_open_slot_call(
 // finished right after it with the same expressions: the same floats as one pass computing
 // everything for every slot. kFull is that one pass (no slot left open), for blocks where many
 // are open (seq_pass_blocks picks it).
+// Outside kFull, a group of eight slots that are all quiet (quiet_lane: every CUSUM and the name
+// at +0, and x where no test's LLR can be over 0) takes a short body that moves only the level,
+// the baseline and the counts: what the whole body computes for them, without its tests. In a
+// healthy window nearly every group is quiet.
 template <bool kEarly, bool kSteady, bool kFull>
 inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
@@ -476,11 +480,22 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
   const float log_slow = q.log_slow, log_pause = q.own_jump;
   const float mix_closed = std::min(q.mix_top, 0.0f);
   const bool own_off = q.own_half_nu1 == 0.0f;
+  // Quiet slots (quiet_lane) take the short body where every test's LLR has a sign that is known
+  // from x: the weights >= 0, and the caps of the cost and intermittent tests and the threshold
+  // over 0 (a CUSUM at 0 then stays at +0).
+  float x_quiet = std::numeric_limits<float>::infinity();
+  bool quiet_ok = q.cost_weight >= 0.0f && q.cost_top > 0.0f && q.mix_top > 0.0f &&
+                  threshold > 0.0f && q.bonus_mix < threshold;
+  for (int k = 0; k < 4; ++k) {
+    quiet_ok = quiet_ok && q.weight[k] >= 0.0f;
+    if (q.weight[k] > 0.0f) x_quiet = std::min(x_quiet, q.mid[k]);
+  }
+  if (q.cost_weight > 0.0f) x_quiet = std::min(x_quiet, q.cost_mid);
   int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0, mix_bigs = 0;
   std::int32_t open_count = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float xj = log_ratio(ms[j], inv_ref);
-    x_of[j] = xj;
+  // One slot, every test.
+  auto slot = [&](std::size_t j) __attribute__((always_inline)) {
+    const float xj = x_of[j];
     const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
     const int seen_before = seen[j];
     seen[j] = seen_before + 1;
@@ -599,7 +614,91 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     }
     open[j] = opened;
     open_count += was_open != 0;
+  };
+  // A quiet slot (quiet_lane): every CUSUM at 0 and staying there, no name, no mark; only the
+  // level, the baseline and the counts move. The same expressions as in `slot`.
+  auto quiet_slot = [&](std::size_t j) __attribute__((always_inline)) {
+    const float xj = x_of[j];
+    const int seen_before = seen[j];
+    seen[j] = seen_before + 1;
+    const int pause_base = (seen_before > 0) & (last[j] < log_slow);
+    jump_base += pause_base;
+    jumps += pause_base & (xj >= log_pause);
+    deviation[j] = xj - level[j];
+    const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
+    const float level_alpha =
+        kEarly ? std::max(static_cast<float>(kLevelAlpha),
+                          1.0f / static_cast<float>(seen_before + 1))
+               : static_cast<float>(kLevelAlpha);
+    level[j] = seen_before > 0 ? level[j] + level_alpha * dev : xj;
+    last[j] = xj;
+    mix_chances += 1;
+    const float b = base[j];
+    const bool warm = seen_before >= kOwnWarmup;
+    const float d = xj - b;
+    const bool early = kEarly && !warm;
+    const float base_alpha =
+        kSteady ? static_cast<float>(kBaseAlpha)
+                : std::max(static_cast<float>(kBaseAlpha),
+                           1.0f / static_cast<float>(std::max(seen_before, 1)));
+    const float base_step =
+        early ? d : static_cast<float>(kOwnScoreGain) * d / (1.0f + d * d * q.base_inv_nu_s2);
+    const bool learn = (seen_before > 0) & (!early | (std::fabs(xj) <= q.early_limit));
+    base[j] = learn ? b + base_alpha * base_step : b;
+    base_before[j] = b;
+    attention[j] = 0;
+    open[j] = 0;
+  };
+  // Whether slot j is quiet: every CUSUM and the name at 0, and x at or under every test's
+  // midpoint (x_quiet), so that each cohort test's and the cost test's window LLR is at most 0
+  // (weights >= 0; x - mid rounds to a value of the same sign) and its CUSUM stays at +0; the
+  // intermittent test's mix_l at most -1 and the window not pause-sized (closed: min(mix_top, 0)
+  // = +0 with mix_top > 0); the own-baseline test closed (the same test as in `slot`). Then the
+  // evidence is 0 (bonus_mix under the threshold), and so are the name and the marks.
+  auto quiet_lane = [&](std::size_t j) __attribute__((always_inline)) {
+    const float xj = x_of[j];
+    // Every CUSUM +0 and no name: all their bits 0 (a -0 is not taken for quiet; none is
+    // stored: each CUSUM is a max with +0, a min of that with a positive top, or +0).
+    auto bits = [](float v) {
+      std::uint32_t u;
+      std::memcpy(&u, &v, sizeof u);
+      return u;
+    };
+    const bool zero = (bits(c0[j]) | bits(c1[j]) | bits(c2[j]) | bits(c3[j]) | bits(cost[j]) |
+                       bits(mix[j]) | bits(own[j]) | static_cast<std::uint32_t>(named[j])) == 0;
+    const float b = base[j];
+    const bool warm = seen[j] >= kOwnWarmup;
+    const float d = xj - b, e = d - q.own_delta;
+    const bool own_shut =
+        !warm | (d >= q.own_jump) | own_off | (q.own_nu_s2 + d * d <= q.own_nu_s2 + e * e);
+    const bool mix_shut = (q.mix_weight * (xj - q.mix_mid) <= -1.0f) & (xj < q.mix_cut);
+    return static_cast<std::int32_t>(zero & (xj <= x_quiet) & mix_shut & own_shut);
+  };
+  // Every slot's x first (each body reads it), and where quiet slots may be, which are (in
+  // `open`, which each group's bodies overwrite after reading the group's marks).
+  const bool quiet_groups = !kFull && quiet_ok;
+  if (quiet_groups) {
+    for (std::size_t j = 0; j < n; ++j) {
+      x_of[j] = log_ratio(ms[j], inv_ref);
+      open[j] = quiet_lane(j);
+    }
+  } else {
+    for (std::size_t j = 0; j < n; ++j) x_of[j] = log_ratio(ms[j], inv_ref);
   }
+  std::size_t from = 0;
+  if (quiet_groups) {
+    for (; from + 8 <= n; from += 8) {
+      std::uint64_t marks[4];  // the group's eight marks, two a word
+      std::memcpy(marks, open + from, sizeof marks);
+      const bool quiet = (marks[0] & marks[1] & marks[2] & marks[3]) == 0x0000000100000001ull;
+      if (quiet) {
+        for (std::size_t k = 0; k < 8; ++k) quiet_slot(from + k);
+      } else {
+        for (std::size_t k = 0; k < 8; ++k) slot(from + k);
+      }
+    }
+  }
+  for (std::size_t j = from; j < n; ++j) slot(j);
   if (kFull) {
     for (std::size_t j = 0; j < n; ++j) {
       named[j] = name_bytes[j];

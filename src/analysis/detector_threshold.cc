@@ -503,11 +503,7 @@ class WindowEvaluator {
       for (int pos : r.flagged)
         f.flagged_ranks.push_back(rank_at(cohort, col, static_cast<std::size_t>(pos)));
       if (col.count == members) {
-        // Entry i is member i. A report reused from a window of the same ranks holds them
-        // already: comparing reads them, where a copy would also write them back.
-        if (f.rank_ids.size() != members ||
-            !std::equal(cohort.ranks, cohort.ranks + members, f.rank_ids.begin()))
-          f.rank_ids.assign(cohort.ranks, cohort.ranks + members);
+        f.rank_ids.assign(cohort.ranks, cohort.ranks + members);  // entry i is member i
       } else {
         f.rank_ids.resize(col.count);
         for (std::size_t i = 0; i < col.count; ++i) f.rank_ids[i] = rank_at(cohort, col, i);
