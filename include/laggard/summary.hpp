@@ -12,6 +12,7 @@
 #include "laggard/detector.hpp"
 #include "laggard/export.hpp"
 #include "laggard/model.hpp"
+#include "laggard/detail/onset_columns.hpp"
 #include "laggard/onset.hpp"
 
 namespace laggard {
@@ -141,7 +142,7 @@ class LAGGARD_API RunAnalysis {
   // cost 4 bytes each, not a detector).
   struct StageOnsets {
     std::vector<std::int32_t> slot;
-    std::vector<OnsetDetector> detectors;
+    detail::OnsetColumns detectors;  // one series per slot, stepped together per window
   };
   OnsetOptions onset_options_;
   std::unordered_map<std::string, StageOnsets> rank_onsets_;

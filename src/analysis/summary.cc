@@ -33,7 +33,7 @@ std::optional<std::int64_t> RunAnalysis::onset(const std::string& cohort, const 
     return std::nullopt;
   const std::int32_t slot = it->second.slot[static_cast<std::size_t>(rank)];
   if (slot < 0) return std::nullopt;
-  return it->second.detectors[static_cast<std::size_t>(slot)].onset();
+  return it->second.detectors.onset(slot);
 }
 
 const Report& RunAnalysis::add(const Window& window) {
@@ -69,7 +69,10 @@ const Report& RunAnalysis::add(const Window& window) {
     if (st.kind == StageKind::communication || !(st.ref_ms > 0.0)) continue;
     key_ = key_of(st.cohort, st.stage, "");
     auto it = rank_onsets_.find(key_);
-    if (it == rank_onsets_.end()) it = rank_onsets_.emplace(key_, StageOnsets{}).first;
+    if (it == rank_onsets_.end())
+      it = rank_onsets_
+               .emplace(key_, StageOnsets{{}, detail::OnsetColumns(onset_options_, /*cap=*/0.0)})
+               .first;
     StageOnsets& so = it->second;
     const double log_ref = std::log(st.ref_ms);
     for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
@@ -79,12 +82,10 @@ const Report& RunAnalysis::add(const Window& window) {
       if (static_cast<std::size_t>(rank) >= so.slot.size())
         so.slot.resize(static_cast<std::size_t>(rank) + 1, -1);
       std::int32_t& slot = so.slot[static_cast<std::size_t>(rank)];
-      if (slot < 0) {
-        slot = static_cast<std::int32_t>(so.detectors.size());
-        so.detectors.emplace_back(onset_options_, /*baseline_cap=*/0.0);
-      }
-      so.detectors[static_cast<std::size_t>(slot)].add(window.step, std::log(t) - log_ref);
+      if (slot < 0) slot = so.detectors.add_series();
+      so.detectors.stage(slot, window.step, std::log(t) - log_ref);
     }
+    so.detectors.add_window();
   }
   // The run's bottleneck counts only windows with a persistent finding: a window where jitter
   // alone raised a flag says nothing about the job.
