@@ -259,16 +259,21 @@ RatioCounts log_ratio_counts(std::size_t n, const double* __restrict ms, double 
 double slow_side_spread(std::vector<double>& dev) {
   const std::size_t n = dev.size();
   double* d = dev.data();
-  const double center = detail::median_inplace(d, n);
+  bool sorted = false;
+  const double center = detail::median_inplace(d, n, sorted);
   // The upper quartile, interpolated between its two order statistics. The median's selection
   // left d[n / 2, n) holding the order statistics from n / 2 on: the quartile's search needs
-  // only those.
+  // only those (none where it sorted them all).
   const double h = 0.75 * static_cast<double>(n - 1);
   const std::size_t lo = static_cast<std::size_t>(h);
   const std::size_t from = n > 0 && lo >= n / 2 ? n / 2 : 0;
-  const double q_lo = detail::kth_inplace(d + from, n - from, lo - from);  // d[lo]
-  const double q_hi = lo + 1 < n ? *std::min_element(d + lo + 1, d + n) : q_lo;
+  const double q_lo = sorted ? d[lo] : detail::kth_inplace(d + from, n - from, lo - from);
+  const double q_hi = lo + 1 < n ? (sorted ? d[lo + 1] : *std::min_element(d + lo + 1, d + n))
+                                 : q_lo;
   const double upper = q_lo + (h - static_cast<double>(lo)) * (q_hi - q_lo) - center;
+  // The median of |d|: from the sorted values by a merge where they are finite.
+  if (sorted && std::isfinite(d[0]) && std::isfinite(d[n - 1]))
+    return std::max(detail::median_abs_deviation_sorted(d, n, 0.0), upper);
   for (std::size_t i = 0; i < n; ++i) d[i] = std::fabs(d[i]);
   return std::max(detail::median_inplace(d, n), upper);
 }

@@ -10,6 +10,15 @@ namespace laggard::detail {
 /// for even n. O(n) expected, branch-free partition (see median.cc for why).
 double median_inplace(double* buf, std::size_t n);
 
+/// As median_inplace; `sorted` tells whether buf[0, n) was left sorted (ascending, without NaN
+/// or negative zero), so that other order statistics can be read off it.
+double median_inplace(double* buf, std::size_t n, bool& sorted);
+
+/// median_abs_deviation of sorted[0, n) (ascending, n >= 1) around `center`, both finite: the
+/// same value, from a merge of the deviations below and above the center (each side already in
+/// order) instead of a selection.
+double median_abs_deviation_sorted(const double* sorted, std::size_t n, double center);
+
 /// The k-th smallest of buf[0, n) (k < n), placed at buf[k] with no larger value before it and
 /// no smaller one after; reorders the buffer. The same branch-free selection as median_inplace.
 double kth_inplace(double* buf, std::size_t n, std::size_t k);
@@ -19,6 +28,9 @@ double kth_inplace(double* buf, std::size_t n, std::size_t k);
 /// reads the data once after a small sample instead of copying and partitioning it
 /// (median.cc), the detector's cost per stage and window.
 double median_of(const double* data, std::size_t n, std::vector<double>& scratch);
+/// As median_of; `sorted` tells whether scratch[0, n) was left holding data[0, n) sorted (as
+/// median_inplace's `sorted`).
+double median_of(const double* data, std::size_t n, std::vector<double>& scratch, bool& sorted);
 
 /// The median of five values without a branch (the onset detector's running median, per rank,
 /// stage and window, where a sort's compares on noisy values mispredicted often): the larger of
