@@ -146,6 +146,22 @@ class LAGGARD_API RunAnalysis {
   };
   OnsetOptions onset_options_;
   std::unordered_map<std::string, StageOnsets> rank_onsets_;
+  // Per position in the last report's stages: its (cohort, stage) and their onsets, so that a
+  // window laid out as the one before finds them without a look-up.
+  struct StageOnsetsAt {
+    std::string cohort, stage;
+    StageOnsets* onsets = nullptr;
+  };
+  // Points into rank_onsets_: a copy (or a moved-to object) starts without it.
+  struct OnsetsAt : std::vector<StageOnsetsAt> {
+    OnsetsAt() = default;
+    OnsetsAt(const OnsetsAt&) : std::vector<StageOnsetsAt>() {}
+    OnsetsAt& operator=(const OnsetsAt&) {
+      clear();
+      return *this;
+    }
+  };
+  OnsetsAt onsets_at_;
   OnsetDetector step_onset_;
   // The step time's first values (those that set its onset baseline), and the mean log of the
   // later ones: enough to say why a rise among the first values is no onset.

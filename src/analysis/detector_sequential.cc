@@ -838,15 +838,22 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
   ratio_counts.resize(report.stages.size());
   const float flog_slow = static_cast<float>(log_slow);
   constexpr float kRoundingMargin = 1e-5f;
-  // The log-ratios of n times to `median`, into the scratch that every stage reuses.
-  auto ratios_into_scratch = [&](const double* ms, std::size_t n, double median) -> const float* {
-    if (seq_x_.size() < n) seq_x_.resize(n);
-    log_ratios(n, ms, median, seq_x_.data());
-    return seq_x_.data();
-  };
-  // One stage's log-ratios.
-  auto stage_ratios = [&](const StageFigures& f) -> const float* {
-    return ratios_into_scratch(f.rank_ms.data(), f.rank_ms.size(), f.median_ms);
+  // Stage i's log-ratios, computed once per window where first asked for (the wait search and
+  // the noise estimate read the same ones). Room for every stage's is made here, so a pointer
+  // handed out stays valid.
+  std::size_t ratio_room = 0;
+  for (const StageFigures& f : report.stages) ratio_room += f.rank_ms.size();
+  if (seq_x_.size() < ratio_room) seq_x_.resize(ratio_room);
+  seq_x_at_.assign(report.stages.size(), 0);
+  std::size_t ratio_used = 0;
+  auto stage_ratios = [&](std::size_t i) -> const float* {
+    if (seq_x_at_[i] == 0) {
+      const StageFigures& f = report.stages[i];
+      log_ratios(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, seq_x_.data() + ratio_used);
+      seq_x_at_[i] = ratio_used + 1;
+      ratio_used += f.rank_ms.size();
+    }
+    return seq_x_.data() + (seq_x_at_[i] - 1);
   };
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
@@ -910,7 +917,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     for (std::size_t i = b; i < e && any_fast; ++i) {
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
-      const float* x = stage_ratios(f);
+      const float* x = stage_ratios(i);
       if (by_position) {
         // Without a branch on lateness (in a noisy stage a coin toss per rank, which compilers
         // keep as a branch even for a select of doubles): the bits are selected by a mask.
@@ -960,7 +967,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
         const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
                                                            ? kPriorSigma
                                                            : t->second.sigma()));
-        const float* x = stage_ratios(f);
+        const float* x = stage_ratios(i);
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
           const double deficit = f.median_ms - f.rank_ms[j];
           if (static_cast<double>(x[j]) > low || deficit < kMinWaitMs) continue;
@@ -1032,7 +1039,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     const bool pair_noise = n == 2;
     scratch.clear();
     if (stride == 1) {
-      const float* x = stage_ratios(f);
+      const float* x = stage_ratios(i);
       for (std::size_t j = 0; j < n; ++j)
         if (seen[j] > 0)
           scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[j] - last[j])) / kSqrt2

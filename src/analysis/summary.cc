@@ -64,16 +64,25 @@ const Report& RunAnalysis::add(const Window& window) {
 
   // Onsets: every rank's own time against its cohort's reference, log(t / ref), for the stages
   // whose flags make stragglers (a wait in communication is evidence, never a verdict).
-  for (const auto& st : last_.stages) {
+  if (onset_options_.per_rank && onsets_at_.size() < last_.stages.size())
+    onsets_at_.resize(last_.stages.size());
+  for (std::size_t p = 0; p < last_.stages.size(); ++p) {
+    const StageFigures& st = last_.stages[p];
     if (!onset_options_.per_rank) break;
     if (st.kind == StageKind::communication || !(st.ref_ms > 0.0)) continue;
-    key_ = key_of(st.cohort, st.stage, "");
-    auto it = rank_onsets_.find(key_);
-    if (it == rank_onsets_.end())
-      it = rank_onsets_
-               .emplace(key_, StageOnsets{{}, detail::OnsetColumns(onset_options_, /*cap=*/0.0)})
-               .first;
-    StageOnsets& so = it->second;
+    StageOnsetsAt& at = onsets_at_[p];
+    if (!at.onsets || at.stage != st.stage || at.cohort != st.cohort) {
+      key_ = key_of(st.cohort, st.stage, "");
+      auto it = rank_onsets_.find(key_);
+      if (it == rank_onsets_.end())
+        it = rank_onsets_
+                 .emplace(key_, StageOnsets{{}, detail::OnsetColumns(onset_options_, /*cap=*/0.0)})
+                 .first;
+      at.cohort = st.cohort;
+      at.stage = st.stage;
+      at.onsets = &it->second;  // (a map's elements stay where they are)
+    }
+    StageOnsets& so = *at.onsets;
     const double log_ref = std::log(st.ref_ms);
     for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
       const int rank = st.rank_ids[i];
