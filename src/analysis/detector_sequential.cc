@@ -233,23 +233,6 @@ void log_ratios(std::size_t n, const double* __restrict ms, double median, float
   for (std::size_t j = 0; j < n; ++j) x[j] = log_ratio(ms[j], inv_ref);
 }
 
-struct RatioCounts {
-  int late = 0, fast = 0;
-};
-// How many of n times are at or over ln(slow) to `median`, and at or under -ln(slow): one
-// vectorized pass that stores nothing.
-LAGGARD_WIDE_CLONES
-RatioCounts log_ratio_counts(std::size_t n, const double* __restrict ms, double median,
-                             float log_slow) {
-  const double inv_ref = log_ratio_ref(median);
-  int late = 0, fast = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float xj = log_ratio(ms[j], inv_ref);
-    late += xj >= log_slow;
-    fast += xj <= -log_slow;
-  }
-  return {late, fast};
-}
 
 // The spread of the deviations x - level on the side the tests look at, on the MAD's scale: the
 // larger of their median |x - level| (the MAD) and the distance from their median to their upper
@@ -862,9 +845,14 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     const bool maybe_fast = log_ratio(f.min_ms, inv_ref) <= -flog_slow + kRoundingMargin;
     ratio_counts[i] = {maybe_late ? -1 : 0, 0};
     if (maybe_fast && f.kind != StageKind::communication) {
-      const RatioCounts c =
-          log_ratio_counts(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, flog_slow);
-      ratio_counts[i] = {c.late, c.fast};
+      // From the stage's log-ratios, which the wait search reads next.
+      const float* x = stage_ratios(i);
+      int late = 0, fast = 0;
+      for (std::size_t j = 0; j < f.rank_ms.size(); ++j) {
+        late += x[j] >= flog_slow;
+        fast += x[j] <= -flog_slow;
+      }
+      ratio_counts[i] = {late, fast};
     }
   }
 
