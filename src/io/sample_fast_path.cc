@@ -252,7 +252,7 @@ class Scanner {
   template <std::size_t N>
   bool take(const char (&text)[N]) {
     constexpr std::size_t n = N - 1;
-    if (static_cast<std::size_t>(end_ - p_) < n || std::memcmp(p_, text, n) != 0) return false;
+    if (static_cast<std::size_t>(end_ - p_) < n || !same_bytes(p_, text, n)) return false;
     p_ += n;
     return true;
   }
