@@ -152,12 +152,18 @@ class LAGGARD_API RunAnalysis {
     std::string cohort, stage;
     StageOnsets* onsets = nullptr;
   };
-  // Points into rank_onsets_: a copy (or a moved-to object) starts without it.
+  // Points into rank_onsets_: a copy or a move leaves both objects without it.
   struct OnsetsAt : std::vector<StageOnsetsAt> {
     OnsetsAt() = default;
     OnsetsAt(const OnsetsAt&) : std::vector<StageOnsetsAt>() {}
+    OnsetsAt(OnsetsAt&& other) noexcept : std::vector<StageOnsetsAt>() { other.clear(); }
     OnsetsAt& operator=(const OnsetsAt&) {
       clear();
+      return *this;
+    }
+    OnsetsAt& operator=(OnsetsAt&& other) noexcept {
+      clear();
+      other.clear();
       return *this;
     }
   };

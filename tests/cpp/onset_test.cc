@@ -254,6 +254,36 @@ TEST(RunAnalysisOnset, StragglerAndStepTimeOnsets) {
   EXPECT_FALSE(analysis.onset("nope", "forward", 2).has_value());
 }
 
+// A copy, a moved-to and a reused moved-from analysis each go on with onsets of their own (the
+// stages' onsets are found by position from the window before, which must not lead one object
+// into another's).
+TEST(RunAnalysisOnset, CopiesAndMovesKeepTheirOwnOnsets) {
+  std::mt19937_64 rng(12);
+  std::normal_distribution<double> noise(1.0, 0.01);
+  auto forward = [&](int i, int slow_rank) {
+    std::vector<double> f;
+    for (int r = 0; r < 4; ++r)
+      f.push_back(60.0 * noise(rng) * (r == slow_rank && i >= 20 ? 1.5 : 1.0));
+    return f;
+  };
+  RunAnalysis first;
+  for (int i = 0; i < 12; ++i) first.add(window(10 * i, forward(i, -1)));
+  RunAnalysis copy = first;
+  RunAnalysis moved = std::move(first);
+  first = RunAnalysis();  // reused after the move
+  for (int i = 12; i < 40; ++i) {
+    copy.add(window(10 * i, forward(i, 1)));
+    moved.add(window(10 * i, forward(i, 3)));
+    first.add(window(10 * i, forward(i, 2)));
+  }
+  EXPECT_EQ(copy.onset("dp", "forward", 1), std::optional<std::int64_t>(200));
+  EXPECT_FALSE(copy.onset("dp", "forward", 3).has_value());
+  EXPECT_EQ(moved.onset("dp", "forward", 3), std::optional<std::int64_t>(200));
+  EXPECT_FALSE(moved.onset("dp", "forward", 1).has_value());
+  EXPECT_EQ(first.onset("dp", "forward", 2), std::optional<std::int64_t>(200));
+  EXPECT_FALSE(first.onset("dp", "forward", 1).has_value());
+}
+
 TEST(RunAnalysisOnset, HealthyRunHasNoOnsets) {
   RunAnalysis analysis;
   std::mt19937_64 rng(10);
