@@ -237,46 +237,47 @@ void log_ratios(std::size_t n, const double* __restrict ms, double median, float
   for (std::size_t j = 0; j < n; ++j) x[j] = log_ratio(ms[j], inv_ref);
 }
 
-struct RatioCounts {
-  int late = 0, fast = 0;
-};
-// How many of n times are at or over ln(slow) to `median`, and at or under -ln(slow): one
-// vectorized pass that stores nothing.
-LAGGARD_WIDE_CLONES
-RatioCounts log_ratio_counts(std::size_t n, const double* __restrict ms, double median,
-                             float log_slow) {
-  const double inv_ref = log_ratio_ref(median);
-  int late = 0, fast = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float xj = log_ratio(ms[j], inv_ref);
-    late += xj >= log_slow;
-    fast += xj <= -log_slow;
-  }
-  return {late, fast};
-}
 
 // The spread of the deviations x - level on the side the tests look at, on the MAD's scale: the
 // larger of their median |x - level| (the MAD) and the distance from their median to their upper
 // quartile. The two are the same for symmetric noise, so neither the noise the constants were
 // chosen on nor a cohort of a few ranks gets a smaller sigma than the MAD gave; for right-skewed
-// noise (a long slow tail over a short fast one) the slow side reaches further. Leaves
-// |x - level| in `dev`. Each order statistic is selected from a copy (detail::median_of,
-// detail::kth_of: with AVX-512 eight values a step, out of place), the same values as selections
-// in place that share their partitions.
+// noise (a long slow tail over a short fast one) the slow side reaches further. Reorders `dev`
+// (and may leave |x - level| in it).
 double slow_side_spread(std::vector<double>& dev) {
   const std::size_t n = dev.size();
   double* d = dev.data();
-  thread_local std::vector<double> work;
-  const double center = detail::median_of(d, n, work);
-  // The upper quartile, interpolated between its two order statistics.
+  if (n > 64 && detail::median_width() == 2) {
+    // Each order statistic from a copy, selected out of place (detail::median_of,
+    // detail::kth_of: eight values a step), the same values as the selections in place below.
+    thread_local std::vector<double> work;
+    const double center = detail::median_of(d, n, work);
+    const double h = 0.75 * static_cast<double>(n - 1);
+    const std::size_t lo = static_cast<std::size_t>(h);
+    double q_lo = 0.0;
+    const double q_hi = lo + 1 < n ? detail::kth_of(d, n, lo + 1, work, &q_lo)
+                                   : (q_lo = detail::kth_of(d, n, lo, work));
+    const double upper = q_lo + (h - static_cast<double>(lo)) * (q_hi - q_lo) - center;
+    for (std::size_t i = 0; i < n; ++i) d[i] = std::fabs(d[i]);
+    return std::max(detail::median_of(d, n, work), upper);
+  }
+  bool sorted = false;
+  const double center = detail::median_inplace(d, n, sorted);
+  // The upper quartile, interpolated between its two order statistics. The median's selection
+  // left d[n / 2, n) holding the order statistics from n / 2 on: the quartile's search needs
+  // only those (none where it sorted them all).
   const double h = 0.75 * static_cast<double>(n - 1);
   const std::size_t lo = static_cast<std::size_t>(h);
-  double q_lo = 0.0;
-  const double q_hi = lo + 1 < n ? detail::kth_of(d, n, lo + 1, work, &q_lo)
-                                 : (q_lo = detail::kth_of(d, n, lo, work));
+  const std::size_t from = n > 0 && lo >= n / 2 ? n / 2 : 0;
+  const double q_lo = sorted ? d[lo] : detail::kth_inplace(d + from, n - from, lo - from);
+  const double q_hi = lo + 1 < n ? (sorted ? d[lo + 1] : *std::min_element(d + lo + 1, d + n))
+                                 : q_lo;
   const double upper = q_lo + (h - static_cast<double>(lo)) * (q_hi - q_lo) - center;
+  // The median of |d|: from the sorted values by a merge where they are finite.
+  if (sorted && std::isfinite(d[0]) && std::isfinite(d[n - 1]))
+    return std::max(detail::median_abs_deviation_sorted(d, n, 0.0), upper);
   for (std::size_t i = 0; i < n; ++i) d[i] = std::fabs(d[i]);
-  return std::max(detail::median_of(d, n, work), upper);
+  return std::max(detail::median_inplace(d, n), upper);
 }
 
 // std::clamp for the vectorized pass (it returns a reference, which keeps GCC from
@@ -938,15 +939,22 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
   ratio_counts.resize(report.stages.size());
   const float flog_slow = static_cast<float>(log_slow);
   constexpr float kRoundingMargin = 1e-5f;
-  // The log-ratios of n times to `median`, into the scratch that every stage reuses.
-  auto ratios_into_scratch = [&](const double* ms, std::size_t n, double median) -> const float* {
-    if (seq_x_.size() < n) seq_x_.resize(n);
-    log_ratios(n, ms, median, seq_x_.data());
-    return seq_x_.data();
-  };
-  // One stage's log-ratios.
-  auto stage_ratios = [&](const StageFigures& f) -> const float* {
-    return ratios_into_scratch(f.rank_ms.data(), f.rank_ms.size(), f.median_ms);
+  // Stage i's log-ratios, computed once per window where first asked for (the wait search and
+  // the noise estimate read the same ones). Room for every stage's is made here, so a pointer
+  // handed out stays valid.
+  std::size_t ratio_room = 0;
+  for (const StageFigures& f : report.stages) ratio_room += f.rank_ms.size();
+  if (seq_x_.size() < ratio_room) seq_x_.resize(ratio_room);
+  seq_x_at_.assign(report.stages.size(), 0);
+  std::size_t ratio_used = 0;
+  auto stage_ratios = [&](std::size_t i) -> const float* {
+    if (seq_x_at_[i] == 0) {
+      const StageFigures& f = report.stages[i];
+      log_ratios(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, seq_x_.data() + ratio_used);
+      seq_x_at_[i] = ratio_used + 1;
+      ratio_used += f.rank_ms.size();
+    }
+    return seq_x_.data() + (seq_x_at_[i] - 1);
   };
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
@@ -955,9 +963,14 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     const bool maybe_fast = log_ratio(f.min_ms, inv_ref) <= -flog_slow + kRoundingMargin;
     ratio_counts[i] = {maybe_late ? -1 : 0, 0};
     if (maybe_fast && f.kind != StageKind::communication) {
-      const RatioCounts c =
-          log_ratio_counts(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, flog_slow);
-      ratio_counts[i] = {c.late, c.fast};
+      // From the stage's log-ratios, which the wait search reads next.
+      const float* x = stage_ratios(i);
+      int late = 0, fast = 0;
+      for (std::size_t j = 0; j < f.rank_ms.size(); ++j) {
+        late += x[j] >= flog_slow;
+        fast += x[j] <= -flog_slow;
+      }
+      ratio_counts[i] = {late, fast};
     }
   }
 
@@ -1010,7 +1023,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     for (std::size_t i = b; i < e && any_fast; ++i) {
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
-      const float* x = stage_ratios(f);
+      const float* x = stage_ratios(i);
       if (by_position) {
         // Without a branch on lateness (in a noisy stage a coin toss per rank, which compilers
         // keep as a branch even for a select of doubles): the bits are selected by a mask.
@@ -1060,7 +1073,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
         const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
                                                            ? kPriorSigma
                                                            : t->second.sigma()));
-        const float* x = stage_ratios(f);
+        const float* x = stage_ratios(i);
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
           const double deficit = f.median_ms - f.rank_ms[j];
           if (static_cast<double>(x[j]) > low || deficit < kMinWaitMs) continue;
@@ -1132,7 +1145,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     const bool pair_noise = n == 2;
     scratch.clear();
     if (stride == 1) {
-      const float* x = stage_ratios(f);
+      const float* x = stage_ratios(i);
       for (std::size_t j = 0; j < n; ++j)
         if (seen[j] > 0)
           scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[j] - last[j])) / kSqrt2

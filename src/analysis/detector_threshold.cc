@@ -208,7 +208,8 @@ class WindowEvaluator {
     r.min = extent.min;
     r.max = hi;
     r.top = top;
-    r.median = detail::median_of(ms, n, ws_.scratch);
+    bool sorted = false;  // ws_.scratch[0, n) holds the column sorted (read by the MAD below)
+    r.median = detail::median_of(ms, n, ws_.scratch, sorted);
     // Communication under a median reference: the ranks that wait are usually the majority, so
     // the median is a waiting rank. Waiting is measured from the rank that waited least (the last
     // to arrive): flagged when it exceeds that by (relative_threshold - 1) x the median.
@@ -237,7 +238,12 @@ class WindowEvaluator {
       // (With 2 ranks the MAD is the distance of each from their midpoint: no rank could ever
       // pass it, so the margin needs 3 ranks.)
       if (options_.ref == Reference::robust && !wait_from_min && n >= 3) {
-        const double mad = detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
+        const double* column = ws_.scratch.data();
+        const double mad =
+            sorted && std::isfinite(column[0]) && std::isfinite(column[n - 1]) &&
+                    std::isfinite(r.median)
+                ? detail::median_abs_deviation_sorted(column, n, r.median)
+                : detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
         if (mad > 0.0) rule.margin = options_.mad_z * kMadToSigma * mad;
       }
       detail::flag_slow(ms, n, rule, r.flagged);

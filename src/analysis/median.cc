@@ -223,15 +223,22 @@ bool select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
 
 // The k_hi-th smallest of buf[0, n), or with `even` its mean with the (k_hi - 1)-th (k_hi >= 1
 // then): the median when k_hi = n / 2. Reorders buf.
-double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even) {
-  const bool sorted = select_kth(buf, n, k_hi);
-  const double hi = buf[k_hi];
-  if (!even) return hi;
-  const double lo = sorted ? buf[k_hi - 1] : *std::max_element(buf, buf + k_hi);
+// The mean of the two middle values of an even count.
+double mean_of_middles(double lo, double hi) {
   const double mid = 0.5 * (lo + hi);
   // Two values near the largest double overflow their sum: halves first (the same bits
   // wherever the sum is finite).
   return std::isfinite(mid) || !std::isfinite(lo) || !std::isfinite(hi) ? mid : 0.5 * lo + 0.5 * hi;
+}
+
+// `sorted`: whether the selection sorted all of buf (select_kth's result).
+double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even, bool* sorted_out = nullptr) {
+  const bool sorted = select_kth(buf, n, k_hi);
+  if (sorted_out) *sorted_out = sorted;
+  const double hi = buf[k_hi];
+  if (!even) return hi;
+  const double lo = sorted ? buf[k_hi - 1] : *std::max_element(buf, buf + k_hi);
+  return mean_of_middles(lo, hi);
 }
 
 // The values of a column the median is taken over: data[i], or |data[i] - center| for the MAD.
@@ -522,10 +529,7 @@ double sampled_median(std::size_t count, const Values& value, std::vector<double
     double hi = 0.0, lo = 0.0;
     if (!wide_select_available()) return middle_of(band, kept, k_hi - below, even);
     if (select_wide(band, scratch.data() + count + kSample, kept, k_hi - below, even, hi, lo)) {
-      if (!even) return hi;
-      const double mid = 0.5 * (lo + hi);  // as middle_of
-      return std::isfinite(mid) || !std::isfinite(lo) || !std::isfinite(hi) ? mid
-                                                                          : 0.5 * lo + 0.5 * hi;
+      return even ? mean_of_middles(lo, hi) : hi;
     }
     // A zero among the middles: the band again, selected as before.
     band_pass(value, n, lo_pivot, hi_pivot, band, below);
@@ -537,6 +541,8 @@ double sampled_median(std::size_t count, const Values& value, std::vector<double
 }
 
 }  // namespace
+
+int median_width() { return width_in_use(); }
 
 int set_median_width(int width) {
   const int before = width_limit();
@@ -555,13 +561,44 @@ double median_inplace(double* buf, std::size_t count) {
   return middle_of(buf, n, n / 2, n % 2 == 0);
 }
 
-namespace {
-
-// The mean of the two middle values lo and hi, as middle_of takes it.
-double mean_of_middles(double lo, double hi) {
-  const double mid = 0.5 * (lo + hi);
-  return std::isfinite(mid) || !std::isfinite(lo) || !std::isfinite(hi) ? mid : 0.5 * lo + 0.5 * hi;
+double median_inplace(double* buf, std::size_t count, bool& sorted) {
+  sorted = false;
+  if (count == 0) return 0.0;
+  const auto n = static_cast<std::ptrdiff_t>(count);
+  return middle_of(buf, n, n / 2, n % 2 == 0, &sorted);
 }
+
+double median_abs_deviation_sorted(const double* x, std::size_t count, double center) {
+  // |x[i] - center| falls while x[i] < center and rises after (x - center is monotone in x): the
+  // deviations are two sorted runs, a(i) = |x[s - 1 - i] - center| below the center and
+  // b(j) = |x[s + j] - center| from it on. The k + 1 smallest deviations are the first i of a and
+  // the first k + 1 - i of b for the one i where neither run's next value is smaller than the
+  // other's last: found by bisection (a merge of the runs branches on every value, at random).
+  const auto n = static_cast<std::ptrdiff_t>(count);
+  const std::ptrdiff_t k = n / 2;  // the upper middle
+  const std::ptrdiff_t s = std::lower_bound(x, x + n, center) - x, m = n - s;
+  const auto a = [&](std::ptrdiff_t i) { return std::fabs(x[s - 1 - i] - center); };
+  const auto b = [&](std::ptrdiff_t j) { return std::fabs(x[s + j] - center); };
+  std::ptrdiff_t lo = std::max<std::ptrdiff_t>(0, k + 1 - m), hi = std::min(s, k + 1);
+  while (lo < hi) {
+    const std::ptrdiff_t i = (lo + hi) / 2, j = k + 1 - i;  // i < s, j >= 1
+    if (a(i) < b(j - 1))
+      lo = i + 1;
+    else
+      hi = i;
+  }
+  const std::ptrdiff_t i = lo, j = k + 1 - lo;
+  constexpr double none = -std::numeric_limits<double>::infinity();  // deviations are >= 0
+  const double last_a = i > 0 ? a(i - 1) : none, last_b = j > 0 ? b(j - 1) : none;
+  const double kth = std::max(last_a, last_b);
+  if (n % 2 != 0) return kth;
+  // The k - 1-th: the larger of what is left once the k-th is taken from its run.
+  const double before = last_a >= last_b ? std::max(i > 1 ? a(i - 2) : none, last_b)
+                                         : std::max(last_a, j > 1 ? b(j - 2) : none);
+  return mean_of_middles(before, kth);
+}
+
+namespace {
 
 double median_of_values(std::size_t n, const Values& values, std::vector<double>& scratch) {
   if (n == 0) return 0.0;
@@ -614,6 +651,14 @@ double kth_of(const double* data, std::size_t n, std::size_t k, std::vector<doub
 
 double median_of(const double* data, std::size_t n, std::vector<double>& scratch) {
   return median_of_values(n, Values{data, 0.0, false}, scratch);
+}
+
+double median_of(const double* data, std::size_t n, std::vector<double>& scratch, bool& sorted) {
+  sorted = false;
+  if (n == 0 || n >= kSampleFrom) return median_of(data, n, scratch);
+  if (scratch.size() < n) scratch.resize(n);
+  std::copy(data, data + n, scratch.begin());
+  return median_inplace(scratch.data(), n, sorted);
 }
 
 double typical_of(const double* data, std::size_t n, std::vector<double>& scratch) {

@@ -323,4 +323,39 @@ TEST(FlagSlow, SameAsTheScalarRule) {
   EXPECT_EQ(got, (std::vector<int>{1, 3}));
 }
 
+// The MAD read off a sorted column (a merge of the deviations either side of the center) is
+// the value the selection gives, bit for bit: every size 1-80, ties, heavy tails, huge values
+// whose deviations overflow, centers inside and outside the values.
+TEST(Mad, FromTheSortedValuesIsTheSelectedOne) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<double> scratch, copy;
+  int sorted_cases = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const std::size_t n = 1 + round % 80;
+    std::vector<double> v(n);
+    for (double& x : v) {
+      const double r = u(rng);
+      x = round % 4 == 0 ? std::floor(r * 5.0)                   // ties
+          : round % 4 == 1 ? std::exp(8.0 * u(rng)) * (r - 0.3)  // heavy tails
+          : round % 4 == 2 ? (r < 0.5 ? -1.7e308 : 1.6e308) * u(rng)
+                           : r;
+    }
+    bool sorted = false;
+    const double median = laggard::detail::median_of(v.data(), n, scratch, sorted);
+    copy = v;
+    EXPECT_EQ(median, laggard::detail::median_inplace(copy.data(), n));
+    if (!sorted) continue;
+    ASSERT_TRUE(std::is_sorted(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n)));
+    ++sorted_cases;
+    for (double center : {median, 0.0, scratch[0] - 1.0, scratch[n - 1] + 1.0, scratch[n / 3]}) {
+      std::vector<double> work;
+      const double want = laggard::detail::median_abs_deviation(v.data(), n, center, work);
+      const double got = laggard::detail::median_abs_deviation_sorted(scratch.data(), n, center);
+      ASSERT_EQ(std::memcmp(&want, &got, sizeof want), 0) << n << " " << center;
+    }
+  }
+  EXPECT_GT(sorted_cases, 2000);
+}
+
 }  // namespace
