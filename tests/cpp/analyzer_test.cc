@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -122,6 +123,29 @@ void simulated_step(Analyzer& an, int rank, std::int64_t step, int slow_rank, do
   an.add(bwd, 20.0);
   an.add(comm, 2.0 + (slow - extra));  // the fast ranks wait for the slow one
   an.end_step();
+}
+
+// `n` thread ranks on one local side channel, each running `body(analyzer, rank)` and then
+// close(); returns them closed. The threads start at their own pace, so no window may go stale.
+std::vector<std::unique_ptr<Analyzer>> run_thread_ranks(
+    int n, const std::string& channel, const std::function<void(Analyzer&, int)>& body) {
+  std::vector<std::unique_ptr<Analyzer>> ranks(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    auto o = enabled_options(r, n);
+    o.channel = channel;
+    o.max_pending_windows = 64;
+    ranks[static_cast<std::size_t>(r)] = std::make_unique<Analyzer>(o);
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&ranks, &body, r] {
+      Analyzer& an = *ranks[static_cast<std::size_t>(r)];
+      body(an, r);
+      an.close();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ranks;
 }
 
 TEST(Analyzer, DisabledCreatesNothingAndEveryCallIsANoOp) {
@@ -241,21 +265,9 @@ TEST(Analyzer, SingleRankWritesRankLogReportsAndCallsSinks) {
 TEST(Analyzer, FourThreadRanksConfirmTheSlowRankNotTheWaitingOnes) {
   constexpr int kRanks = 4;
   constexpr int kSteps = 24;
-  std::vector<std::unique_ptr<Analyzer>> ranks(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    auto o = enabled_options(r, kRanks);
-    o.channel = "four-thread-ranks";
-    o.max_pending_windows = 64;  // the threads start at their own pace: no window goes stale
-    ranks[r] = std::make_unique<Analyzer>(o);
-  }
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&ranks, r] {
-      for (int step = 0; step < kSteps; ++step) simulated_step(*ranks[r], r, step, 2, 5.0);
-      ranks[r]->close();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto ranks = run_thread_ranks(kRanks, "four-thread-ranks", [](Analyzer& an, int r) {
+    for (int step = 0; step < kSteps; ++step) simulated_step(an, r, step, 2, 5.0);
+  });
 
   Analyzer& analysis = *ranks[0];
   const auto c = analysis.counters();
@@ -288,35 +300,23 @@ TEST(Analyzer, ConfirmedPairsAreListedCostliestFirstOnEveryRank) {
   // rank's straggler/confirmed, and the verdict that the others read, start with the costlier.
   constexpr int kRanks = 4;
   constexpr int kSteps = 24;
-  std::vector<std::unique_ptr<Analyzer>> ranks(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    auto o = enabled_options(r, kRanks);
-    o.channel = "costliest-first";
-    o.max_pending_windows = 64;
-    ranks[r] = std::make_unique<Analyzer>(o);
-  }
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&ranks, r] {
-      Analyzer& an = *ranks[r];
-      const auto fwd = an.stage("forward");
-      const auto bwd = an.stage("backward");
-      for (int step = 0; step < kSteps; ++step) {
-        an.begin_step(step);
-        an.add(fwd, r == 1 ? 15.0 : 10.0);
-        an.add(bwd, r == 3 ? 50.0 : 20.0);
-        an.end_step();
-      }
-      an.close();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto ranks = run_thread_ranks(kRanks, "costliest-first", [](Analyzer& an, int r) {
+    const auto fwd = an.stage("forward");
+    const auto bwd = an.stage("backward");
+    for (int step = 0; step < kSteps; ++step) {
+      an.begin_step(step);
+      an.add(fwd, r == 1 ? 15.0 : 10.0);
+      an.add(bwd, r == 3 ? 50.0 : 20.0);
+      an.end_step();
+    }
+  });
   EXPECT_EQ(text(ranks[0]->latest_metrics(), "straggler/confirmed"), "3:backward,1:forward");
   EXPECT_DOUBLE_EQ(number(ranks[0]->latest_metrics(), "straggler/num_confirmed"), 2.0);
   for (int r = 1; r < kRanks; ++r) {
     const Metrics other = ranks[r]->latest_metrics();
-    if (other.count("straggler/confirmed"))  // a verdict that arrived before close
+    if (other.count("straggler/confirmed")) {  // a verdict that arrived before close
       EXPECT_EQ(text(other, "straggler/confirmed"), "3:backward,1:forward") << r;
+    }
   }
 }
 
@@ -327,32 +327,19 @@ TEST(Analyzer, LiveTriageWarnsOfANanLossAndGivesTheStragglerItsReason) {
   constexpr int kRanks = 4;
   constexpr int kSteps = 24;
   CapturedLog log;
-  std::vector<std::unique_ptr<Analyzer>> ranks(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    auto o = enabled_options(r, kRanks);
-    o.channel = "live-triage";
-    o.max_pending_windows = 64;
-    ranks[r] = std::make_unique<Analyzer>(o);
-  }
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&ranks, r] {
-      Analyzer& an = *ranks[r];
-      const auto fwd = an.stage("forward");
-      const auto comm = an.stage("communication");
-      for (int step = 0; step < kSteps; ++step) {
-        an.begin_step(step);
-        const bool slow = r == 2 && step >= 4;
-        an.add(fwd, slow ? 40.0 : 10.0);
-        an.add(comm, slow ? 2.0 : 32.0);
-        an.record("loss", r == 1 && step >= 10 ? std::nan("") : 2.0 - 0.01 * step);
-        an.record_resource("host_gc_pause_ms", slow ? 30.0 : 0.2);
-        an.end_step();
-      }
-      an.close();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto ranks = run_thread_ranks(kRanks, "live-triage", [](Analyzer& an, int r) {
+    const auto fwd = an.stage("forward");
+    const auto comm = an.stage("communication");
+    for (int step = 0; step < kSteps; ++step) {
+      an.begin_step(step);
+      const bool slow = r == 2 && step >= 4;
+      an.add(fwd, slow ? 40.0 : 10.0);
+      an.add(comm, slow ? 2.0 : 32.0);
+      an.record("loss", r == 1 && step >= 10 ? std::nan("") : 2.0 - 0.01 * step);
+      an.record_resource("host_gc_pause_ms", slow ? 30.0 : 0.2);
+      an.end_step();
+    }
+  });
   const Metrics m = ranks[0]->latest_metrics();
   EXPECT_EQ(text(m, "straggler/confirmed"), "2:forward");
   EXPECT_DOUBLE_EQ(number(m, "straggler/correctness/findings"), 14.0);
