@@ -463,6 +463,10 @@ class PyEngine final : public HotTarget {
     return analyzer_->sampled();
   }
   LAGGARD_HOT void end_step() override { analyzer_->end_step(); }
+  LAGGARD_HOT void end_step_at(std::chrono::steady_clock::time_point now,
+                               const Recorder::SlotReadings& readings) override {
+    analyzer_->end_step(now, readings);
+  }
 
   Analyzer& an() { return *analyzer_; }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include <array>
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -608,8 +609,11 @@ LAGGARD_COLD void find_cuda(StepState* s) {
 // A sampled step's resources, into the recorder before its end_step (in the order
 // ResourceSampler.step_end hands them over): the GC figures, the data wait, the latest
 // readings unless stale (the sampler has not published for 4 periods and at least 5 s); then
-// the period follows the time between sampled steps.
-LAGGARD_HOT void resources_end(StepState* s) {
+// the period follows the time between sampled steps. `now`: time.monotonic(). With `out`, the
+// latest readings are not recorded here but left in `out` for the recorder's end_step, which
+// copies them last, straight into the ring (the caller ends the step before anything can
+// publish again), and the caller looks for the CUDA device after that.
+LAGGARD_HOT void resources_end(StepState* s, double now, Recorder::SlotReadings* out) {
   StepData& d = *s->d;
   if (!d.resources) return;
   Recorder& rec = s->target->rec();
@@ -623,7 +627,6 @@ LAGGARD_HOT void resources_end(StepState* s) {
               d.has_wait_in_step ? d.wait_in_step_ms : d.wait_before_ms);
     d.has_wait_in_step = d.has_wait_before = false;
   }
-  const double now = monotonic_s();
   if (d.has_latest) {
     const double stale_s = 4.0 * d.period_s;
     if (now - d.latest_t <= (stale_s > 5.0 ? stale_s : 5.0)) {
@@ -631,11 +634,15 @@ LAGGARD_HOT void resources_end(StepState* s) {
       // Slots and values only: no name is read (a slot < 0 records nothing).
       const std::int8_t* slots = d.slots.data();
       const double* values = d.values.data();
-      for (std::size_t i = 0, n = d.slots.size(); i < n; ++i)
-        rec.record_resource_at(slots[i], values[i]);
+      if (out != nullptr) {
+        *out = Recorder::SlotReadings{slots, values, d.slots.size()};
+      } else {
+        for (std::size_t i = 0, n = d.slots.size(); i < n; ++i)
+          rec.record_resource_at(slots[i], values[i]);
+      }
     }
   }
-  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
+  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr) && out == nullptr) find_cuda(s);
   const bool had_last = d.has_last_sampled;
   const double last = d.last_sampled;
   d.last_sampled = now;
@@ -725,10 +732,23 @@ LAGGARD_HOT PyObject* step_end_step(PyObject* self, PyObject*) {
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
   if (an == Py_None) Py_RETURN_NONE;
   Py_INCREF(an);
-  resources_end(s);
+  // One clock read for the step's end and the readings' staleness and period (steady_clock
+  // is CLOCK_MONOTONIC, time.monotonic()'s clock).
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  Recorder::SlotReadings readings;
+  resources_end(s, static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9,
+                &readings);
   s->sampled = false;
   set_sampled(s, an, Py_False);
-  s->target->end_step();
+  // Nothing between resources_end and this (no Python code, the GIL held): the readings'
+  // arrays are as resources_end left them.
+  s->target->end_step_at(
+      std::chrono::steady_clock::time_point(std::chrono::duration_cast<
+          std::chrono::steady_clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                std::chrono::nanoseconds(ts.tv_nsec))),
+      readings);
+  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
   if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_end) > 0))
     call_hooks(s, s->on_end, "end_step", "detached");
   Py_DECREF(an);
@@ -841,7 +861,7 @@ PyObject* step_resources_begin(PyObject* self, PyObject*) {
 }
 
 PyObject* step_resources_end(PyObject* self, PyObject*) {
-  resources_end(reinterpret_cast<StepState*>(self));
+  resources_end(reinterpret_cast<StepState*>(self), monotonic_s(), nullptr);
   Py_RETURN_NONE;
 }
 
