@@ -147,6 +147,19 @@ class LAGGARD_API Recorder {
 
   bool sampled() const noexcept { return sampled_; }
   bool enabled() const noexcept { return options_.interval > 0; }
+  /// Asks the CPU for the cache lines that a sampled step's begin_step and end_step touch here
+  /// (the first line, the counters, the first 8 stages' times, the values' and readings'
+  /// flags), so that they arrive together rather than one after another: right after a
+  /// training step each is a miss. Changes nothing.
+  void prefetch_step() const noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(&sampled_, 1);
+    __builtin_prefetch(&counters_, 1);
+    for (std::size_t i = 0; i < 8; i += 2) __builtin_prefetch(&times_[i], 1);
+    __builtin_prefetch(&values_, 1);
+    __builtin_prefetch(&resources_, 1);
+#endif
+  }
   std::int64_t step() const noexcept { return step_; }
   const RecorderCounters& counters() const noexcept { return counters_; }
   const char* backend_name() const noexcept;
@@ -228,7 +241,7 @@ class LAGGARD_API Recorder {
   /// `set` cleared at each sampled begin_step.
   /// What a sampled step reads first (count, awaiting, set: one cache line), then the values;
   /// the names, read on first sight of a name only, last.
-  struct NamedSlots {
+  struct alignas(64) NamedSlots {  // (count, awaiting, set and the first 3 values: one line)
     int count = 0;
     int awaiting = 0;  ///< names with a token in `waiting` (the nonzero entries)
     std::array<bool, kMaxValues> set{};
@@ -310,7 +323,7 @@ class LAGGARD_API Recorder {
   std::uint64_t calib_ticks0_ = 0;
   std::chrono::steady_clock::time_point calib_time0_{};
   RecorderCounters counters_;
-  std::array<SlotTime, kMaxStages> times_{};
+  alignas(64) std::array<SlotTime, kMaxStages> times_{};  ///< 8 stages: 4 lines
   NamedSlots values_;
   NamedSlots resources_;
   RecorderOptions options_;

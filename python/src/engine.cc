@@ -458,6 +458,7 @@ class PyEngine final : public HotTarget {
   }
 
   Recorder& rec() override { return *recorder_; }
+  Analyzer* analyzer() noexcept override { return analyzer_.get(); }
   LAGGARD_HOT bool begin_step(std::int64_t step) override {
     analyzer_->begin_step(step);
     return analyzer_->sampled();

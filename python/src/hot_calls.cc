@@ -349,7 +349,7 @@ py::object new_builtin(PyMethodDef* def, const py::object& handle) {
 // attach/detach calls. The readings themselves are read on the sampler thread, which publishes
 // them here (publish); the training thread copies doubles. Anything out of the ordinary (a step
 // that is not an exact non-negative int) goes to the Python method.
-struct StepData {
+struct alignas(64) StepData {
   // The published readings, in order, each with its slot in the recorder's resources once an
   // end_step has registered the name (kUnknownSlot before): a sampled step copies doubles into
   // slots and compares no name. Laid out by what a sampled step touches (right after a training
@@ -428,6 +428,8 @@ struct StepState {
   long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
   bool sampled;           // the recorder's, as the builtins left it: no cold read of it
   bool dict_sampled;      // `_sampled` is a plain instance attribute: stored into the dict
+  Analyzer* an_cpp;       // target's Analyzer (begin_step/end_step straight on it), or null
+  Recorder* rec;          // target's recorder (its lines prefetched)
   StepData* d;
   PyObject* an_ref;       // a weak reference to the Analyzer
   PyObject* sections;
@@ -616,7 +618,7 @@ LAGGARD_COLD void find_cuda(StepState* s) {
 LAGGARD_HOT void resources_end(StepState* s, double now, Recorder::SlotReadings* out) {
   StepData& d = *s->d;
   if (!d.resources) return;
-  Recorder& rec = s->target->rec();
+  Recorder& rec = *s->rec;
   if (gc_detach(s)) {
     const auto* g = reinterpret_cast<GcPauses*>(s->gc_cb);
     record_at(rec, d.gc_pause_slot, "host_gc_pause_ms", g->pause_s * 1000.0);
@@ -695,6 +697,28 @@ LAGGARD_COLD PyObject* begin_step_python(StepState* s, PyObject* self, PyObject*
   return r;
 }
 
+// A sampled step's begin or end: the cache lines it will touch, asked for at once (their
+// addresses are in this object) rather than one after another as the code reaches them.
+LAGGARD_HOT inline void prefetch_sampled(const StepState* s) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(s->an_cpp);
+  __builtin_prefetch(s->d, 1);
+  if (s->d->resources) {
+    __builtin_prefetch(s->gc_cb, 1);
+    __builtin_prefetch(s->gc_list, 1);
+  }
+#endif
+  s->rec->prefetch_step();
+}
+
+LAGGARD_HOT inline bool target_begin_step(StepState* s, long long k) noexcept {
+  if (LAGGARD_LIKELY(s->an_cpp != nullptr)) {
+    s->an_cpp->begin_step(k);
+    return s->an_cpp->sampled();
+  }
+  return s->target->begin_step(k);
+}
+
 // A step that is not sampled touches this object alone: the step, one flag, the interval.
 LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   auto* s = reinterpret_cast<StepState*>(self);
@@ -711,10 +735,11 @@ LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   if (LAGGARD_UNLIKELY(s->step != nullptr)) Py_CLEAR(s->step);
   if (!s->sampled && s->skip_every >= 0 && (s->skip_every == 0 || k % s->skip_every != 0))
     Py_RETURN_NONE;  // not sampled, nothing open: the recorder has nothing to do
+  prefetch_sampled(s);
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
   if (an == Py_None) Py_RETURN_NONE;
   Py_INCREF(an);
-  const bool sampled = s->target->begin_step(k);
+  const bool sampled = target_begin_step(s, k);
   s->sampled = sampled;
   set_sampled(s, an, sampled ? Py_True : Py_False);
   if (sampled) {
@@ -729,6 +754,7 @@ LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
 LAGGARD_HOT PyObject* step_end_step(PyObject* self, PyObject*) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (!s->sampled || s->target == nullptr) Py_RETURN_NONE;
+  prefetch_sampled(s);
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
   if (an == Py_None) Py_RETURN_NONE;
   Py_INCREF(an);
@@ -743,11 +769,13 @@ LAGGARD_HOT PyObject* step_end_step(PyObject* self, PyObject*) {
   set_sampled(s, an, Py_False);
   // Nothing between resources_end and this (no Python code, the GIL held): the readings'
   // arrays are as resources_end left them.
-  s->target->end_step_at(
-      std::chrono::steady_clock::time_point(std::chrono::duration_cast<
-          std::chrono::steady_clock::duration>(std::chrono::seconds(ts.tv_sec) +
-                                                std::chrono::nanoseconds(ts.tv_nsec))),
-      readings);
+  const std::chrono::steady_clock::time_point now(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+  if (LAGGARD_LIKELY(s->an_cpp != nullptr))
+    s->an_cpp->end_step(now, readings);
+  else
+    s->target->end_step_at(now, readings);
   if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
   if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_end) > 0))
     call_hooks(s, s->on_end, "end_step", "detached");
@@ -1046,6 +1074,8 @@ py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::han
   s->d = new StepData();
   s->owner = Py_NewRef(h->owner);
   s->target = h->target;
+  s->an_cpp = h->target->analyzer();
+  s->rec = &h->target->rec();
   s->an_ref = ref;
   s->begin_py = Py_NewRef(begin_py.ptr());
   s->end_py = Py_NewRef(end_py.ptr());
