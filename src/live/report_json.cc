@@ -3,6 +3,7 @@
 #include "io/json_text.hpp"
 #include "laggard/sink.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <memory>
 #include <cmath>
@@ -74,14 +75,18 @@ void append_report_json(std::int64_t step, const Metrics& metrics, const Report&
 
 void add_live_metrics(const Report& report, double report_errors, double dropped_samples,
                       double incomplete_windows, Metrics& metrics) {
+  // Costliest first, as the verdict that every other rank reads (Background::make_verdict).
+  std::vector<const RankFinding*> order;
+  for (const RankFinding& f : report.stragglers)
+    if (f.confirmed) order.push_back(&f);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const RankFinding* a, const RankFinding* b) { return a->cost_ms > b->cost_ms; });
   std::string confirmed;
-  int num_confirmed = 0;
-  for (const RankFinding& f : report.stragglers) {
-    if (!f.confirmed) continue;
-    ++num_confirmed;
+  for (const RankFinding* f : order) {
     if (!confirmed.empty()) confirmed += ',';
-    confirmed += std::to_string(f.rank) + ":" + f.stage;
+    confirmed += std::to_string(f->rank) + ":" + f->stage;
   }
+  const int num_confirmed = static_cast<int>(order.size());
   metrics["straggler/num_confirmed"] = static_cast<double>(num_confirmed);
   metrics["straggler/confirmed"] = std::move(confirmed);
   metrics["straggler/report_errors"] = report_errors;

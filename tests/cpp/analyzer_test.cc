@@ -283,6 +283,43 @@ TEST(Analyzer, FourThreadRanksConfirmTheSlowRankNotTheWaitingOnes) {
   }
 }
 
+TEST(Analyzer, ConfirmedPairsAreListedCostliestFirstOnEveryRank) {
+  // Rank 1 is 5 ms slow in forward, rank 3 30 ms slow in backward, a later stage: the analysis
+  // rank's straggler/confirmed, and the verdict that the others read, start with the costlier.
+  constexpr int kRanks = 4;
+  constexpr int kSteps = 24;
+  std::vector<std::unique_ptr<Analyzer>> ranks(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    auto o = enabled_options(r, kRanks);
+    o.channel = "costliest-first";
+    o.max_pending_windows = 64;
+    ranks[r] = std::make_unique<Analyzer>(o);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&ranks, r] {
+      Analyzer& an = *ranks[r];
+      const auto fwd = an.stage("forward");
+      const auto bwd = an.stage("backward");
+      for (int step = 0; step < kSteps; ++step) {
+        an.begin_step(step);
+        an.add(fwd, r == 1 ? 15.0 : 10.0);
+        an.add(bwd, r == 3 ? 50.0 : 20.0);
+        an.end_step();
+      }
+      an.close();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(text(ranks[0]->latest_metrics(), "straggler/confirmed"), "3:backward,1:forward");
+  EXPECT_DOUBLE_EQ(number(ranks[0]->latest_metrics(), "straggler/num_confirmed"), 2.0);
+  for (int r = 1; r < kRanks; ++r) {
+    const Metrics other = ranks[r]->latest_metrics();
+    if (other.count("straggler/confirmed"))  // a verdict that arrived before close
+      EXPECT_EQ(text(other, "straggler/confirmed"), "3:backward,1:forward") << r;
+  }
+}
+
 TEST(Analyzer, LiveTriageWarnsOfANanLossAndGivesTheStragglerItsReason) {
   // 4 thread ranks: rank 2 slow in forward with 30 ms of GC pauses a step (its readings say
   // so), rank 1's loss NaN at step 10. The analysis rank warns once about the loss, counts it
