@@ -428,18 +428,19 @@ struct StepState {
   long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
   bool sampled;           // the recorder's, as the builtins left it: no cold read of it
   bool dict_sampled;      // `_sampled` is a plain instance attribute: stored into the dict
+  PyObject* step;         // the step begun last when it is not an exact int >= 0 (else null)
+  PyObject* noop;         // what section() returns on a step that is not sampled
+  // (a step that is not sampled reads the fields above alone: 48 bytes)
   Analyzer* an_cpp;       // target's Analyzer (begin_step/end_step straight on it), or null
   Recorder* rec;          // target's recorder (its lines prefetched)
   StepData* d;
   PyObject* an_ref;       // a weak reference to the Analyzer
   PyObject* sections;
-  PyObject* noop;         // what section_off returns, and what section_on looks names up in
   PyObject* gc_list;      // gc.callbacks, with resources and GC pauses
   PyObject* gc_cb;        // a GcPauses, in gc.callbacks during a sampled step
   PyObject* on_begin;     // list: calls at a sampled step's begin (laggard.torch's attach)
   PyObject* on_end;       // list: at its end (detach)
   PyObject* find_cuda;    // ResourceSampler._find_cuda_device until it has found the device
-  PyObject* step;         // the step begun last when it is not an exact int >= 0 (else null)
   PyObject* owner;        // the _core.Engine (or Recorder), kept alive
   PyObject* begin_py;     // Analyzer.begin_step / end_step: the unusual cases
   PyObject* end_py;
