@@ -389,7 +389,8 @@ class LAGGARD_API Detector {
   std::vector<int> free_episodes_;  ///< entries of episodes_ to reuse
   std::vector<double> gate_scratch_;
   // Scratch of observe_sequential, kept between windows.
-  std::vector<float> seq_x_;  ///< one stage's log-ratios
+  std::vector<float> seq_x_;  ///< the window's log-ratios, each stage's where seq_x_at_ says
+  std::vector<std::size_t> seq_x_at_;  ///< per stage: 1 + its offset in seq_x_, 0: not yet
   std::vector<double> seq_scratch_;
   std::vector<std::pair<int, int>> seq_ratio_counts_;  ///< per stage: ranks late, fast
   std::vector<std::int32_t> seq_attention_;  ///< per position: what seq_pass marked (detector.cc)

@@ -9,6 +9,10 @@
 
 namespace laggard {
 
+namespace detail {
+class OnsetColumns;
+}
+
 /// Settings of the onset detector (a clipped one-sided CUSUM on log-time, see docs/howto/compare.md).
 struct LAGGARD_API OnsetOptions {
   int baseline_windows = 8;  ///< the first values of a series set its baseline (median, MAD)
@@ -74,6 +78,7 @@ class LAGGARD_API OnsetDetector {
   static constexpr double kNoCap = 1e300;
 
  private:
+  friend class detail::OnsetColumns;  // steps many detectors' in-control values together
   void start_baseline() noexcept;
   void step_cusum(std::int64_t step, double x, double raw, bool learn) noexcept;
   void add_filtered(std::int64_t step, double x, double raw) noexcept;

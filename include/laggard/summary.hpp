@@ -12,6 +12,7 @@
 #include "laggard/detector.hpp"
 #include "laggard/export.hpp"
 #include "laggard/model.hpp"
+#include "laggard/detail/onset_columns.hpp"
 #include "laggard/onset.hpp"
 
 namespace laggard {
@@ -141,10 +142,32 @@ class LAGGARD_API RunAnalysis {
   // cost 4 bytes each, not a detector).
   struct StageOnsets {
     std::vector<std::int32_t> slot;
-    std::vector<OnsetDetector> detectors;
+    detail::OnsetColumns detectors;  // one series per slot, stepped together per window
   };
   OnsetOptions onset_options_;
   std::unordered_map<std::string, StageOnsets> rank_onsets_;
+  // Per position in the last report's stages: its (cohort, stage) and their onsets, so that a
+  // window laid out as the one before finds them without a look-up.
+  struct StageOnsetsAt {
+    std::string cohort, stage;
+    StageOnsets* onsets = nullptr;
+  };
+  // Points into rank_onsets_: a copy or a move leaves both objects without it.
+  struct OnsetsAt : std::vector<StageOnsetsAt> {
+    OnsetsAt() = default;
+    OnsetsAt(const OnsetsAt&) : std::vector<StageOnsetsAt>() {}
+    OnsetsAt(OnsetsAt&& other) noexcept : std::vector<StageOnsetsAt>() { other.clear(); }
+    OnsetsAt& operator=(const OnsetsAt&) {
+      clear();
+      return *this;
+    }
+    OnsetsAt& operator=(OnsetsAt&& other) noexcept {
+      clear();
+      other.clear();
+      return *this;
+    }
+  };
+  OnsetsAt onsets_at_;
   OnsetDetector step_onset_;
   // The step time's first values (those that set its onset baseline), and the mean log of the
   // later ones: enough to say why a rise among the first values is no onset.

@@ -204,7 +204,11 @@ inline float fast_logf(float v) {
   float m;
   std::memcpy(&m, &bits, sizeof m);
   const bool high = m > 1.41421356f;
-  m = high ? m * 0.5f : m;
+  // m * 0.5f where high, exactly: one off the exponent field. In the bits, not as a select of
+  // two floats: GCC sank that select below the division of s (two divisions a lane, one of
+  // them thrown away).
+  bits -= high ? 0x00800000u : 0u;
+  std::memcpy(&m, &bits, sizeof m);
   exponent = high ? exponent + 1.0f : exponent;
   const float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;  // |s| <= 0.172: s2^4 / 9 < 1e-7
   const float series = 2.0f * s * (1.0f + s2 * (1.0f / 3 + s2 * (1.0f / 5 + s2 * (1.0f / 7))));
@@ -233,42 +237,45 @@ void log_ratios(std::size_t n, const double* __restrict ms, double median, float
   for (std::size_t j = 0; j < n; ++j) x[j] = log_ratio(ms[j], inv_ref);
 }
 
-struct RatioCounts {
-  int late = 0, fast = 0;
-};
-// How many of n times are at or over ln(slow) to `median`, and at or under -ln(slow): one
-// vectorized pass that stores nothing.
-LAGGARD_WIDE_CLONES
-RatioCounts log_ratio_counts(std::size_t n, const double* __restrict ms, double median,
-                             float log_slow) {
-  const double inv_ref = log_ratio_ref(median);
-  int late = 0, fast = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float xj = log_ratio(ms[j], inv_ref);
-    late += xj >= log_slow;
-    fast += xj <= -log_slow;
-  }
-  return {late, fast};
-}
 
 // The spread of the deviations x - level on the side the tests look at, on the MAD's scale: the
 // larger of their median |x - level| (the MAD) and the distance from their median to their upper
 // quartile. The two are the same for symmetric noise, so neither the noise the constants were
 // chosen on nor a cohort of a few ranks gets a smaller sigma than the MAD gave; for right-skewed
-// noise (a long slow tail over a short fast one) the slow side reaches further. Reorders `dev`.
+// noise (a long slow tail over a short fast one) the slow side reaches further. Reorders `dev`
+// (and may leave |x - level| in it).
 double slow_side_spread(std::vector<double>& dev) {
   const std::size_t n = dev.size();
   double* d = dev.data();
-  const double center = detail::median_inplace(d, n);
+  if (n > 64 && detail::median_width() == 2) {
+    // Each order statistic from a copy, selected out of place (detail::median_of,
+    // detail::kth_of: eight values a step), the same values as the selections in place below.
+    thread_local std::vector<double> work;
+    const double center = detail::median_of(d, n, work);
+    const double h = 0.75 * static_cast<double>(n - 1);
+    const std::size_t lo = static_cast<std::size_t>(h);
+    double q_lo = 0.0;
+    const double q_hi = lo + 1 < n ? detail::kth_of(d, n, lo + 1, work, &q_lo)
+                                   : (q_lo = detail::kth_of(d, n, lo, work));
+    const double upper = q_lo + (h - static_cast<double>(lo)) * (q_hi - q_lo) - center;
+    for (std::size_t i = 0; i < n; ++i) d[i] = std::fabs(d[i]);
+    return std::max(detail::median_of(d, n, work), upper);
+  }
+  bool sorted = false;
+  const double center = detail::median_inplace(d, n, sorted);
   // The upper quartile, interpolated between its two order statistics. The median's selection
   // left d[n / 2, n) holding the order statistics from n / 2 on: the quartile's search needs
-  // only those.
+  // only those (none where it sorted them all).
   const double h = 0.75 * static_cast<double>(n - 1);
   const std::size_t lo = static_cast<std::size_t>(h);
   const std::size_t from = n > 0 && lo >= n / 2 ? n / 2 : 0;
-  const double q_lo = detail::kth_inplace(d + from, n - from, lo - from);  // d[lo]
-  const double q_hi = lo + 1 < n ? *std::min_element(d + lo + 1, d + n) : q_lo;
+  const double q_lo = sorted ? d[lo] : detail::kth_inplace(d + from, n - from, lo - from);
+  const double q_hi = lo + 1 < n ? (sorted ? d[lo + 1] : *std::min_element(d + lo + 1, d + n))
+                                 : q_lo;
   const double upper = q_lo + (h - static_cast<double>(lo)) * (q_hi - q_lo) - center;
+  // The median of |d|: from the sorted values by a merge where they are finite.
+  if (sorted && std::isfinite(d[0]) && std::isfinite(d[n - 1]))
+    return std::max(detail::median_abs_deviation_sorted(d, n, 0.0), upper);
   for (std::size_t i = 0; i < n; ++i) d[i] = std::fabs(d[i]);
   return std::max(detail::median_inplace(d, n), upper);
 }
@@ -455,6 +462,10 @@ __attribute__((noinline)) void finish_open_slot_call(
 // finished right after it with the same expressions: the same floats as one pass computing
 // everything for every slot. kFull is that one pass (no slot left open), for blocks where many
 // are open (seq_pass_blocks picks it).
+// Outside kFull, a group of eight slots that are all quiet (quiet_lane: every CUSUM and the name
+// at +0, and x where no test's LLR can be over 0) takes a short body that moves only the level,
+// the baseline and the counts: what the whole body computes for them, without its tests. In a
+// healthy window nearly every group is quiet.
 template <bool kEarly, bool kSteady, bool kFull>
 inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     std::size_t n, const SeqPass& p, float threshold, const double* __restrict ms, double median,
@@ -470,11 +481,22 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
   const float log_slow = q.log_slow, log_pause = q.own_jump;
   const float mix_closed = std::min(q.mix_top, 0.0f);
   const bool own_off = q.own_half_nu1 == 0.0f;
+  // Quiet slots (quiet_lane) take the short body where every test's LLR has a sign that is known
+  // from x: the weights >= 0, and the caps of the cost and intermittent tests and the threshold
+  // over 0 (a CUSUM at 0 then stays at +0).
+  float x_quiet = std::numeric_limits<float>::infinity();
+  bool quiet_ok = q.cost_weight >= 0.0f && q.cost_top > 0.0f && q.mix_top > 0.0f &&
+                  threshold > 0.0f && q.bonus_mix < threshold;
+  for (int k = 0; k < 4; ++k) {
+    quiet_ok = quiet_ok && q.weight[k] >= 0.0f;
+    if (q.weight[k] > 0.0f) x_quiet = std::min(x_quiet, q.mid[k]);
+  }
+  if (q.cost_weight > 0.0f) x_quiet = std::min(x_quiet, q.cost_mid);
   int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0, mix_bigs = 0;
   std::int32_t open_count = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float xj = log_ratio(ms[j], inv_ref);
-    x_of[j] = xj;
+  // One slot, every test.
+  auto slot = [&](std::size_t j) __attribute__((always_inline)) {
+    const float xj = x_of[j];
     const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
     const int seen_before = seen[j];
     seen[j] = seen_before + 1;
@@ -593,7 +615,91 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     }
     open[j] = opened;
     open_count += was_open != 0;
+  };
+  // A quiet slot (quiet_lane): every CUSUM at 0 and staying there, no name, no mark; only the
+  // level, the baseline and the counts move. The same expressions as in `slot`.
+  auto quiet_slot = [&](std::size_t j) __attribute__((always_inline)) {
+    const float xj = x_of[j];
+    const int seen_before = seen[j];
+    seen[j] = seen_before + 1;
+    const int pause_base = (seen_before > 0) & (last[j] < log_slow);
+    jump_base += pause_base;
+    jumps += pause_base & (xj >= log_pause);
+    deviation[j] = xj - level[j];
+    const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
+    const float level_alpha =
+        kEarly ? std::max(static_cast<float>(kLevelAlpha),
+                          1.0f / static_cast<float>(seen_before + 1))
+               : static_cast<float>(kLevelAlpha);
+    level[j] = seen_before > 0 ? level[j] + level_alpha * dev : xj;
+    last[j] = xj;
+    mix_chances += 1;
+    const float b = base[j];
+    const bool warm = seen_before >= kOwnWarmup;
+    const float d = xj - b;
+    const bool early = kEarly && !warm;
+    const float base_alpha =
+        kSteady ? static_cast<float>(kBaseAlpha)
+                : std::max(static_cast<float>(kBaseAlpha),
+                           1.0f / static_cast<float>(std::max(seen_before, 1)));
+    const float base_step =
+        early ? d : static_cast<float>(kOwnScoreGain) * d / (1.0f + d * d * q.base_inv_nu_s2);
+    const bool learn = (seen_before > 0) & (!early | (std::fabs(xj) <= q.early_limit));
+    base[j] = learn ? b + base_alpha * base_step : b;
+    base_before[j] = b;
+    attention[j] = 0;
+    open[j] = 0;
+  };
+  // Whether slot j is quiet: every CUSUM and the name at 0, and x at or under every test's
+  // midpoint (x_quiet), so that each cohort test's and the cost test's window LLR is at most 0
+  // (weights >= 0; x - mid rounds to a value of the same sign) and its CUSUM stays at +0; the
+  // intermittent test's mix_l at most -1 and the window not pause-sized (closed: min(mix_top, 0)
+  // = +0 with mix_top > 0); the own-baseline test closed (the same test as in `slot`). Then the
+  // evidence is 0 (bonus_mix under the threshold), and so are the name and the marks.
+  auto quiet_lane = [&](std::size_t j) __attribute__((always_inline)) {
+    const float xj = x_of[j];
+    // Every CUSUM +0 and no name: all their bits 0 (a -0 is not taken for quiet; none is
+    // stored: each CUSUM is a max with +0, a min of that with a positive top, or +0).
+    auto bits = [](float v) {
+      std::uint32_t u;
+      std::memcpy(&u, &v, sizeof u);
+      return u;
+    };
+    const bool zero = (bits(c0[j]) | bits(c1[j]) | bits(c2[j]) | bits(c3[j]) | bits(cost[j]) |
+                       bits(mix[j]) | bits(own[j]) | static_cast<std::uint32_t>(named[j])) == 0;
+    const float b = base[j];
+    const bool warm = seen[j] >= kOwnWarmup;
+    const float d = xj - b, e = d - q.own_delta;
+    const bool own_shut =
+        !warm | (d >= q.own_jump) | own_off | (q.own_nu_s2 + d * d <= q.own_nu_s2 + e * e);
+    const bool mix_shut = (q.mix_weight * (xj - q.mix_mid) <= -1.0f) & (xj < q.mix_cut);
+    return static_cast<std::int32_t>(zero & (xj <= x_quiet) & mix_shut & own_shut);
+  };
+  // Every slot's x first (each body reads it), and where quiet slots may be, which are (in
+  // `open`, which each group's bodies overwrite after reading the group's marks).
+  const bool quiet_groups = !kFull && quiet_ok;
+  if (quiet_groups) {
+    for (std::size_t j = 0; j < n; ++j) {
+      x_of[j] = log_ratio(ms[j], inv_ref);
+      open[j] = quiet_lane(j);
+    }
+  } else {
+    for (std::size_t j = 0; j < n; ++j) x_of[j] = log_ratio(ms[j], inv_ref);
   }
+  std::size_t from = 0;
+  if (quiet_groups) {
+    for (; from + 8 <= n; from += 8) {
+      std::uint64_t marks[4];  // the group's eight marks, two a word
+      std::memcpy(marks, open + from, sizeof marks);
+      const bool quiet = (marks[0] & marks[1] & marks[2] & marks[3]) == 0x0000000100000001ull;
+      if (quiet) {
+        for (std::size_t k = 0; k < 8; ++k) quiet_slot(from + k);
+      } else {
+        for (std::size_t k = 0; k < 8; ++k) slot(from + k);
+      }
+    }
+  }
+  for (std::size_t j = from; j < n; ++j) slot(j);
   if (kFull) {
     for (std::size_t j = 0; j < n; ++j) {
       named[j] = name_bytes[j];
@@ -833,15 +939,22 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
   ratio_counts.resize(report.stages.size());
   const float flog_slow = static_cast<float>(log_slow);
   constexpr float kRoundingMargin = 1e-5f;
-  // The log-ratios of n times to `median`, into the scratch that every stage reuses.
-  auto ratios_into_scratch = [&](const double* ms, std::size_t n, double median) -> const float* {
-    if (seq_x_.size() < n) seq_x_.resize(n);
-    log_ratios(n, ms, median, seq_x_.data());
-    return seq_x_.data();
-  };
-  // One stage's log-ratios.
-  auto stage_ratios = [&](const StageFigures& f) -> const float* {
-    return ratios_into_scratch(f.rank_ms.data(), f.rank_ms.size(), f.median_ms);
+  // Stage i's log-ratios, computed once per window where first asked for (the wait search and
+  // the noise estimate read the same ones). Room for every stage's is made here, so a pointer
+  // handed out stays valid.
+  std::size_t ratio_room = 0;
+  for (const StageFigures& f : report.stages) ratio_room += f.rank_ms.size();
+  if (seq_x_.size() < ratio_room) seq_x_.resize(ratio_room);
+  seq_x_at_.assign(report.stages.size(), 0);
+  std::size_t ratio_used = 0;
+  auto stage_ratios = [&](std::size_t i) -> const float* {
+    if (seq_x_at_[i] == 0) {
+      const StageFigures& f = report.stages[i];
+      log_ratios(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, seq_x_.data() + ratio_used);
+      seq_x_at_[i] = ratio_used + 1;
+      ratio_used += f.rank_ms.size();
+    }
+    return seq_x_.data() + (seq_x_at_[i] - 1);
   };
   for (std::size_t i = 0; i < report.stages.size(); ++i) {
     const StageFigures& f = report.stages[i];
@@ -850,9 +963,14 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     const bool maybe_fast = log_ratio(f.min_ms, inv_ref) <= -flog_slow + kRoundingMargin;
     ratio_counts[i] = {maybe_late ? -1 : 0, 0};
     if (maybe_fast && f.kind != StageKind::communication) {
-      const RatioCounts c =
-          log_ratio_counts(f.rank_ms.size(), f.rank_ms.data(), f.median_ms, flog_slow);
-      ratio_counts[i] = {c.late, c.fast};
+      // From the stage's log-ratios, which the wait search reads next.
+      const float* x = stage_ratios(i);
+      int late = 0, fast = 0;
+      for (std::size_t j = 0; j < f.rank_ms.size(); ++j) {
+        late += x[j] >= flog_slow;
+        fast += x[j] <= -flog_slow;
+      }
+      ratio_counts[i] = {late, fast};
     }
   }
 
@@ -905,7 +1023,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     for (std::size_t i = b; i < e && any_fast; ++i) {
       const StageFigures& f = report.stages[i];
       if (f.kind == StageKind::communication || ratio_counts[i].first == 0) continue;
-      const float* x = stage_ratios(f);
+      const float* x = stage_ratios(i);
       if (by_position) {
         // Without a branch on lateness (in a noisy stage a coin toss per rank, which compilers
         // keep as a branch even for a select of doubles): the bits are selected by a mask.
@@ -955,7 +1073,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
         const double low = -std::max(log_slow, 3.0 * (t == seq_tracks_.end()
                                                            ? kPriorSigma
                                                            : t->second.sigma()));
-        const float* x = stage_ratios(f);
+        const float* x = stage_ratios(i);
         for (std::size_t j = 0; j < f.rank_ids.size(); ++j) {
           const double deficit = f.median_ms - f.rank_ms[j];
           if (static_cast<double>(x[j]) > low || deficit < kMinWaitMs) continue;
@@ -1027,7 +1145,7 @@ void Detector::observe_sequential(const ColumnarWindow& window, Report& report) 
     const bool pair_noise = n == 2;
     scratch.clear();
     if (stride == 1) {
-      const float* x = stage_ratios(f);
+      const float* x = stage_ratios(i);
       for (std::size_t j = 0; j < n; ++j)
         if (seen[j] > 0)
           scratch.push_back(pair_noise ? std::fabs(static_cast<double>(x[j] - last[j])) / kSqrt2

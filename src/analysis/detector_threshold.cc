@@ -33,6 +33,20 @@ namespace {
 
 using Column = ColumnarWindow::Column;
 
+// A column every member reported, added to each member's own work and to its work capped at the
+// reference: the same additions, in the same order, as a loop per member; compiled for AVX2 as
+// well where the toolchain can pick at load time (no FMA: each lane computes what SSE2 does).
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(LAGGARD_NO_CLONES)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void add_work(std::size_t n, const double* __restrict ms, double ref, double* __restrict own,
+              double* __restrict capped) {
+  for (std::size_t m = 0; m < n; ++m) {
+    own[m] += ms[m];
+    capped[m] += std::min(ms[m], ref);
+  }
+}
+
 // One cohort of the window as the evaluator reads it: the window's per-member arrays, and its
 // columns with the untimed one the evaluator adds.
 struct Cohort {
@@ -194,7 +208,8 @@ class WindowEvaluator {
     r.min = extent.min;
     r.max = hi;
     r.top = top;
-    r.median = detail::median_of(ms, n, ws_.scratch);
+    bool sorted = false;  // ws_.scratch[0, n) holds the column sorted (read by the MAD below)
+    r.median = detail::median_of(ms, n, ws_.scratch, sorted);
     // Communication under a median reference: the ranks that wait are usually the majority, so
     // the median is a waiting rank. Waiting is measured from the rank that waited least (the last
     // to arrive): flagged when it exceeds that by (relative_threshold - 1) x the median.
@@ -223,7 +238,12 @@ class WindowEvaluator {
       // (With 2 ranks the MAD is the distance of each from their midpoint: no rank could ever
       // pass it, so the margin needs 3 ranks.)
       if (options_.ref == Reference::robust && !wait_from_min && n >= 3) {
-        const double mad = detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
+        const double* column = ws_.scratch.data();
+        const double mad =
+            sorted && std::isfinite(column[0]) && std::isfinite(column[n - 1]) &&
+                    std::isfinite(r.median)
+                ? detail::median_abs_deviation_sorted(column, n, r.median)
+                : detail::median_abs_deviation(ms, n, r.median, ws_.scratch);
         if (mad > 0.0) rule.margin = options_.mad_z * kMadToSigma * mad;
       }
       detail::flag_slow(ms, n, rule, r.flagged);
@@ -244,9 +264,9 @@ class WindowEvaluator {
     const std::size_t p = static_cast<std::size_t>(pos);
     const std::size_t m = static_cast<std::size_t>(col.member_at(p));
     f.rank = cohort.ranks[m];
-    f.host.assign(cohort.hosts[m]);
-    f.cohort.assign(cohort.name);
-    f.stage.assign(col.name);
+    set_text(f.host, cohort.hosts[m]);
+    set_text(f.cohort, cohort.name);
+    set_text(f.stage, col.name);
     f.kind = col.kind;
     f.role = col.kind == StageKind::communication ? RankFinding::Role::waiting
                                                   : RankFinding::Role::straggler;
@@ -351,24 +371,38 @@ class WindowEvaluator {
   void hint_waiting(const Cohort& cohort, const Column& col, const ColumnResult& r) {
     const std::vector<double>& own_work = ws_.own_work;
     std::size_t shortest = 0;  // position in the column
-    for (std::size_t i = 1; i < col.count; ++i) {
-      const double t = col.ms[i];
-      const double best = col.ms[shortest];
-      if (t < best || (t == best && rank_at(cohort, col, i) < rank_at(cohort, col, shortest)))
-        shortest = i;
+    int longest = -1;  // member with the longest own (non-communication) work
+    if (cohort.ranks_ascending) {
+      // (The usual case) the first position holding the least time, the first member holding
+      // the most own work: the lowest rank among equals, as the loops below pick.
+      shortest = detail::first_equal(col.ms.data(), col.count, r.min);
+      double most = own_work.empty() ? 0.0 : own_work[0];
+      for (std::size_t m = 1; m < cohort.size; ++m) most = own_work[m] > most ? own_work[m] : most;
+      longest = static_cast<int>(detail::first_equal(own_work.data(), cohort.size, most));
+    }
+    if (!cohort.ranks_ascending || shortest >= col.count ||
+        static_cast<std::size_t>(longest) >= cohort.size) {
+      shortest = 0;
+      for (std::size_t i = 1; i < col.count; ++i) {
+        const double t = col.ms[i];
+        const double best = col.ms[shortest];
+        if (t < best || (t == best && rank_at(cohort, col, i) < rank_at(cohort, col, shortest)))
+          shortest = i;
+      }
+      longest = -1;
+      for (std::size_t m = 0; m < cohort.size; ++m) {
+        const int rank = rank_of(cohort, static_cast<int>(m));
+        if (longest < 0 || own_work[m] > own_work[static_cast<std::size_t>(longest)] ||
+            (own_work[m] == own_work[static_cast<std::size_t>(longest)] &&
+             rank < rank_of(cohort, longest)))
+          longest = static_cast<int>(m);
+      }
     }
     const int shortest_rank = rank_at(cohort, col, shortest);
-    int longest = -1;  // member with the longest own (non-communication) work
-    for (std::size_t m = 0; m < cohort.size; ++m) {
-      const int rank = rank_of(cohort, static_cast<int>(m));
-      if (longest < 0 || own_work[m] > own_work[static_cast<std::size_t>(longest)] ||
-          (own_work[m] == own_work[static_cast<std::size_t>(longest)] &&
-           rank < rank_of(cohort, longest)))
-        longest = static_cast<int>(m);
-    }
     const int longest_rank = rank_of(cohort, longest);
 
     std::vector<int> waiting;
+    waiting.reserve(r.flagged.size());
     double least_excess = std::numeric_limits<double>::infinity();
     for (int pos : r.flagged) {
       const std::size_t p = static_cast<std::size_t>(pos);
@@ -412,10 +446,7 @@ class WindowEvaluator {
       const double ref = results[s].ref;
       const double* ms = col.ms.data();
       if (col.count == members) {  // every member reported it: entry i is member i
-        for (std::size_t m = 0; m < members; ++m) {
-          own_work[m] += ms[m];
-          capped_work[m] += std::min(ms[m], ref);
-        }
+        add_work(members, ms, ref, own_work.data(), capped_work.data());
       } else {
         for (std::size_t i = 0; i < col.count; ++i) {
           const std::size_t m = static_cast<std::size_t>(col.member_at(i));

@@ -223,15 +223,22 @@ bool select_kth(double* a, std::ptrdiff_t n, std::ptrdiff_t k) {
 
 // The k_hi-th smallest of buf[0, n), or with `even` its mean with the (k_hi - 1)-th (k_hi >= 1
 // then): the median when k_hi = n / 2. Reorders buf.
-double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even) {
-  const bool sorted = select_kth(buf, n, k_hi);
-  const double hi = buf[k_hi];
-  if (!even) return hi;
-  const double lo = sorted ? buf[k_hi - 1] : *std::max_element(buf, buf + k_hi);
+// The mean of the two middle values of an even count.
+double mean_of_middles(double lo, double hi) {
   const double mid = 0.5 * (lo + hi);
   // Two values near the largest double overflow their sum: halves first (the same bits
   // wherever the sum is finite).
   return std::isfinite(mid) || !std::isfinite(lo) || !std::isfinite(hi) ? mid : 0.5 * lo + 0.5 * hi;
+}
+
+// `sorted`: whether the selection sorted all of buf (select_kth's result).
+double middle_of(double* buf, std::ptrdiff_t n, std::ptrdiff_t k_hi, bool even, bool* sorted_out = nullptr) {
+  const bool sorted = select_kth(buf, n, k_hi);
+  if (sorted_out) *sorted_out = sorted;
+  const double hi = buf[k_hi];
+  if (!even) return hi;
+  const double lo = sorted ? buf[k_hi - 1] : *std::max_element(buf, buf + k_hi);
+  return mean_of_middles(lo, hi);
 }
 
 // The values of a column the median is taken over: data[i], or |data[i] - center| for the MAD.
@@ -244,11 +251,201 @@ struct Values {
   }
 };
 
+// The widest vector code the band pass and the selection use: 2 AVX-512, 1 AVX2, 0 neither
+// (SSE2 and the scalar selection); what the processor has, or less (set_median_width).
+int width_supported() {
+#if defined(LAGGARD_SMALL_SORT)
+  static const int width =
+      !__builtin_cpu_supports("popcnt") ? 0
+      : __builtin_cpu_supports("avx512f") ? 2
+      : __builtin_cpu_supports("avx2")    ? 1
+                                          : 0;
+  return width;
+#else
+  return 0;
+#endif
+}
+int& width_limit() {
+  static int limit = 2;
+  return limit;
+}
+int width_in_use() { return std::min(width_supported(), width_limit()); }
+
+#if defined(LAGGARD_SMALL_SORT)
+// The band pass below with four (AVX2) or eight (AVX-512) values a step: the kept values of a
+// step are packed to the front of a register (a permutation from a table, or a compress) and the
+// whole register is stored at band[kept]. The same values in the same order as the SSE2 loop
+// (the pass is a quarter of a 16,384-value median there; here about a tenth). Both return the
+// index they stopped at; the caller's loop takes the rest.
+struct CompressTable {
+  std::int32_t lanes[16][8] = {};
+};
+constexpr CompressTable compress_table() {
+  CompressTable t;
+  for (int m = 0; m < 16; ++m) {
+    int out = 0;
+    for (int lane = 0; lane < 4; ++lane)
+      if (m & (1 << lane)) {
+        t.lanes[m][2 * out] = 2 * lane;
+        t.lanes[m][2 * out + 1] = 2 * lane + 1;
+        ++out;
+      }
+  }
+  return t;
+}
+alignas(32) constexpr CompressTable kCompress = compress_table();
+
+__attribute__((target("avx2,popcnt"))) std::ptrdiff_t band_pass_avx2(
+    const Values& values, std::ptrdiff_t n, double lo, double hi, double* band,
+    std::ptrdiff_t& below_out, std::ptrdiff_t& kept_out) {
+  std::ptrdiff_t below = 0, kept = 0, i = 0;
+  const __m256d lo4 = _mm256_set1_pd(lo), hi4 = _mm256_set1_pd(hi);
+  const __m256d center = _mm256_set1_pd(values.center);
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  for (; i + 4 <= n; i += 4) {
+    __m256d x = _mm256_loadu_pd(values.data + i);
+    if (values.deviations) x = _mm256_andnot_pd(sign, _mm256_sub_pd(x, center));
+    const int lt = _mm256_movemask_pd(_mm256_cmp_pd(x, lo4, _CMP_LT_OQ));
+    const int in = _mm256_movemask_pd(
+        _mm256_and_pd(_mm256_cmp_pd(x, lo4, _CMP_GE_OQ), _mm256_cmp_pd(x, hi4, _CMP_LE_OQ)));
+    const __m256i perm =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.lanes[in]));
+    _mm256_storeu_pd(band + kept, _mm256_castsi256_pd(_mm256_permutevar8x32_epi32(
+                                      _mm256_castpd_si256(x), perm)));
+    below += __builtin_popcount(static_cast<unsigned>(lt));
+    kept += __builtin_popcount(static_cast<unsigned>(in));
+  }
+  below_out = below;
+  kept_out = kept;
+  return i;
+}
+
+__attribute__((target("avx512f,popcnt"))) std::ptrdiff_t band_pass_avx512(
+    const Values& values, std::ptrdiff_t n, double lo, double hi, double* band,
+    std::ptrdiff_t& below_out, std::ptrdiff_t& kept_out) {
+  std::ptrdiff_t below = 0, kept = 0, i = 0;
+  const __m512d lo8 = _mm512_set1_pd(lo), hi8 = _mm512_set1_pd(hi);
+  const __m512d center = _mm512_set1_pd(values.center);
+  const __m512i magnitude = _mm512_set1_epi64(0x7fffffffffffffffll);
+  for (; i + 8 <= n; i += 8) {
+    __m512d x = _mm512_loadu_pd(values.data + i);
+    if (values.deviations)  // |x - center|: the sign bit cleared
+      x = _mm512_castsi512_pd(
+          _mm512_and_si512(_mm512_castpd_si512(_mm512_sub_pd(x, center)), magnitude));
+    const __mmask8 lt = _mm512_cmp_pd_mask(x, lo8, _CMP_LT_OQ);
+    const __mmask8 in = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(x, lo8, _CMP_GE_OQ), x, hi8,
+                                                _CMP_LE_OQ);
+    _mm512_storeu_pd(band + kept, _mm512_maskz_compress_pd(in, x));
+    below += __builtin_popcount(static_cast<unsigned>(lt));
+    kept += __builtin_popcount(static_cast<unsigned>(in));
+  }
+  below_out = below;
+  kept_out = kept;
+  return i;
+}
+
+// One three-way partition of a[0, n) around `pivot` with eight values a step: those under it
+// packed to lt[0, nl) (lt does not overlap a), those over it packed in place to a[0, ng) (a
+// store at a[ng] never reaches a value not yet read: ng <= i); those equal are dropped (n - nl -
+// ng of them). Returns the largest value under the pivot (-inf where none).
+__attribute__((target("avx512f,popcnt"))) double partition3_avx512(
+    double* a, std::ptrdiff_t n, double pivot, double* lt, std::ptrdiff_t& nl_out,
+    std::ptrdiff_t& ng_out) {
+  std::ptrdiff_t nl = 0, ng = 0, i = 0;
+  const __m512d p8 = _mm512_set1_pd(pivot);
+  __m512d most = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
+  for (; i + 8 <= n; i += 8) {
+    const __m512d x = _mm512_loadu_pd(a + i);
+    const __mmask8 less = _mm512_cmp_pd_mask(x, p8, _CMP_LT_OQ);
+    const __mmask8 more = _mm512_cmp_pd_mask(x, p8, _CMP_GT_OQ);
+    most = _mm512_mask_max_pd(most, less, most, x);
+    _mm512_storeu_pd(lt + nl, _mm512_maskz_compress_pd(less, x));
+    _mm512_storeu_pd(a + ng, _mm512_maskz_compress_pd(more, x));
+    nl += __builtin_popcount(static_cast<unsigned>(less));
+    ng += __builtin_popcount(static_cast<unsigned>(more));
+  }
+  alignas(64) double lanes[8];
+  _mm512_store_pd(lanes, most);
+  double top = lanes[0];
+  for (int l = 1; l < 8; ++l) top = std::max(top, lanes[l]);
+  for (; i < n; ++i) {
+    const double v = a[i];
+    if (v < pivot) {
+      lt[nl++] = v;
+      top = std::max(top, v);
+    } else if (v > pivot) {
+      a[ng++] = v;
+    }
+  }
+  nl_out = nl;
+  ng_out = ng;
+  return top;
+}
+#endif
+
+// Below this many values the wide selection hands over to the sort.
+constexpr std::ptrdiff_t kWideSelectTo = 64;
+
+// The k-th smallest of a[0, n) (n <= 8 + room of a and tmp: both hold n + 8 values), and with
+// `below` the (k - 1)-th (k >= 1 then), for values without a NaN: quickselect with three-way
+// partitions out of place, eight values a step (AVX-512), where the branch-free partition in
+// place (select_kth) takes a value a step. Both buffers are overwritten. Order statistics are
+// values: the same as select_kth's wherever values that compare equal have equal bits, which
+// fails only for zeros (-0 == +0): returns false where either result is a zero, or where the
+// processor lacks AVX-512 (the caller then selects as before).
+bool wide_select_available() { return width_in_use() == 2; }
+
+bool select_wide(double* a, double* tmp, std::ptrdiff_t n, std::ptrdiff_t k, bool below,
+                 double& kth, double& before) {
+#if defined(LAGGARD_SMALL_SORT)
+  if (!wide_select_available()) return false;
+  Xorshift rng{0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(n)};
+  double* cur = a;
+  double* other = tmp;
+  double lower = -std::numeric_limits<double>::infinity();  // largest value dropped below k
+  while (n > kWideSelectTo) {
+    const double x = cur[rng.below(n)], y = cur[rng.below(n)], z = cur[rng.below(n)];
+    const double pivot = std::max(std::min(x, y), std::min(std::max(x, y), z));
+    std::ptrdiff_t nl = 0, ng = 0;
+    const double top = partition3_avx512(cur, n, pivot, other, nl, ng);
+    const std::ptrdiff_t equal = n - nl - ng;
+    if (k < nl) {  // among the values under the pivot (now in `other`)
+      std::swap(cur, other);
+      n = nl;
+      continue;
+    }
+    if (k < nl + equal) {  // the pivot itself
+      kth = pivot;
+      before = k > nl ? pivot : std::max(lower, top);
+      return kth != 0.0 && (!below || before != 0.0);
+    }
+    lower = equal > 0 ? pivot : std::max(lower, top);
+    k -= nl + equal;
+    n = ng;  // among the values over it (in place in `cur`)
+  }
+  if (n < kNetworkFrom || !sort_small(cur, n)) std::sort(cur, cur + n);
+  kth = cur[k];
+  before = k > 0 ? cur[k - 1] : lower;
+  return kth != 0.0 && (!below || before != 0.0);
+#else
+  (void)a, (void)tmp, (void)n, (void)k, (void)below, (void)kth, (void)before;
+  return false;
+#endif
+}
+
 // One pass: counts the values below lo, and writes those in [lo, hi] to band[0, kept).
-// Branch-free; every value is written to band[kept] and kept only advances past the kept ones.
+// Branch-free; every value is written to band[kept] and kept only advances past the kept ones
+// (band has room for n values: the wide loops store a whole register at band[kept], kept <= i).
 std::ptrdiff_t band_pass(const Values& values, std::ptrdiff_t n, double lo, double hi,
                          double* band, std::ptrdiff_t& below_out) {
   std::ptrdiff_t below = 0, kept = 0, i = 0;
+#if defined(LAGGARD_SMALL_SORT)
+  const int wide = width_in_use();
+  if (wide == 2)
+    i = band_pass_avx512(values, n, lo, hi, band, below, kept);
+  else if (wide == 1)
+    i = band_pass_avx2(values, n, lo, hi, band, below, kept);
+#endif
 #if defined(__SSE2__)
   const __m128d lo2 = _mm_set1_pd(lo), hi2 = _mm_set1_pd(hi);
   const __m128d center = _mm_set1_pd(values.center);
@@ -290,7 +487,10 @@ double sampled_median(std::size_t count, const Values& value, std::vector<double
   const auto n = static_cast<std::ptrdiff_t>(count);
   const std::ptrdiff_t k_hi = n / 2;  // the upper middle; the lower one is k_hi - 1 for even n
   const bool even = n % 2 == 0;
-  if (scratch.size() < count + kSample) scratch.resize(count + kSample);
+  // The band (up to count values), the sample, and the wide selection's second buffer (count
+  // values and one register's room past each).
+  const std::size_t room = 2 * count + kSample + std::max<std::size_t>(16, kSample + 8);
+  if (scratch.size() < room) scratch.resize(room);
   double* sample = scratch.data() + count;
   Xorshift rng{0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(n)};
   for (std::ptrdiff_t i = 0; i < kSample; ++i) sample[i] = value(rng.below(n));
@@ -301,22 +501,54 @@ double sampled_median(std::size_t count, const Values& value, std::vector<double
       std::max<std::ptrdiff_t>(0, centre - static_cast<std::ptrdiff_t>(spread));
   const std::ptrdiff_t hi_at =
       std::min<std::ptrdiff_t>(kSample - 1, centre + static_cast<std::ptrdiff_t>(spread));
-  select_kth(sample, kSample, hi_at);
-  const double hi_pivot = sample[hi_at];
-  select_kth(sample, hi_at, lo_at);  // sample[0, hi_at) holds everything below sample[hi_at]
-  const double lo_pivot = sample[lo_at];
+  double lo_pivot, hi_pivot;
+  bool nan = false;  // the wide selection orders values without a NaN only
+  for (std::ptrdiff_t i = 0; i < kSample; ++i) nan |= sample[i] != sample[i];
+  if (!nan && wide_select_available()) {
+    // The same two order statistics of the sample, each from a copy (the wide selection leaves
+    // its buffers unordered).
+    double* copy = scratch.data() + count + kSample;
+    double* tmp = copy + kSample + 8;
+    double unused;
+    std::copy(sample, sample + kSample, copy);
+    select_wide(copy, tmp, kSample, hi_at, false, hi_pivot, unused);
+    std::copy(sample, sample + kSample, copy);
+    select_wide(copy, tmp, kSample, lo_at, false, lo_pivot, unused);
+  } else {
+    select_kth(sample, kSample, hi_at);
+    hi_pivot = sample[hi_at];
+    select_kth(sample, hi_at, lo_at);  // sample[0, hi_at) holds everything below sample[hi_at]
+    lo_pivot = sample[lo_at];
+  }
 
   double* band = scratch.data();
   std::ptrdiff_t below = 0;
   const std::ptrdiff_t kept = band_pass(value, n, lo_pivot, hi_pivot, band, below);
   const std::ptrdiff_t first = even ? k_hi - 1 : k_hi;  // both middles must be in the band
-  if (below <= first && k_hi < below + kept) return middle_of(band, kept, k_hi - below, even);
+  if (below <= first && k_hi < below + kept) {
+    double hi = 0.0, lo = 0.0;
+    if (!wide_select_available()) return middle_of(band, kept, k_hi - below, even);
+    if (select_wide(band, scratch.data() + count + kSample, kept, k_hi - below, even, hi, lo)) {
+      return even ? mean_of_middles(lo, hi) : hi;
+    }
+    // A zero among the middles: the band again, selected as before.
+    band_pass(value, n, lo_pivot, hi_pivot, band, below);
+    return middle_of(band, kept, k_hi - below, even);
+  }
   // The sample missed (rare): copy everything and select.
   for (std::ptrdiff_t i = 0; i < n; ++i) band[i] = value(i);
   return middle_of(band, n, k_hi, even);
 }
 
 }  // namespace
+
+int median_width() { return width_in_use(); }
+
+int set_median_width(int width) {
+  const int before = width_limit();
+  width_limit() = std::max(0, std::min(width, 2));
+  return before;
+}
 
 double kth_inplace(double* buf, std::size_t n, std::size_t k) {
   select_kth(buf, static_cast<std::ptrdiff_t>(n), static_cast<std::ptrdiff_t>(k));
@@ -329,11 +561,64 @@ double median_inplace(double* buf, std::size_t count) {
   return middle_of(buf, n, n / 2, n % 2 == 0);
 }
 
+double median_inplace(double* buf, std::size_t count, bool& sorted) {
+  sorted = false;
+  if (count == 0) return 0.0;
+  const auto n = static_cast<std::ptrdiff_t>(count);
+  return middle_of(buf, n, n / 2, n % 2 == 0, &sorted);
+}
+
+double median_abs_deviation_sorted(const double* x, std::size_t count, double center) {
+  // |x[i] - center| falls while x[i] < center and rises after (x - center is monotone in x): the
+  // deviations are two sorted runs, a(i) = |x[s - 1 - i] - center| below the center and
+  // b(j) = |x[s + j] - center| from it on. The k + 1 smallest deviations are the first i of a and
+  // the first k + 1 - i of b for the one i where neither run's next value is smaller than the
+  // other's last: found by bisection (a merge of the runs branches on every value, at random).
+  const auto n = static_cast<std::ptrdiff_t>(count);
+  const std::ptrdiff_t k = n / 2;  // the upper middle
+  const std::ptrdiff_t s = std::lower_bound(x, x + n, center) - x, m = n - s;
+  const auto a = [&](std::ptrdiff_t i) { return std::fabs(x[s - 1 - i] - center); };
+  const auto b = [&](std::ptrdiff_t j) { return std::fabs(x[s + j] - center); };
+  std::ptrdiff_t lo = std::max<std::ptrdiff_t>(0, k + 1 - m), hi = std::min(s, k + 1);
+  while (lo < hi) {
+    const std::ptrdiff_t i = (lo + hi) / 2, j = k + 1 - i;  // i < s, j >= 1
+    if (a(i) < b(j - 1))
+      lo = i + 1;
+    else
+      hi = i;
+  }
+  const std::ptrdiff_t i = lo, j = k + 1 - lo;
+  constexpr double none = -std::numeric_limits<double>::infinity();  // deviations are >= 0
+  const double last_a = i > 0 ? a(i - 1) : none, last_b = j > 0 ? b(j - 1) : none;
+  const double kth = std::max(last_a, last_b);
+  if (n % 2 != 0) return kth;
+  // The k - 1-th: the larger of what is left once the k-th is taken from its run.
+  const double before = last_a >= last_b ? std::max(i > 1 ? a(i - 2) : none, last_b)
+                                         : std::max(last_a, j > 1 ? b(j - 2) : none);
+  return mean_of_middles(before, kth);
+}
+
 namespace {
 
 double median_of_values(std::size_t n, const Values& values, std::vector<double>& scratch) {
   if (n == 0) return 0.0;
   if (n >= kSampleFrom) return sampled_median(n, values, scratch);
+  if (static_cast<std::ptrdiff_t>(n) > kWideSelectTo && wide_select_available()) {
+    // A copy and the wide selection (its second buffer after the copy), for values without a
+    // NaN; else, or where a middle is a zero, as below.
+    if (scratch.size() < 2 * n + 16) scratch.resize(2 * n + 16);
+    double* copy = scratch.data();
+    bool nan = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      copy[i] = values(static_cast<std::ptrdiff_t>(i));
+      nan |= copy[i] != copy[i];
+    }
+    const auto count = static_cast<std::ptrdiff_t>(n);
+    const bool even = n % 2 == 0;
+    double hi = 0.0, lo = 0.0;
+    if (!nan && select_wide(copy, copy + n + 8, count, count / 2, even, hi, lo))
+      return even ? mean_of_middles(lo, hi) : hi;
+  }
   if (scratch.size() < n) scratch.resize(n);
   for (std::size_t i = 0; i < n; ++i) scratch[i] = values(static_cast<std::ptrdiff_t>(i));
   return median_inplace(scratch.data(), n);
@@ -341,8 +626,39 @@ double median_of_values(std::size_t n, const Values& values, std::vector<double>
 
 }  // namespace
 
+double kth_of(const double* data, std::size_t n, std::size_t k, std::vector<double>& scratch,
+              double* before) {
+  const auto count = static_cast<std::ptrdiff_t>(n);
+  const auto at = static_cast<std::ptrdiff_t>(k);
+  if (scratch.size() < 2 * n + 16) scratch.resize(2 * n + 16);
+  double* copy = scratch.data();
+  bool nan = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    copy[i] = data[i];
+    nan |= data[i] != data[i];
+  }
+  double kth = 0.0, below = 0.0;
+  if (!nan && count > kWideSelectTo &&
+      select_wide(copy, copy + n + 8, count, at, before != nullptr, kth, below)) {
+    if (before) *before = below;
+    return kth;
+  }
+  std::copy(data, data + n, copy);
+  const bool sorted = select_kth(copy, count, at);
+  if (before) *before = sorted ? copy[at - 1] : *std::max_element(copy, copy + at);
+  return copy[at];
+}
+
 double median_of(const double* data, std::size_t n, std::vector<double>& scratch) {
   return median_of_values(n, Values{data, 0.0, false}, scratch);
+}
+
+double median_of(const double* data, std::size_t n, std::vector<double>& scratch, bool& sorted) {
+  sorted = false;
+  if (n == 0 || n >= kSampleFrom) return median_of(data, n, scratch);
+  if (scratch.size() < n) scratch.resize(n);
+  std::copy(data, data + n, scratch.begin());
+  return median_inplace(scratch.data(), n, sorted);
 }
 
 double typical_of(const double* data, std::size_t n, std::vector<double>& scratch) {

@@ -33,7 +33,7 @@ std::optional<std::int64_t> RunAnalysis::onset(const std::string& cohort, const 
     return std::nullopt;
   const std::int32_t slot = it->second.slot[static_cast<std::size_t>(rank)];
   if (slot < 0) return std::nullopt;
-  return it->second.detectors[static_cast<std::size_t>(slot)].onset();
+  return it->second.detectors.onset(slot);
 }
 
 const Report& RunAnalysis::add(const Window& window) {
@@ -64,13 +64,25 @@ const Report& RunAnalysis::add(const Window& window) {
 
   // Onsets: every rank's own time against its cohort's reference, log(t / ref), for the stages
   // whose flags make stragglers (a wait in communication is evidence, never a verdict).
-  for (const auto& st : last_.stages) {
+  if (onset_options_.per_rank && onsets_at_.size() < last_.stages.size())
+    onsets_at_.resize(last_.stages.size());
+  for (std::size_t p = 0; p < last_.stages.size(); ++p) {
+    const StageFigures& st = last_.stages[p];
     if (!onset_options_.per_rank) break;
     if (st.kind == StageKind::communication || !(st.ref_ms > 0.0)) continue;
-    key_ = key_of(st.cohort, st.stage, "");
-    auto it = rank_onsets_.find(key_);
-    if (it == rank_onsets_.end()) it = rank_onsets_.emplace(key_, StageOnsets{}).first;
-    StageOnsets& so = it->second;
+    StageOnsetsAt& at = onsets_at_[p];
+    if (!at.onsets || at.stage != st.stage || at.cohort != st.cohort) {
+      key_ = key_of(st.cohort, st.stage, "");
+      auto it = rank_onsets_.find(key_);
+      if (it == rank_onsets_.end())
+        it = rank_onsets_
+                 .emplace(key_, StageOnsets{{}, detail::OnsetColumns(onset_options_, /*cap=*/0.0)})
+                 .first;
+      at.cohort = st.cohort;
+      at.stage = st.stage;
+      at.onsets = &it->second;  // (a map's elements stay where they are)
+    }
+    StageOnsets& so = *at.onsets;
     const double log_ref = std::log(st.ref_ms);
     for (std::size_t i = 0; i < st.rank_ids.size() && i < st.rank_ms.size(); ++i) {
       const int rank = st.rank_ids[i];
@@ -79,12 +91,10 @@ const Report& RunAnalysis::add(const Window& window) {
       if (static_cast<std::size_t>(rank) >= so.slot.size())
         so.slot.resize(static_cast<std::size_t>(rank) + 1, -1);
       std::int32_t& slot = so.slot[static_cast<std::size_t>(rank)];
-      if (slot < 0) {
-        slot = static_cast<std::int32_t>(so.detectors.size());
-        so.detectors.emplace_back(onset_options_, /*baseline_cap=*/0.0);
-      }
-      so.detectors[static_cast<std::size_t>(slot)].add(window.step, std::log(t) - log_ref);
+      if (slot < 0) slot = so.detectors.add_series();
+      so.detectors.stage(slot, window.step, std::log(t) - log_ref);
     }
+    so.detectors.add_window();
   }
   // The run's bottleneck counts only windows with a persistent finding: a window where jitter
   // alone raised a flag says nothing about the job.

@@ -149,8 +149,13 @@ class Scanner {
 
   // JSON whitespace. laggard writes none, so the test is one compare in the common case.
   void skip_space() {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || *p_ == '\n')) ++p_;
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || *p_ == '\n')) {
+      newline_ |= *p_ == '\n';
+      ++p_;
+    }
   }
+  // Whether whitespace taken so far held a '\n' (a scan past the end of its line).
+  bool took_newline() const { return newline_; }
   bool at_end() {
     skip_space();
     return p_ == end_;
@@ -247,7 +252,7 @@ class Scanner {
   template <std::size_t N>
   bool take(const char (&text)[N]) {
     constexpr std::size_t n = N - 1;
-    if (static_cast<std::size_t>(end_ - p_) < n || std::memcmp(p_, text, n) != 0) return false;
+    if (static_cast<std::size_t>(end_ - p_) < n || !same_bytes(p_, text, n)) return false;
     p_ += n;
     return true;
   }
@@ -525,6 +530,7 @@ class Scanner {
 
   const char* p_;
   const char* end_;
+  bool newline_ = false;
 };
 
 constexpr unsigned bit(Field f) { return 1u << f; }
@@ -584,8 +590,12 @@ bool canonical_stage(Scanner& s, StageTime& stage) {
   return true;
 }
 
-// A whole line in append_sample_json's layout: its fields in its order, no whitespace.
-bool canonical_sample(Scanner& s, StepSample& out) {
+// A whole line in append_sample_json's layout: its fields in its order, no whitespace. With
+// `line_end`, the scanner's text runs on past the line, whose end is not known yet: the line must
+// end after the sample's '}' (and JSON whitespace other than '\n'), at a '\n' or, where
+// `text_ends` says the text ends there, at the end of the text; *line_end is then that end.
+bool canonical_sample(Scanner& s, StepSample& out, const char** line_end = nullptr,
+                      bool text_ends = false) {
   std::uint64_t rank, world_size, step;
   double step_ms, work = std::numeric_limits<double>::quiet_NaN();
   std::string_view host, cohort;
@@ -625,7 +635,17 @@ bool canonical_sample(Scanner& s, StepSample& out) {
   } else {
     out.resources.clear();
   }
-  if (!s.take("}") || !s.at_end()) return false;
+  if (!s.take("}")) return false;
+  if (line_end) {
+    // What at_end() would skip within the line, then the line's end.
+    const char* p = s.pos();
+    const char* end = *line_end;
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) ++p;
+    if (s.took_newline() || (p < end ? *p != '\n' : !text_ends)) return false;
+    *line_end = p;
+  } else if (!s.at_end()) {
+    return false;
+  }
   out.rank = static_cast<int>(rank);
   out.world_size = static_cast<int>(world_size);
   out.step = static_cast<std::int64_t>(step);
@@ -848,6 +868,13 @@ bool any_sample(Scanner& s, StepSample& out) {
 }
 
 }  // namespace
+
+const char* parse_sample_line_fast(const char* text, const char* end, bool text_ends,
+                                   StepSample& out) {
+  Scanner canonical(std::string_view(text, static_cast<std::size_t>(end - text)));
+  const char* line_end = end;
+  return canonical_sample(canonical, out, &line_end, text_ends) ? line_end : nullptr;
+}
 
 bool parse_sample_fast(std::string_view line, StepSample& out) {
   Scanner canonical(line);

@@ -1037,6 +1037,62 @@ TEST(SampleFileReader, ReadsLinesAcrossChunkBoundaries) {
   }
 }
 
+// The reader parses a line in laggard's layout before it finds the line's end: a '\n' anywhere
+// in such a line, whitespace after it, "\r\n", a last line without '\n' and chunks that cut
+// lines must give what parsing each line alone gives (the lines read, the errors and their line
+// numbers).
+TEST(SampleFileReader, ReadsEachLineAsTheLineParserDoesWhereverItsNewlinesAre) {
+  TempDir dir;
+  std::string line;
+  StepSample sample = numbered_sample(3);
+  sample.values = {{"loss", 1.5}};
+  append_sample_json(sample, line);
+  line.pop_back();  // its '\n'
+  std::vector<std::string> contents;
+  for (std::size_t k = 0; k <= line.size(); ++k)  // a '\n' at every position
+    contents.push_back(line.substr(0, k) + "\n" + line.substr(k) + "\n" + line + "\n");
+  for (const char* tail : {" ", "\t", "\r", " \r", "x", "}", ""})
+    for (const char* end : {"\n", ""}) contents.push_back(line + tail + end + line + tail + end);
+  contents.push_back(line + "\n" + line.substr(0, line.size() / 2));  // a truncated last line
+  int compared = 0;
+  for (const std::string& content : contents) {
+    // What each line gives alone.
+    std::vector<std::pair<std::size_t, bool>> want;  // line number, parsed
+    std::vector<StepSample> want_samples;
+    SampleParser parser;
+    std::size_t number = 0, from = 0;
+    while (from < content.size()) {
+      std::size_t to = content.find('\n', from);
+      if (to == std::string::npos) to = content.size();
+      const std::string_view text(content.data() + from, to - from);
+      ++number;
+      from = to + 1;
+      if (text.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      StepSample out;
+      std::string error;
+      const bool ok = parser.parse(text, out, error);
+      want.emplace_back(number, ok);
+      if (ok) want_samples.push_back(out);
+    }
+    const std::string path = dir.file("n.jsonl", content);
+    for (std::size_t chunk : {7, 200, 1 << 16}) {
+      SampleFileReader reader(path, chunk);
+      const auto samples = read_all(reader);
+      ASSERT_EQ(samples.size(), want_samples.size()) << content;
+      for (std::size_t i = 0; i < samples.size(); ++i) expect_same(want_samples[i], samples[i]);
+      std::vector<std::size_t> bad;
+      for (const auto& [n, ok] : want)
+        if (!ok) bad.push_back(n);
+      ASSERT_EQ(reader.errors().size(), bad.size()) << content;
+      for (std::size_t i = 0; i < bad.size(); ++i) EXPECT_EQ(reader.errors()[i].line, bad[i]);
+      EXPECT_EQ(reader.lines(), number);
+      EXPECT_EQ(reader.bytes(), content.size());
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 800);
+}
+
 TEST(SampleFileReader, ReportsWhereTruncationMeetsASmallChunk) {
   TempDir dir;
   std::string content;

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -128,6 +129,62 @@ TEST(Median, ManyRandomLargeColumnsAgree) {
     if (trial % 3 == 0) std::sort(v.begin(), v.end());
     ASSERT_EQ(laggard::detail::median_of(v.data(), n, scratch), reference_median(v))
         << "trial " << trial;
+  }
+}
+
+// The band pass and the selection have an SSE2/scalar, an AVX2 and an AVX-512 form (as far as
+// the processor has them): each gives the sorted reference's values, ties, signed zeros, NaN
+// and infinities included.
+TEST(Median, EveryVectorWidthGivesTheSameValues) {
+  std::vector<double> scratch;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<Input> all = inputs();
+  all.push_back({"signed_zeros", [](std::size_t i, std::mt19937_64& g) {
+                   return i % 3 == 0 ? -0.0 : i % 3 == 1 ? 0.0 : static_cast<double>(g() % 3);
+                 }});
+  all.push_back({"infinities", [inf](std::size_t, std::mt19937_64& g) {
+                   const auto r = g() % 10;
+                   return r == 0 ? inf : r == 1 ? -inf : 1.0 + 0.01 * static_cast<double>(r);
+                 }});
+  for (int width = 0; width <= 2; ++width) {
+    const int before = laggard::detail::set_median_width(width);
+    for (const Input& in : all) {
+      for (std::size_t n : {65u, 100u, 999u, 2047u, 2048u, 5000u, 16384u}) {
+        std::mt19937_64 rng(n * 31 + in.name.size() + static_cast<std::size_t>(width));
+        std::vector<double> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = in.make(i, rng);
+        const std::vector<double> kept = v;
+        const double expected = reference_median(v);
+        const double got = laggard::detail::median_of(v.data(), n, scratch);
+        if (std::isnan(expected))
+          EXPECT_TRUE(std::isnan(got)) << in.name << " n=" << n << " width " << width;
+        else
+          EXPECT_EQ(got, expected) << in.name << " n=" << n << " width " << width;
+        EXPECT_EQ(std::memcmp(v.data(), kept.data(), n * sizeof(double)), 0) << in.name;
+        if (std::isfinite(expected)) {
+          std::vector<double> dev(n);
+          for (std::size_t i = 0; i < n; ++i) dev[i] = std::fabs(v[i] - expected);
+          const double mad = laggard::detail::median_abs_deviation(v.data(), n, expected, scratch);
+          const double want = reference_median(dev);
+          if (std::isnan(want))
+            EXPECT_TRUE(std::isnan(mad)) << in.name << " n=" << n << " width " << width;
+          else
+            EXPECT_EQ(mad, want) << in.name << " n=" << n << " width " << width;
+        }
+        std::vector<double> sorted = v;
+        std::sort(sorted.begin(), sorted.end());
+        for (std::size_t k : {std::size_t{0}, n / 4, n / 2, n - 1}) {
+          double below = -1.0;
+          EXPECT_EQ(laggard::detail::kth_of(v.data(), n, k, scratch), sorted[k])
+              << in.name << " n=" << n << " k=" << k << " width " << width;
+          if (k == 0) continue;
+          EXPECT_EQ(laggard::detail::kth_of(v.data(), n, k, scratch, &below), sorted[k]);
+          EXPECT_EQ(below, sorted[k - 1]) << in.name << " n=" << n << " k=" << k;
+        }
+        EXPECT_EQ(std::memcmp(v.data(), kept.data(), n * sizeof(double)), 0) << in.name;
+      }
+    }
+    laggard::detail::set_median_width(before);
   }
 }
 
@@ -264,6 +321,41 @@ TEST(FlagSlow, SameAsTheScalarRule) {
   std::vector<int> got;
   laggard::detail::flag_slow(at, 4, rule, got);
   EXPECT_EQ(got, (std::vector<int>{1, 3}));
+}
+
+// The MAD read off a sorted column (a merge of the deviations either side of the center) is
+// the value the selection gives, bit for bit: every size 1-80, ties, heavy tails, huge values
+// whose deviations overflow, centers inside and outside the values.
+TEST(Mad, FromTheSortedValuesIsTheSelectedOne) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<double> scratch, copy;
+  int sorted_cases = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const std::size_t n = 1 + round % 80;
+    std::vector<double> v(n);
+    for (double& x : v) {
+      const double r = u(rng);
+      x = round % 4 == 0 ? std::floor(r * 5.0)                   // ties
+          : round % 4 == 1 ? std::exp(8.0 * u(rng)) * (r - 0.3)  // heavy tails
+          : round % 4 == 2 ? (r < 0.5 ? -1.7e308 : 1.6e308) * u(rng)
+                           : r;
+    }
+    bool sorted = false;
+    const double median = laggard::detail::median_of(v.data(), n, scratch, sorted);
+    copy = v;
+    EXPECT_EQ(median, laggard::detail::median_inplace(copy.data(), n));
+    if (!sorted) continue;
+    ASSERT_TRUE(std::is_sorted(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n)));
+    ++sorted_cases;
+    for (double center : {median, 0.0, scratch[0] - 1.0, scratch[n - 1] + 1.0, scratch[n / 3]}) {
+      std::vector<double> work;
+      const double want = laggard::detail::median_abs_deviation(v.data(), n, center, work);
+      const double got = laggard::detail::median_abs_deviation_sorted(scratch.data(), n, center);
+      ASSERT_EQ(std::memcmp(&want, &got, sizeof want), 0) << n << " " << center;
+    }
+  }
+  EXPECT_GT(sorted_cases, 2000);
 }
 
 }  // namespace

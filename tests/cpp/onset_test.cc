@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 
+#include "laggard/detail/onset_columns.hpp"
 #include "laggard/summary.hpp"
 
 namespace laggard {
@@ -138,6 +140,75 @@ TEST(Onset, DetectorIsSmall) {
   EXPECT_LE(sizeof(OnsetDetector), 320u);
 }
 
+// OnsetColumns steps many series together: every series must end where its own OnsetDetector
+// does, bit for bit, whatever its values (noise from 1e-5 to 0.5, shifts, spikes, quantized
+// values, gaps, non-finite values, two values in one window) and options.
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+TEST(OnsetColumns, EverySeriesEndsAsItsOwnDetectorDoes) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::normal_distribution<double> z(0.0, 1.0);
+  int checked = 0, found = 0;
+  for (int config = 0; config < 24; ++config) {
+    OnsetOptions o;
+    o.baseline_windows = 3 + config % 6;
+    o.persist_windows = 1 + config % 4;
+    o.threshold = config % 3 == 0 ? 2.0 : 5.0;
+    const double shifts[] = {1e-6, 0.01, 0.1, 1.0};
+    o.min_shift = shifts[config % 4];
+    const double cap = config % 5 == 0 ? OnsetDetector::kNoCap : 0.0;
+    const int series = 1 + config * 3;  // not all multiples of 4
+    detail::OnsetColumns columns(o, cap);
+    std::vector<OnsetDetector> own;
+    std::vector<double> sd, rise;
+    std::vector<int> onset_at;
+    std::vector<bool> quantized;
+    for (int i = 0; i < series; ++i) {
+      EXPECT_EQ(columns.add_series(), i);
+      own.emplace_back(o, cap);
+      sd.push_back(std::pow(10.0, -5.0 + 4.7 * u(rng)));
+      rise.push_back(u(rng) < 0.5 ? 0.0 : std::log(1.0 + 2.0 * u(rng) * o.min_shift + 0.05));
+      onset_at.push_back(static_cast<int>(400 * u(rng)));
+      quantized.push_back(u(rng) < 0.2);
+    }
+    for (int w = 0; w < 400; ++w) {
+      const std::int64_t step = 10 * w + (config % 2 ? 1000000000LL : 0);
+      for (int i = 0; i < series; ++i) {
+        if (u(rng) < 0.08) continue;  // a gap
+        const int copies = u(rng) < 0.03 ? 2 : 1;
+        for (int c = 0; c < copies; ++c) {
+          double v = sd[i] * z(rng) + (w >= onset_at[i] ? rise[i] : 0.0);
+          if (u(rng) < 0.02) v += 1.0;  // a spike
+          if (quantized[i]) v = std::round(v * 100.0) / 100.0;  // ties, zeros
+          if (u(rng) < 0.01) v = u(rng) < 0.5 ? std::nan("") : HUGE_VAL;
+          columns.stage(i, step, v);
+          own[i].add(step, v);
+        }
+      }
+      if (w % 3 == 0 && u(rng) < 0.5) {
+        // A series staged at the next step: the window before is added first.
+        columns.stage(0, step + 5, 0.25);
+        own[0].add(step + 5, 0.25);
+      }
+      columns.add_window();
+      if (w % 37 != 36 && w != 399) continue;
+      for (int i = 0; i < series; ++i) {
+        const OnsetDetector d = columns.detector(i);
+        ASSERT_EQ(d.values(), own[i].values()) << config << " " << i << " " << w;
+        ASSERT_EQ(d.onset(), own[i].onset()) << config << " " << i << " " << w;
+        ASSERT_TRUE(same_bits(d.baseline(), own[i].baseline())) << config << " " << i << " " << w;
+        ASSERT_TRUE(same_bits(d.since(), own[i].since())) << config << " " << i << " " << w;
+        ++checked;
+        found += d.onset().has_value();
+      }
+    }
+  }
+  EXPECT_GT(checked, 5000);
+  EXPECT_GT(found, 500);  // both kinds of series were exercised
+  EXPECT_LT(found, checked - 500);
+}
+
 // RunAnalysis: a straggler's onset and the job's step-time onset.
 Window window(std::int64_t step, const std::vector<double>& forward) {
   Window w;
@@ -181,6 +252,36 @@ TEST(RunAnalysisOnset, StragglerAndStepTimeOnsets) {
   EXPECT_FALSE(analysis.onset("dp", "forward", 0).has_value());
   EXPECT_FALSE(analysis.onset("dp", "communication", 0).has_value());  // waiting: not tracked
   EXPECT_FALSE(analysis.onset("nope", "forward", 2).has_value());
+}
+
+// A copy, a moved-to and a reused moved-from analysis each go on with onsets of their own (the
+// stages' onsets are found by position from the window before, which must not lead one object
+// into another's).
+TEST(RunAnalysisOnset, CopiesAndMovesKeepTheirOwnOnsets) {
+  std::mt19937_64 rng(12);
+  std::normal_distribution<double> noise(1.0, 0.01);
+  auto forward = [&](int i, int slow_rank) {
+    std::vector<double> f;
+    for (int r = 0; r < 4; ++r)
+      f.push_back(60.0 * noise(rng) * (r == slow_rank && i >= 20 ? 1.5 : 1.0));
+    return f;
+  };
+  RunAnalysis first;
+  for (int i = 0; i < 12; ++i) first.add(window(10 * i, forward(i, -1)));
+  RunAnalysis copy = first;
+  RunAnalysis moved = std::move(first);
+  first = RunAnalysis();  // reused after the move
+  for (int i = 12; i < 40; ++i) {
+    copy.add(window(10 * i, forward(i, 1)));
+    moved.add(window(10 * i, forward(i, 3)));
+    first.add(window(10 * i, forward(i, 2)));
+  }
+  EXPECT_EQ(copy.onset("dp", "forward", 1), std::optional<std::int64_t>(200));
+  EXPECT_FALSE(copy.onset("dp", "forward", 3).has_value());
+  EXPECT_EQ(moved.onset("dp", "forward", 3), std::optional<std::int64_t>(200));
+  EXPECT_FALSE(moved.onset("dp", "forward", 1).has_value());
+  EXPECT_EQ(first.onset("dp", "forward", 2), std::optional<std::int64_t>(200));
+  EXPECT_FALSE(first.onset("dp", "forward", 1).has_value());
 }
 
 TEST(RunAnalysisOnset, HealthyRunHasNoOnsets) {

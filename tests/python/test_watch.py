@@ -108,10 +108,14 @@ def test_pipe_prints_one_plain_line_per_change(tmp_path):
     p = subprocess.Popen(_watch_cmd() + [str(run), "--interval", "0.1", "--wait", "30"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True, env=_env(), cwd=ROOT)
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln.rstrip("\n")) for ln in p.stdout],
-                     daemon=True).start()
-    got = []
+    lines, err_lines = queue.Queue(), queue.Queue()
+    readers = [threading.Thread(target=lambda: [lines.put(ln.rstrip("\n")) for ln in p.stdout],
+                                daemon=True),
+               threading.Thread(target=lambda: [err_lines.put(ln) for ln in p.stderr],
+                                daemon=True)]
+    for t in readers:
+        t.start()
+    got, err = [], []
 
     def expect_line():
         # waits for the view's next line, so that each change is read in a refresh of its own
@@ -119,7 +123,9 @@ def test_pipe_prints_one_plain_line_per_change(tmp_path):
         got.append(lines.get(timeout=30))
 
     try:
-        time.sleep(0.5)
+        # the directory is made once the view says it waits for it (on a busy machine the
+        # program may take longer than any fixed sleep to start)
+        err.append(err_lines.get(timeout=30))
         run.mkdir()
         expect_line()  # "watching", once the directory is there
         reports = run / "reports.jsonl"
@@ -147,9 +153,14 @@ def test_pipe_prints_one_plain_line_per_change(tmp_path):
         time.sleep(1.0)  # nothing more comes
     finally:
         p.terminate()
-        _, err = p.communicate(timeout=30)
+        p.wait(timeout=30)
+        for t in readers:  # to the pipes' end
+            t.join(timeout=30)
     while not lines.empty():
         got.append(lines.get())
+    while not err_lines.empty():
+        err.append(err_lines.get())
+    err = "".join(err)
     out = "\n".join(got)
     assert "\x1b" not in out
     assert got[0].startswith("laggard watch: watching"), out
