@@ -267,7 +267,14 @@ class LAGGARD_API Analyzer {
   /// events have completed, seen at a later begin_step); its report comes some steps later.
   void end_step() noexcept {
     if (LAGGARD_LIKELY(!sampled_)) return;
-    end_sampled_step();
+    end_sampled_step(std::chrono::steady_clock::now(), Recorder::SlotReadings{});
+  }
+  /// end_step() with the step's end read by the caller (steady_clock, just before) and resource
+  /// readings by slot recorded last (Recorder::end_step(now, readings)).
+  void end_step(std::chrono::steady_clock::time_point now,
+                const Recorder::SlotReadings& readings) noexcept {
+    if (LAGGARD_LIKELY(!sampled_)) return;
+    end_sampled_step(now, readings);
   }
   /// Adds a duration measured elsewhere to a stage of this step (no-op if not sampled).
   void add(StageId id, double ms, std::uint32_t calls = 1) noexcept {
@@ -380,13 +387,15 @@ class LAGGARD_API Analyzer {
 
  private:
   struct Impl;
-  void end_sampled_step() noexcept;
+  void end_sampled_step(std::chrono::steady_clock::time_point now,
+                        const Recorder::SlotReadings& readings) noexcept;
   void register_for_fork() noexcept;
   void forked_step() noexcept;
 
   std::unique_ptr<Impl> impl_;
   Recorder* recorder_ = nullptr;  ///< owned by impl_; null when disabled or closed
   bool sampled_ = false;
+  bool verdict_callbacks_ = false;  ///< on_straggler or on_clear given (end_sampled_step acts)
 };
 
 /// RAII section scope on an Analyzer: times one entry of a stage on a sampled step, costs one

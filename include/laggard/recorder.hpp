@@ -3,6 +3,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,16 +93,29 @@ class LAGGARD_API Recorder {
   /// stage id i was entered in the step (ms[i], calls[i]); of `values` / `resources`: the
   /// value / resource reading of slot i was recorded (value[i] / resource[i]). Entries whose
   /// bit is clear hold anything. The names are the sink's (RawStepSink::name).
-  struct RawStep {
+  /// Each array starts a cache line: a step with 8 stages and 30 readings writes 6 lines of a
+  /// slot (the header with the first 8 stages' calls, 8 stages' ms, the readings), a slot the
+  /// consumer thread read last.
+  struct alignas(64) RawStep {
     std::int64_t step = 0;
     double step_ms = 0.0;
     std::uint32_t stages = 0;
     std::uint32_t values = 0;
     std::uint32_t resources = 0;
     std::array<std::uint32_t, kMaxStages> calls;
-    std::array<double, kMaxStages> ms;
-    std::array<double, kMaxValues> resource;
-    std::array<double, kMaxValues> value;
+    alignas(64) std::array<double, kMaxStages> ms;
+    alignas(64) std::array<double, kMaxValues> resource;
+    alignas(64) std::array<double, kMaxValues> value;
+  };
+  /// Resource readings by slot (from resource_slot; a slot < 0 records nothing) that
+  /// end_step(now, readings) records after those recorded by name or slot during the step, as
+  /// record_resource_at would: laggard's resource sampler publishes the same ones every sampled
+  /// step, and with a RawStepSink they are copied from the caller's arrays into the sink's slot
+  /// at once. The arrays must stay as they are until end_step returns.
+  struct SlotReadings {
+    const std::int8_t* slots = nullptr;
+    const double* values = nullptr;
+    std::size_t count = 0;
   };
   /// Which of the recorder's name tables a RawStepSink::name call is about.
   enum class NameTable { stage, value, resource };
@@ -119,7 +133,10 @@ class LAGGARD_API Recorder {
   /// Starts a step. Decides whether it is sampled. Also polls a device backend.
   void begin_step(std::int64_t step) noexcept;
   /// Ends the step; a sampled host-clock step emits its sample here.
-  void end_step() noexcept;
+  void end_step() noexcept { end_step(std::chrono::steady_clock::now(), SlotReadings{}); }
+  /// end_step() with the step's end read by the caller (steady_clock, just before: one clock
+  /// read for the caller's figures and the step) and `readings` recorded last (SlotReadings).
+  void end_step(std::chrono::steady_clock::time_point now, const SlotReadings& readings) noexcept;
   /// Device backends: emits samples whose marks have completed (and whose deferred values have
   /// been resolved, or waited max_deferred_polls polls for). Never blocks.
   void poll() noexcept;
@@ -130,6 +147,19 @@ class LAGGARD_API Recorder {
 
   bool sampled() const noexcept { return sampled_; }
   bool enabled() const noexcept { return options_.interval > 0; }
+  /// Asks the CPU for the cache lines that a sampled step's begin_step and end_step touch here
+  /// (the first line, the counters, the first 8 stages' times, the values' and readings'
+  /// flags), so that they arrive together rather than one after another: right after a
+  /// training step each is a miss. Changes nothing.
+  void prefetch_step() const noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(&sampled_, 1);
+    __builtin_prefetch(&counters_, 1);
+    for (std::size_t i = 0; i < 8; i += 2) __builtin_prefetch(&times_[i], 1);
+    __builtin_prefetch(&values_, 1);
+    __builtin_prefetch(&resources_, 1);
+#endif
+  }
   std::int64_t step() const noexcept { return step_; }
   const RecorderCounters& counters() const noexcept { return counters_; }
   const char* backend_name() const noexcept;
@@ -211,7 +241,7 @@ class LAGGARD_API Recorder {
   /// `set` cleared at each sampled begin_step.
   /// What a sampled step reads first (count, awaiting, set: one cache line), then the values;
   /// the names, read on first sight of a name only, last.
-  struct NamedSlots {
+  struct alignas(64) NamedSlots {  // (count, awaiting, set and the first 3 values: one line)
     int count = 0;
     int awaiting = 0;  ///< names with a token in `waiting` (the nonzero entries)
     std::array<bool, kMaxValues> set{};
@@ -244,13 +274,16 @@ class LAGGARD_API Recorder {
   /// Fills a claimed ring slot's step, step time, entered stages, values and readings, and
   /// commits it (the stage times and calls are the caller's).
   void commit_raw(RawStep* r, std::int64_t step, double step_ms, std::uint32_t entered,
-                  const NamedSlots& values, const NamedSlots& resources) noexcept;
+                  const NamedSlots& values, const NamedSlots& resources,
+                  const SlotReadings& readings) noexcept;
   /// Cheap clock for the hot path: the invariant TSC on x86-64, else steady_clock nanoseconds.
   /// Ticks are converted to milliseconds at end_step with a rate calibrated against
   /// steady_clock over the recorder's lifetime.
   std::uint64_t ticks() const noexcept;
   /// `now`: steady_clock's, read just before.
-  void calibrate(std::chrono::steady_clock::time_point now) noexcept;
+  /// `now_ticks`: ticks(), read just after. Returns the step's length in ms (from
+  /// step_started_ticks_), at the calibrated rate.
+  void calibrate(std::chrono::steady_clock::time_point now, std::uint64_t now_ticks) noexcept;
   void begin_slow(StageId id) noexcept;
   void end_slow(StageId id) noexcept;
   // The device backends' part of begin_step, begin, end and end_step.
@@ -285,12 +318,12 @@ class LAGGARD_API Recorder {
   std::int64_t step_ = 0;
   std::unique_ptr<TimingBackend> backend_;
   RawStepSink* raw_ = nullptr;  ///< set: samples go there as RawSteps (no scratch_)
-  std::chrono::steady_clock::time_point step_started_{};
+  std::uint64_t step_started_ticks_ = 0;  ///< ticks() at the sampled step's begin
   double ms_per_tick_ = 1e-6;
   std::uint64_t calib_ticks0_ = 0;
   std::chrono::steady_clock::time_point calib_time0_{};
   RecorderCounters counters_;
-  std::array<SlotTime, kMaxStages> times_{};
+  alignas(64) std::array<SlotTime, kMaxStages> times_{};  ///< 8 stages: 4 lines
   NamedSlots values_;
   NamedSlots resources_;
   RecorderOptions options_;

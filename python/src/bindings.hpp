@@ -40,6 +40,13 @@ class HotTarget {
   virtual Recorder& rec() = 0;
   virtual bool begin_step(std::int64_t step) = 0;
   virtual void end_step() = 0;
+  /// end_step() with the step's end read by the caller (steady_clock) and resource readings by
+  /// slot recorded last (Recorder::end_step(now, readings)).
+  virtual void end_step_at(std::chrono::steady_clock::time_point now,
+                           const Recorder::SlotReadings& readings) = 0;
+  /// The engine's Analyzer, alive as long as this object (nullptr: a standalone Recorder):
+  /// begin_step/end_step on it do what those above do, one virtual call and a cache line fewer.
+  virtual Analyzer* analyzer() noexcept { return nullptr; }
 };
 
 // hot_calls.cc: the CPython builtins and context manager of the training thread.

@@ -458,11 +458,16 @@ class PyEngine final : public HotTarget {
   }
 
   Recorder& rec() override { return *recorder_; }
+  Analyzer* analyzer() noexcept override { return analyzer_.get(); }
   LAGGARD_HOT bool begin_step(std::int64_t step) override {
     analyzer_->begin_step(step);
     return analyzer_->sampled();
   }
   LAGGARD_HOT void end_step() override { analyzer_->end_step(); }
+  LAGGARD_HOT void end_step_at(std::chrono::steady_clock::time_point now,
+                               const Recorder::SlotReadings& readings) override {
+    analyzer_->end_step(now, readings);
+  }
 
   Analyzer& an() { return *analyzer_; }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include <array>
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -348,7 +349,7 @@ py::object new_builtin(PyMethodDef* def, const py::object& handle) {
 // attach/detach calls. The readings themselves are read on the sampler thread, which publishes
 // them here (publish); the training thread copies doubles. Anything out of the ordinary (a step
 // that is not an exact non-negative int) goes to the Python method.
-struct StepData {
+struct alignas(64) StepData {
   // The published readings, in order, each with its slot in the recorder's resources once an
   // end_step has registered the name (kUnknownSlot before): a sampled step copies doubles into
   // slots and compares no name. Laid out by what a sampled step touches (right after a training
@@ -427,16 +428,19 @@ struct StepState {
   long long skip_every;   // host clock: steps not sampled need no recorder call; -1: none
   bool sampled;           // the recorder's, as the builtins left it: no cold read of it
   bool dict_sampled;      // `_sampled` is a plain instance attribute: stored into the dict
+  PyObject* step;         // the step begun last when it is not an exact int >= 0 (else null)
+  PyObject* noop;         // what section() returns on a step that is not sampled
+  // (a step that is not sampled reads the fields above alone: 48 bytes)
+  Analyzer* an_cpp;       // target's Analyzer (begin_step/end_step straight on it), or null
+  Recorder* rec;          // target's recorder (its lines prefetched)
   StepData* d;
   PyObject* an_ref;       // a weak reference to the Analyzer
   PyObject* sections;
-  PyObject* noop;         // what section_off returns, and what section_on looks names up in
   PyObject* gc_list;      // gc.callbacks, with resources and GC pauses
   PyObject* gc_cb;        // a GcPauses, in gc.callbacks during a sampled step
   PyObject* on_begin;     // list: calls at a sampled step's begin (laggard.torch's attach)
   PyObject* on_end;       // list: at its end (detach)
   PyObject* find_cuda;    // ResourceSampler._find_cuda_device until it has found the device
-  PyObject* step;         // the step begun last when it is not an exact int >= 0 (else null)
   PyObject* owner;        // the _core.Engine (or Recorder), kept alive
   PyObject* begin_py;     // Analyzer.begin_step / end_step: the unusual cases
   PyObject* end_py;
@@ -608,11 +612,14 @@ LAGGARD_COLD void find_cuda(StepState* s) {
 // A sampled step's resources, into the recorder before its end_step (in the order
 // ResourceSampler.step_end hands them over): the GC figures, the data wait, the latest
 // readings unless stale (the sampler has not published for 4 periods and at least 5 s); then
-// the period follows the time between sampled steps.
-LAGGARD_HOT void resources_end(StepState* s) {
+// the period follows the time between sampled steps. `now`: time.monotonic(). With `out`, the
+// latest readings are not recorded here but left in `out` for the recorder's end_step, which
+// copies them last, straight into the ring (the caller ends the step before anything can
+// publish again), and the caller looks for the CUDA device after that.
+LAGGARD_HOT void resources_end(StepState* s, double now, Recorder::SlotReadings* out) {
   StepData& d = *s->d;
   if (!d.resources) return;
-  Recorder& rec = s->target->rec();
+  Recorder& rec = *s->rec;
   if (gc_detach(s)) {
     const auto* g = reinterpret_cast<GcPauses*>(s->gc_cb);
     record_at(rec, d.gc_pause_slot, "host_gc_pause_ms", g->pause_s * 1000.0);
@@ -623,7 +630,6 @@ LAGGARD_HOT void resources_end(StepState* s) {
               d.has_wait_in_step ? d.wait_in_step_ms : d.wait_before_ms);
     d.has_wait_in_step = d.has_wait_before = false;
   }
-  const double now = monotonic_s();
   if (d.has_latest) {
     const double stale_s = 4.0 * d.period_s;
     if (now - d.latest_t <= (stale_s > 5.0 ? stale_s : 5.0)) {
@@ -631,11 +637,15 @@ LAGGARD_HOT void resources_end(StepState* s) {
       // Slots and values only: no name is read (a slot < 0 records nothing).
       const std::int8_t* slots = d.slots.data();
       const double* values = d.values.data();
-      for (std::size_t i = 0, n = d.slots.size(); i < n; ++i)
-        rec.record_resource_at(slots[i], values[i]);
+      if (out != nullptr) {
+        *out = Recorder::SlotReadings{slots, values, d.slots.size()};
+      } else {
+        for (std::size_t i = 0, n = d.slots.size(); i < n; ++i)
+          rec.record_resource_at(slots[i], values[i]);
+      }
     }
   }
-  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
+  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr) && out == nullptr) find_cuda(s);
   const bool had_last = d.has_last_sampled;
   const double last = d.last_sampled;
   d.last_sampled = now;
@@ -688,6 +698,28 @@ LAGGARD_COLD PyObject* begin_step_python(StepState* s, PyObject* self, PyObject*
   return r;
 }
 
+// A sampled step's begin or end: the cache lines it will touch, asked for at once (their
+// addresses are in this object) rather than one after another as the code reaches them.
+LAGGARD_HOT inline void prefetch_sampled(const StepState* s) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(s->an_cpp);
+  __builtin_prefetch(s->d, 1);
+  if (s->d->resources) {
+    __builtin_prefetch(s->gc_cb, 1);
+    __builtin_prefetch(s->gc_list, 1);
+  }
+#endif
+  s->rec->prefetch_step();
+}
+
+LAGGARD_HOT inline bool target_begin_step(StepState* s, long long k) noexcept {
+  if (LAGGARD_LIKELY(s->an_cpp != nullptr)) {
+    s->an_cpp->begin_step(k);
+    return s->an_cpp->sampled();
+  }
+  return s->target->begin_step(k);
+}
+
 // A step that is not sampled touches this object alone: the step, one flag, the interval.
 LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   auto* s = reinterpret_cast<StepState*>(self);
@@ -704,10 +736,11 @@ LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
   if (LAGGARD_UNLIKELY(s->step != nullptr)) Py_CLEAR(s->step);
   if (!s->sampled && s->skip_every >= 0 && (s->skip_every == 0 || k % s->skip_every != 0))
     Py_RETURN_NONE;  // not sampled, nothing open: the recorder has nothing to do
+  prefetch_sampled(s);
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
   if (an == Py_None) Py_RETURN_NONE;
   Py_INCREF(an);
-  const bool sampled = s->target->begin_step(k);
+  const bool sampled = target_begin_step(s, k);
   s->sampled = sampled;
   set_sampled(s, an, sampled ? Py_True : Py_False);
   if (sampled) {
@@ -722,13 +755,29 @@ LAGGARD_HOT PyObject* step_begin_step(PyObject* self, PyObject* step) {
 LAGGARD_HOT PyObject* step_end_step(PyObject* self, PyObject*) {
   auto* s = reinterpret_cast<StepState*>(self);
   if (!s->sampled || s->target == nullptr) Py_RETURN_NONE;
+  prefetch_sampled(s);
   PyObject* an = PyWeakref_GET_OBJECT(s->an_ref);
   if (an == Py_None) Py_RETURN_NONE;
   Py_INCREF(an);
-  resources_end(s);
+  // One clock read for the step's end and the readings' staleness and period (steady_clock
+  // is CLOCK_MONOTONIC, time.monotonic()'s clock).
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  Recorder::SlotReadings readings;
+  resources_end(s, static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9,
+                &readings);
   s->sampled = false;
   set_sampled(s, an, Py_False);
-  s->target->end_step();
+  // Nothing between resources_end and this (no Python code, the GIL held): the readings'
+  // arrays are as resources_end left them.
+  const std::chrono::steady_clock::time_point now(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+  if (LAGGARD_LIKELY(s->an_cpp != nullptr))
+    s->an_cpp->end_step(now, readings);
+  else
+    s->target->end_step_at(now, readings);
+  if (LAGGARD_UNLIKELY(s->find_cuda != nullptr)) find_cuda(s);
   if (LAGGARD_UNLIKELY(PyList_GET_SIZE(s->on_end) > 0))
     call_hooks(s, s->on_end, "end_step", "detached");
   Py_DECREF(an);
@@ -841,7 +890,7 @@ PyObject* step_resources_begin(PyObject* self, PyObject*) {
 }
 
 PyObject* step_resources_end(PyObject* self, PyObject*) {
-  resources_end(reinterpret_cast<StepState*>(self));
+  resources_end(reinterpret_cast<StepState*>(self), monotonic_s(), nullptr);
   Py_RETURN_NONE;
 }
 
@@ -1026,6 +1075,8 @@ py::object make_step_state(py::handle step_builtin, py::handle analyzer, py::han
   s->d = new StepData();
   s->owner = Py_NewRef(h->owner);
   s->target = h->target;
+  s->an_cpp = h->target->analyzer();
+  s->rec = &h->target->rec();
   s->an_ref = ref;
   s->begin_py = Py_NewRef(begin_py.ptr());
   s->end_py = Py_NewRef(end_py.ptr());

@@ -75,6 +75,10 @@ class PyRecorder final : public HotTarget {
     recorder_->begin_step(step);  // a step never ended is closed here
     return recorder_->sampled();
   }
+  void end_step_at(std::chrono::steady_clock::time_point now,
+                   const Recorder::SlotReadings& readings) override {
+    if (recorder_->sampled()) recorder_->end_step(now, readings);
+  }
   void end_step() override {
     if (recorder_->sampled()) recorder_->end_step();
   }

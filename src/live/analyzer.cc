@@ -1414,9 +1414,11 @@ LAGGARD_HOT void Analyzer::begin_step(std::int64_t step) noexcept {
   sampled_ = recorder_->sampled();
 }
 
-LAGGARD_HOT void Analyzer::end_sampled_step() noexcept {
+LAGGARD_HOT void Analyzer::end_sampled_step(std::chrono::steady_clock::time_point now,
+                                            const Recorder::SlotReadings& readings) noexcept {
   sampled_ = false;
-  recorder_->end_step();
+  recorder_->end_step(now, readings);
+  if (LAGGARD_LIKELY(!verdict_callbacks_)) return;  // (no cache line of impl_ read)
   Impl& im = *impl_;
   if ((!im.on_straggler.empty() || !im.on_clear.empty()) &&
       im.bg->verdict_seq_seen.load(std::memory_order_acquire) != im.verdict_seq_acted) {
@@ -1468,11 +1470,17 @@ std::uint64_t Analyzer::verdict_seq() const noexcept {
 }
 
 void Analyzer::on_straggler(VerdictCallback fn) {
-  if (impl_ && fn) impl_->on_straggler.push_back(std::move(fn));
+  if (impl_ && fn) {
+    impl_->on_straggler.push_back(std::move(fn));
+    verdict_callbacks_ = true;
+  }
 }
 
 void Analyzer::on_clear(VerdictCallback fn) {
-  if (impl_ && fn) impl_->on_clear.push_back(std::move(fn));
+  if (impl_ && fn) {
+    impl_->on_clear.push_back(std::move(fn));
+    verdict_callbacks_ = true;
+  }
 }
 
 std::int64_t Analyzer::stop_step() const noexcept {
@@ -1610,7 +1618,7 @@ void Analyzer::close(double timeout_s) noexcept {
     if (!(timeout_s >= 0.0) || !std::isfinite(timeout_s)) timeout_s = impl_->options.close_timeout_s;
     const auto start = Clock::now();
     const auto until = start + seconds(timeout_s);
-    if (sampled_) end_sampled_step();
+    end_step();  // a sampled step never ended
     Recorder& rec = *impl_->recorder;
     if (rec.backend() != nullptr) {
       // Device timing: poll (never wait on the device) until every sampled step is emitted or

@@ -167,12 +167,18 @@ class StepRing final : public RawStepSink {
     wake_ = wake;
   }
 
+  /// The consumer's head is read only when the one seen last leaves no room: its cache line,
+  /// which the consumer writes at each pop, is not pulled over to the training thread's core at
+  /// every step.
   LAGGARD_HOT Recorder::RawStep* claim() noexcept override {
     const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
-    if (tail - head_.load(std::memory_order_acquire) >= capacity_) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      if (wake_ != nullptr) wake_->wake_on_data();
-      return nullptr;
+    if (tail - head_seen_ >= capacity_) {
+      head_seen_ = head_.load(std::memory_order_acquire);
+      if (tail - head_seen_ >= capacity_) {
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        if (wake_ != nullptr) wake_->wake_on_data();
+        return nullptr;
+      }
     }
     return &slots_[tail % capacity_];
   }
@@ -258,8 +264,8 @@ class StepRing final : public RawStepSink {
 
   const std::size_t capacity_;
   std::unique_ptr<Recorder::RawStep[]> slots_;
+  WakeWord* wake_ = nullptr;  // (in the line that claim and commit read)
   RankInfo rank_;
-  WakeWord* wake_ = nullptr;
   // By Recorder::NameTable: written by the producer once a slot, before the first step that
   // uses the slot is committed (so the consumer reads them after the acquire in pop).
   std::array<Names, 3> names_;
@@ -267,6 +273,7 @@ class StepRing final : public RawStepSink {
   std::array<StageKind, Recorder::kMaxStages> stage_kinds_{};
   alignas(64) std::atomic<std::uint64_t> head_{0};  // consumer
   alignas(64) std::atomic<std::uint64_t> tail_{0};  // producer
+  std::uint64_t head_seen_ = 0;  // producer: head_ as claim() read it last (<= head_)
   alignas(64) std::atomic<std::uint64_t> dropped_{0};
 };
 

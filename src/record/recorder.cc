@@ -95,10 +95,10 @@ inline std::uint64_t read_ticks([[maybe_unused]] bool use_tsc) noexcept {
 
 LAGGARD_HOT std::uint64_t Recorder::ticks() const noexcept { return read_ticks(use_tsc_); }
 
-LAGGARD_HOT void Recorder::calibrate(std::chrono::steady_clock::time_point now) noexcept {
+LAGGARD_HOT void Recorder::calibrate(std::chrono::steady_clock::time_point now,
+                                     std::uint64_t now_ticks) noexcept {
   if (!use_tsc_) return;  // ticks are nanoseconds already
   // Recalibrated on every sampled step: the longer the baseline, the more exact the rate.
-  const auto now_ticks = read_ticks(use_tsc_);
   const double elapsed_ms = ms_between(calib_time0_, now);
   if (now_ticks > calib_ticks0_ && elapsed_ms > 0.0)
     ms_per_tick_ = elapsed_ms / static_cast<double>(now_ticks - calib_ticks0_);
@@ -151,7 +151,9 @@ LAGGARD_HOT void Recorder::begin_step(std::int64_t step) noexcept {
   values_.clear_step();
   resources_.clear_step();
   if (LAGGARD_UNLIKELY(backend_ != nullptr)) begin_device_step(step);
-  step_started_ = std::chrono::steady_clock::now();
+  // The step's start in ticks (the TSC: no clock call; end_step converts at the rate it
+  // calibrates against the clock it reads there).
+  step_started_ticks_ = read_ticks(use_tsc_);
 }
 
 LAGGARD_COLD void Recorder::begin_device_step(std::int64_t step) noexcept {
@@ -257,25 +259,41 @@ LAGGARD_COLD void Recorder::end_device(StageId id) noexcept {
 
 LAGGARD_HOT inline void Recorder::commit_raw(RawStep* r, std::int64_t step, double step_ms,
                                              std::uint32_t entered, const NamedSlots& values,
-                                             const NamedSlots& resources) noexcept {
+                                             const NamedSlots& resources,
+                                             const SlotReadings& readings) noexcept {
   r->step = step;
   r->step_ms = step_ms;
   r->stages = entered;
   r->values = copy_raw(values, r->value);
-  r->resources = copy_raw(resources, r->resource);
+  std::uint32_t recorded = copy_raw(resources, r->resource);
+  // The caller's readings last (as record_resource_at after the others), from its arrays
+  // straight into the slot.
+  for (std::size_t i = 0; i < readings.count; ++i) {
+    const int slot = readings.slots[i];
+    if (slot < 0 || slot >= resources.count) continue;
+    r->resource[static_cast<std::size_t>(slot)] = readings.values[i];
+    recorded |= 1u << slot;
+  }
+  r->resources = recorded;
   raw_->commit();
 }
 
-LAGGARD_HOT void Recorder::end_step() noexcept {
+LAGGARD_HOT void Recorder::end_step(std::chrono::steady_clock::time_point now,
+                                    const SlotReadings& readings) noexcept {
   if (!sampled_) return;
+  if (LAGGARD_UNLIKELY(raw_ == nullptr || backend_ != nullptr)) {
+    // The sample is built here (or waits for its marks): the readings into the slots first.
+    for (std::size_t i = 0; i < readings.count; ++i)
+      record_resource_at(readings.slots[i], readings.values[i]);
+  }
   sampled_ = false;
-  const auto now = std::chrono::steady_clock::now();
-  const double step_ms = ms_between(step_started_, now);
+  const std::uint64_t now_ticks = read_ticks(use_tsc_);
+  calibrate(now, now_ticks);
+  const double step_ms = static_cast<double>(now_ticks - step_started_ticks_) * ms_per_tick_;
   if (LAGGARD_UNLIKELY(backend_ != nullptr)) {
     end_device_step(step_ms);
     return;
   }
-  calibrate(now);
   RawStep* r = nullptr;
   if (raw_ != nullptr) {  // the numbers alone, straight from the slots into the sink
     ++counters_.samples_emitted;
@@ -302,7 +320,7 @@ LAGGARD_HOT void Recorder::end_step() noexcept {
     }
   }
   if (r != nullptr) {
-    commit_raw(r, step_, step_ms, entered, values_, resources_);
+    commit_raw(r, step_, step_ms, entered, values_, resources_, readings);
   } else if (raw_ == nullptr) {
     emit(step_, step_ms, ms.data(), calls.data(), values_, resources_);
   }
@@ -489,7 +507,7 @@ void Recorder::emit(std::int64_t step, double step_ms, const double* ms,
       r->ms[i] = ms[i];
       r->calls[i] = calls[i];
     }
-    commit_raw(r, step, step_ms, entered, values, resources);
+    commit_raw(r, step, step_ms, entered, values, resources, SlotReadings{});
     return;
   }
   scratch_.rank = options_.rank.rank;

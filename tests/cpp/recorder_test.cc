@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -623,7 +624,17 @@ void run_twins(std::unique_ptr<TimingBackend> dev_a, std::unique_ptr<TimingBacke
       r->record_resource("host_cpu_util_pct", 12.5);
       const int slot = r->resource_slot("host_gc_collections");
       if (step != 8) r->record_resource_at(slot, step);
-      r->end_step();
+      if (step % 4 == 2) {
+        // Readings by slot handed to end_step: recorded after the others (the slot recorded
+        // during the step takes the later value), a new name's slot, a slot < 0 left out.
+        const std::int8_t slots[] = {
+            static_cast<std::int8_t>(r->resource_slot("host_mem_rss_mb")),
+            static_cast<std::int8_t>(slot), -1};
+        const double values[] = {step * 1.5, -2.0, 7.0};
+        r->end_step(std::chrono::steady_clock::now(), {slots, values, 3});
+      } else {
+        r->end_step();
+      }
     }
     if (complete_a != nullptr) {
       complete_a->complete = complete_b->complete = true;
@@ -641,6 +652,13 @@ void run_twins(std::unique_ptr<TimingBackend> dev_a, std::unique_ptr<TimingBacke
   EXPECT_EQ(got_b[3].values[1].name, long_name);
   EXPECT_TRUE(std::signbit(got_b[3].values[1].value));
   EXPECT_EQ(got_b[4].resources.size(), 1u);  // step 8: host_gc_collections not recorded
+  for (const std::size_t i : {1u, 3u}) {  // steps 2 and 6: the readings handed to end_step
+    ASSERT_EQ(got_b[i].resources.size(), 3u);
+    EXPECT_EQ(got_b[i].resources[1].name, "host_gc_collections");
+    EXPECT_EQ(got_b[i].resources[1].value, -2.0);
+    EXPECT_EQ(got_b[i].resources[2].name, "host_mem_rss_mb");
+    EXPECT_EQ(got_b[i].resources[2].value, static_cast<double>(got_b[i].step) * 1.5);
+  }
   EXPECT_EQ(a.counters().samples_emitted, b.counters().samples_emitted);
   EXPECT_EQ(a.counters().unbalanced, b.counters().unbalanced);
   EXPECT_EQ(ring.dropped(), 0u);
