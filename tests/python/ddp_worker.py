@@ -194,7 +194,11 @@ def main(argv=None):
         an.end_step()
         losses.append(loss.item().hex())
     train_s = time.perf_counter() - t0
-    # The Analyzer's threads once the side channel is set up (its setup thread has ended).
+    # The Analyzer's threads once the side channel is set up (its setup thread has ended, having
+    # started the links' threads): on a busy machine a short run can end before, so wait for it.
+    gloo = an._gloo
+    if gloo is not None:
+        gloo._setup_thread.join(60.0)
     threads_started = len([t for t in threading.enumerate()
                            if t not in threads_before_analyzer and t.is_alive()])
     an.close()  # counted too: close() makes no collective on the training thread either
