@@ -16,6 +16,10 @@ namespace laggard {
 namespace {
 
 using detail::cost_phrase;
+
+// A verdict is said to be a possible knock-on of a verdict on the same rank that costs this many
+// times more (print_summary).
+constexpr double kKnockOnShown = 10.0;
 using detail::fixed;
 using detail::join_ints;
 using detail::printable;
@@ -71,6 +75,17 @@ void print_summary(std::ostream& o, const RunSummary& sum, const RunOutputInput&
               << " ms vs " << fixed(s.last_ref_ms, 1) << " ms reference), flagged since step "
               << s.first_flagged_step << ", confirmed at step " << s.confirmed_step;
     if (s.onset_step) o << "; onset: since step " << *s.onset_step;
+    // A far smaller verdict on a rank confirmed in a costlier stage: said, not hidden (the slow
+    // rank reaches the next collective last, and its own next stage can run slower for it).
+    for (const auto& big : sum.stragglers) {
+      if (&big == &s) break;  // costliest first: only those before it
+      if (big.rank == s.rank && big.cohort == s.cohort && s.cost_ms > 0.0 &&
+          big.cost_ms >= kKnockOnShown * s.cost_ms) {
+        o << "; rank " << s.rank << " is also confirmed in " << printable(big.stage) << " at "
+          << fixed(big.cost_ms / s.cost_ms, 0) << "x this cost: this may be a knock-on of that";
+        break;
+      }
+    }
     o << "\n";
   }
   if (!sum.slow_hosts.empty()) {
