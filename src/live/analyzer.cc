@@ -715,12 +715,7 @@ StragglerVerdict Background::make_verdict(const Window& analysed, const Report& 
     std::nth_element(steps.begin(), mid, steps.end());
     v.step_ms = *mid;
   }
-  std::vector<const RankFinding*> confirmed;
-  for (const RankFinding& f : report.stragglers)
-    if (f.confirmed) confirmed.push_back(&f);
-  std::stable_sort(confirmed.begin(), confirmed.end(), [](const RankFinding* a, const RankFinding* b) {
-    return cost_ms_of(*a) > cost_ms_of(*b);
-  });
+  const std::vector<const RankFinding*> confirmed = confirmed_costliest_first(report);
   v.num_confirmed = static_cast<int>(confirmed.size());
   for (const RankFinding* f : confirmed) {
     if (v.confirmed.size() >= StragglerVerdict::kMaxFindings) break;

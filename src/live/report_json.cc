@@ -73,14 +73,18 @@ void append_report_json(std::int64_t step, const Metrics& metrics, const Report&
   out += "}\n";
 }
 
-void add_live_metrics(const Report& report, double report_errors, double dropped_samples,
-                      double incomplete_windows, Metrics& metrics) {
-  // Costliest first, as the verdict that every other rank reads (Background::make_verdict).
+std::vector<const RankFinding*> confirmed_costliest_first(const Report& report) {
   std::vector<const RankFinding*> order;
   for (const RankFinding& f : report.stragglers)
     if (f.confirmed) order.push_back(&f);
   std::stable_sort(order.begin(), order.end(),
                    [](const RankFinding* a, const RankFinding* b) { return a->cost_ms > b->cost_ms; });
+  return order;
+}
+
+void add_live_metrics(const Report& report, double report_errors, double dropped_samples,
+                      double incomplete_windows, Metrics& metrics) {
+  const std::vector<const RankFinding*> order = confirmed_costliest_first(report);
   std::string confirmed;
   for (const RankFinding* f : order) {
     if (!confirmed.empty()) confirmed += ',';

@@ -16,13 +16,13 @@ namespace laggard {
 namespace {
 
 using detail::cost_phrase;
+using detail::fixed;
+using detail::join_ints;
+using detail::printable;
 
 // A verdict is said to be a possible knock-on of a verdict on the same rank that costs this many
 // times more (print_summary).
 constexpr double kKnockOnShown = 10.0;
-using detail::fixed;
-using detail::join_ints;
-using detail::printable;
 using Json = nlohmann::ordered_json;
 // Strings that are not UTF-8 (a run directory's name) are written with U+FFFD for each bad byte:
 // the default would throw.
