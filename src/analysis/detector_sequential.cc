@@ -494,19 +494,14 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
   if (q.cost_weight > 0.0f) x_quiet = std::min(x_quiet, q.cost_mid);
   int jumps = 0, jump_base = 0, mix_hits = 0, mix_chances = 0, mix_bigs = 0;
   std::int32_t open_count = 0;
-  // One slot, every test.
-  auto slot = [&](std::size_t j) __attribute__((always_inline)) {
-    const float xj = x_of[j];
-    const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
-    const int seen_before = seen[j];
-    seen[j] = seen_before + 1;
-    // Pauses: 1.5x the median straight after a window at most relative_threshold (a straggler's
-    // onset counts once; its later windows do not).
+  // What every slot does first (`slot` and `quiet_slot`). Pauses: 1.5x the median straight after
+  // a window at most relative_threshold (a straggler's onset counts once; its later windows do
+  // not). The level follows the rank, a pause moving it by 3 sigma at most: a running mean over
+  // the first windows, then an EWMA (past kOwnWarmup windows every slot is in the EWMA).
+  auto move_level = [&](std::size_t j, float xj, int seen_before) __attribute__((always_inline)) {
     const int pause_base = (seen_before > 0) & (last[j] < log_slow);
     jump_base += pause_base;
     jumps += pause_base & (xj >= log_pause);
-    // The level follows the rank, a pause moving it by 3 sigma at most: a running mean over the
-    // first windows, then an EWMA (past kOwnWarmup windows every slot is in the EWMA).
     deviation[j] = xj - level[j];  // the noise estimate's sample (before the level moves)
     const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
     const float level_alpha =
@@ -515,6 +510,36 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
                : static_cast<float>(kLevelAlpha);
     level[j] = seen_before > 0 ? level[j] + level_alpha * dev : xj;
     last[j] = xj;
+  };
+  // The rank's own baseline b (d = x - b) is learnt while the own test's CUSUM is at 0
+  // (own_zero), from the rank's second window on (the first one's sigma is only the prior), as a
+  // running mean and then an EWMA, from 0 (the median). Over the first kOwnWarmup windows a
+  // window whose |x| is over 3 sigma + ln(healthy_spread) (a pause, a heavy-tailed or warm-up
+  // window) is left out; after them each window moves it by a step of the t score
+  // (kOwnScoreGain), which a window far from the baseline hardly moves. Clipped around the
+  // baseline instead, two fast first windows had held it low: the ordinary windows that followed
+  // were clipped too, so it came back too slowly, the test started against it and read them as
+  // slow, and a baseline learnt only at 0 stayed there.
+  auto move_base = [&](std::size_t j, float xj, float b, float d, int seen_before, bool warm,
+                       bool own_zero) __attribute__((always_inline)) {
+    const bool early = kEarly && !warm;
+    const float base_alpha =
+        kSteady ? static_cast<float>(kBaseAlpha)
+                : std::max(static_cast<float>(kBaseAlpha),
+                           1.0f / static_cast<float>(std::max(seen_before, 1)));
+    const float base_step =
+        early ? d : static_cast<float>(kOwnScoreGain) * d / (1.0f + d * d * q.base_inv_nu_s2);
+    const bool learn = own_zero & (seen_before > 0) & (!early | (std::fabs(xj) <= q.early_limit));
+    base[j] = learn ? b + base_alpha * base_step : b;
+    base_before[j] = b;
+  };
+  // One slot, every test.
+  auto slot = [&](std::size_t j) __attribute__((always_inline)) {
+    const float xj = x_of[j];
+    const float exj = static_cast<float>(ms[j] - median);  // the excess in ms
+    const int seen_before = seen[j];
+    seen[j] = seen_before + 1;
+    move_level(j, xj, seen_before);
     const bool held = (exj <= q.hold_below) | (exj < q.absolute);
     const float ceiling = held ? q.ceiling_held : q.ceiling_open;
     const float v0 = std::max(0.0f, c0[j] + std::min(ceiling, q.weight[0] * (xj - q.mid[0])));
@@ -558,15 +583,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
                      : mix_closed_here ? mix_closed
                                        : mix_before;
     mix[j] = vm;
-    // Against the rank's own baseline, once it has one (kOwnWarmup windows): the baseline is
-    // learnt while this CUSUM is at 0, from the rank's second window on (the first one's sigma is
-    // only the prior), as a running mean and then an EWMA, from 0 (the median). Over the first
-    // kOwnWarmup windows a window whose |x| is over 3 sigma + ln(healthy_spread) (a pause, a
-    // heavy-tailed or warm-up window) is left out; after them each window moves it by a step of
-    // the t score (kOwnScoreGain), which a window far from the baseline hardly moves. Clipped
-    // around the baseline instead, two fast first windows had held it low: the ordinary windows
-    // that followed were clipped too, so it came back too slowly, the test started against it and
-    // read them as slow, and a baseline learnt only at 0 stayed there.
+    // Against the rank's own baseline, once it has one (kOwnWarmup windows; move_base learns it).
     // Closed (at 0, staying there): 0, see above.
     const float b = base[j];
     const bool warm = seen_before >= kOwnWarmup;  // the test runs; before, the first windows' rule
@@ -580,17 +597,7 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
                                    q.own_shift)
         : own_closed_here ? 0.0f
                           : own_before;
-    const bool early = kEarly && !warm;
-    const float base_alpha =
-        kSteady ? static_cast<float>(kBaseAlpha)
-                : std::max(static_cast<float>(kBaseAlpha),
-                           1.0f / static_cast<float>(std::max(seen_before, 1)));
-    const float base_step =
-        early ? d : static_cast<float>(kOwnScoreGain) * d / (1.0f + d * d * q.base_inv_nu_s2);
-    const bool learn = (own_before == 0.0f) & (seen_before > 0) &
-                       (!early | (std::fabs(xj) <= q.early_limit));
-    base[j] = learn ? b + base_alpha * base_step : b;
-    base_before[j] = b;
+    move_base(j, xj, b, d, seen_before, warm, own_before == 0.0f);
     own[j] = v5;
     const std::int32_t was_open = static_cast<std::int32_t>(!own_closed_here) |
                                   (static_cast<std::int32_t>(!mix_closed_here) << 1);
@@ -622,31 +629,10 @@ inline __attribute__((always_inline)) SeqCounts seq_pass_block(
     const float xj = x_of[j];
     const int seen_before = seen[j];
     seen[j] = seen_before + 1;
-    const int pause_base = (seen_before > 0) & (last[j] < log_slow);
-    jump_base += pause_base;
-    jumps += pause_base & (xj >= log_pause);
-    deviation[j] = xj - level[j];
-    const float dev = clamp_f(xj - level[j], -q.step_limit, q.step_limit);
-    const float level_alpha =
-        kEarly ? std::max(static_cast<float>(kLevelAlpha),
-                          1.0f / static_cast<float>(seen_before + 1))
-               : static_cast<float>(kLevelAlpha);
-    level[j] = seen_before > 0 ? level[j] + level_alpha * dev : xj;
-    last[j] = xj;
+    move_level(j, xj, seen_before);
     mix_chances += 1;
     const float b = base[j];
-    const bool warm = seen_before >= kOwnWarmup;
-    const float d = xj - b;
-    const bool early = kEarly && !warm;
-    const float base_alpha =
-        kSteady ? static_cast<float>(kBaseAlpha)
-                : std::max(static_cast<float>(kBaseAlpha),
-                           1.0f / static_cast<float>(std::max(seen_before, 1)));
-    const float base_step =
-        early ? d : static_cast<float>(kOwnScoreGain) * d / (1.0f + d * d * q.base_inv_nu_s2);
-    const bool learn = (seen_before > 0) & (!early | (std::fabs(xj) <= q.early_limit));
-    base[j] = learn ? b + base_alpha * base_step : b;
-    base_before[j] = b;
+    move_base(j, xj, b, xj - b, seen_before, seen_before >= kOwnWarmup, true);
     attention[j] = 0;
     open[j] = 0;
   };
